@@ -1,0 +1,105 @@
+"""Records that cross module boundaries: plain, frozen dataclasses with no imports from the project."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def sha256(text: str) -> str:
+    """Hex SHA-256 of a string; the one content hash used across the project."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def chunk_id(doc_id: str, index: int) -> str:
+    """Deterministic primary key of a chunk.
+
+    Derived from the document id and the chunk's position only, so a re-run upserts the same rows
+    and a changed document overwrites its chunks in place. Hashed so that any document id (a path,
+    a URL, a UUID) gives a short key of one fixed alphabet.
+    """
+    return hashlib.sha256(f"{doc_id}\x1f{index}".encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of a document, the unit that is contextualized, embedded and retrieved."""
+
+    doc_id: str
+    index: int
+    text: str
+    # Character offset of the chunk in its document, or -1 when the input was pre-chunked and the
+    # chunk could not be located verbatim.
+    start: int = -1
+
+    @property
+    def id(self) -> str:
+        return chunk_id(self.doc_id, self.index)
+
+    @property
+    def hash(self) -> str:
+        return sha256(self.text)
+
+
+@dataclass(frozen=True)
+class Document:
+    """A source document and its chunks, as produced by the loaders."""
+
+    id: str
+    text: str
+    chunks: tuple[Chunk, ...]
+    title: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def hash(self) -> str:
+        return sha256(self.text)
+
+
+@dataclass(frozen=True)
+class Situated:
+    """A chunk with the context that situates it in its document."""
+
+    chunk: Chunk
+    context: str
+    # Where the context came from: "generated", "cache" or "none"; feeds run summaries.
+    source: str = "generated"
+
+    @property
+    def indexed_text(self) -> str:
+        """The text that is embedded and BM25-indexed: context first, then the chunk."""
+        if not self.context:
+            return self.chunk.text
+        return f"{self.context}\n\n{self.chunk.text}"
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved chunk."""
+
+    id: str
+    doc_id: str
+    index: int
+    text: str
+    context: str
+    score: float
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Usage:
+    """Token accounting of one contextualizer over a run; summed across documents."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cost_usd: float = 0.0
+    contexts_generated: int = 0
+    contexts_from_cache: int = 0
+
+    def add(self, other: Usage) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
