@@ -103,3 +103,12 @@ class Usage:
     def add(self, other: Usage) -> None:
         for name in self.__dataclass_fields__:
             setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+def batched(items, n: int):
+    """itertools.batched for Python 3.11: tuples of at most n items, lazily."""
+    from itertools import islice
+
+    it = iter(items)
+    while batch := tuple(islice(it, n)):
+        yield batch

@@ -1,0 +1,216 @@
+"""The `situate` command: parses arguments and calls the flows. Nothing else lives here.
+
+Every error a user can act on (SituateError) is printed as one line on stderr with exit code 2;
+flags override `SITUATE_*` environment variables, which override the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+# Quiet, offline one-off runs: set before Prefect is imported (a user's own values win).
+_PREFECT_DEFAULTS = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
+    "PREFECT_UI_ENABLED": "false",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def _prefect_env() -> None:
+    for key, value in _PREFECT_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+
+
+class _DropUserErrors(logging.Filter):
+    """Prefect logs a failing flow's exception with its traceback; for a SituateError the CLI
+    prints the one-line message itself, so the traceback is noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from tasks.errors import SituateError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, SituateError):
+            return False
+        msg = record.getMessage()
+        return not ("SituateError" in msg or "InputError" in msg or "ProviderError" in msg
+                    or "StoreError" in msg)
+
+
+def _install_log_filter() -> None:
+    f = _DropUserErrors()
+    for name in ("prefect", "prefect.flow_runs", "prefect.task_runs", "prefect.engine"):
+        logging.getLogger(name).addFilter(f)
+        for h in logging.getLogger(name).handlers:
+            h.addFilter(f)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="situate", description="Contextual retrieval, offline batch "
+                                "pipeline: ingest a corpus into Milvus, evaluate Pass@k, search.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def store_flags(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--collection", required=True, help="Milvus collection name")
+        sp.add_argument("--milvus-uri", help="Milvus Lite file or http(s)://host:port "
+                        "[SITUATE_MILVUS_URI, default data/milvus.db]")
+        sp.add_argument("--milvus-token", help="token for a Milvus server or Zilliz Cloud "
+                        "[SITUATE_MILVUS_TOKEN]; prefer the variable, flags show in `ps`")
+
+    ing = sub.add_parser("ingest", help="load, situate, embed and index a corpus")
+    ing.add_argument("corpus", help="pre-chunked .json, .jsonl of documents, or a directory")
+    store_flags(ing)
+    ing.add_argument("--context", help="structural | anthropic | none [SITUATE_CONTEXT; default "
+                     "anthropic if ANTHROPIC_API_KEY is set, else structural]")
+    ing.add_argument("--embedder", help="minilm | voyage | cohere | openai | bge-m3, or name:model "
+                     "[SITUATE_EMBEDDER, default minilm]")
+    ing.add_argument("--model", help="Claude model for --context anthropic "
+                     "[SITUATE_ANTHROPIC_MODEL, default claude-haiku-4-5]")
+    ing.add_argument("--concurrency", type=int, help="concurrent context requests "
+                     "[SITUATE_CONCURRENCY, default 8]")
+    ing.add_argument("--group-chunks", action="store_true", help="situate all chunks of a small "
+                     "document in one request")
+    ing.add_argument("--batch", action="store_true", help="use the Message Batches API (half price)")
+    ing.add_argument("--cache-dir", help="context cache [SITUATE_CACHE_DIR, default data/cache]")
+    ing.add_argument("--chunk-size", type=int, help="characters per chunk for unchunked input "
+                     "[SITUATE_CHUNK_SIZE, default 800]")
+    ing.add_argument("--chunk-overlap", type=int, help="characters of overlap "
+                     "[SITUATE_CHUNK_OVERLAP, default 100]")
+    ing.add_argument("--prune", action="store_true", help="delete documents no longer in the corpus")
+    ing.add_argument("--force", action="store_true", help="re-process unchanged documents too")
+
+    ev = sub.add_parser("evaluate", help="measure Pass@k of a collection on an evaluation set")
+    ev.add_argument("eval_set", help="evaluation JSONL (the codebase evaluation_set.jsonl format)")
+    store_flags(ev)
+    ev.add_argument("--k", default="5,10,20", help="cut-offs, comma-separated (default 5,10,20)")
+    ev.add_argument("--modes", default="dense,bm25,hybrid", help="retrieval modes to compare")
+    ev.add_argument("--json", dest="json_out", metavar="OUT", help="write the results as JSON")
+    ev.add_argument("--results-dir", help="history of evaluations [SITUATE_RESULTS_DIR, default "
+                    "data/results]")
+
+    se = sub.add_parser("search", help="print the top chunks for a query")
+    se.add_argument("query")
+    store_flags(se)
+    se.add_argument("--k", type=int, default=10, help="number of hits (default 10)")
+    se.add_argument("--mode", default="hybrid", help="dense | bm25 | hybrid (default hybrid)")
+    return p
+
+
+def _apply_env(args: argparse.Namespace) -> None:
+    """Flags that name where state lives or secrets travel through settings, not parameters."""
+    for flag, var in (("milvus_token", "SITUATE_MILVUS_TOKEN"), ("results_dir", "SITUATE_RESULTS_DIR"),
+                      ("cache_dir", "SITUATE_CACHE_DIR")):
+        value = getattr(args, flag, None)
+        if value:
+            os.environ[var] = value
+    from flows.settings import get_settings
+
+    get_settings.cache_clear()
+
+
+def _print_table(rows: list[tuple[str, Any]]) -> None:
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"  {k.ljust(width)}  {v}")
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from flows.ingest import ingest_flow
+    from flows.settings import get_settings
+    from storage.milvus import validate_collection_name
+    from tasks.load import load_corpus
+
+    s = get_settings()
+    validate_collection_name(args.collection)
+    # Validate the whole input before a flow run starts, so bad input writes nothing.
+    load_corpus(args.corpus, args.chunk_size or s.chunk_size, args.chunk_overlap or s.chunk_overlap)
+    summary = ingest_flow(
+        corpus=args.corpus, collection=args.collection, context=args.context,
+        embedder=args.embedder, milvus_uri=args.milvus_uri, cache_dir=args.cache_dir,
+        model=args.model, concurrency=args.concurrency, group_chunks=args.group_chunks,
+        batch=args.batch, chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap,
+        prune=args.prune, force=args.force)
+    print(f"ingested {args.corpus} into {args.collection}:")
+    _print_table([(k, v) for k, v in summary.items() if k not in ("seconds",)]
+                 + [(f"seconds {k}", v) for k, v in summary["seconds"].items()])
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from flows.evaluate import evaluate_flow, pass_at_k_table
+    from storage.milvus import validate_collection_name
+    from tasks.metrics import load_eval_set, parse_ks
+    from tasks.retrieve import check_modes
+
+    validate_collection_name(args.collection)
+    parse_ks(args.k)
+    check_modes([m.strip() for m in args.modes.split(",") if m.strip()])
+    load_eval_set(args.eval_set)
+    result = evaluate_flow(eval_set=args.eval_set, collection=args.collection, k=args.k,
+                           modes=args.modes, milvus_uri=args.milvus_uri, json_out=args.json_out)
+    import polars as pl
+
+    with pl.Config(tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True,
+                   float_precision=2):
+        print(f"Pass@k (%) on {result['collection']}, {result['queries']} queries:")
+        print(pass_at_k_table(result))
+    if args.json_out:
+        print(f"wrote {args.json_out}")
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from flows.settings import get_settings
+    from storage.milvus import open_store
+    from tasks.retrieve import check_modes, retrieve
+
+    check_modes([args.mode])
+    s = get_settings()
+    uri = args.milvus_uri or s.milvus_uri
+    store = open_store(uri, s.milvus_token.get_secret_value())
+    store.require(args.collection)
+    embedder = store.describe(args.collection)["embedder"] or s.embedder
+    hits = retrieve(store, args.collection, embedder, [args.query], args.mode, args.k)[0]
+    if not hits:
+        print("no results")
+    for rank, h in enumerate(hits, start=1):
+        print(f"{rank:>3}. {h.score:.4f}  {h.doc_id} #{h.index}")
+        if h.context:
+            print(f"     context: {_one_line(h.context, 200)}")
+        print(f"     {_one_line(h.text, 300)}")
+    return 0
+
+
+def _one_line(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def main(argv: list[str] | None = None) -> int:
+    _prefect_env()
+    args = _parser().parse_args(argv)
+    from tasks.errors import SituateError
+
+    _apply_env(args)
+    _install_log_filter()
+    try:
+        return {"ingest": cmd_ingest, "evaluate": cmd_evaluate, "search": cmd_search}[args.command](args)
+    except SituateError as e:
+        print(f"situate {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"situate {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+

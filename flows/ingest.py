@@ -1,0 +1,273 @@
+"""The ingest flow: load → situate (fanned out per document) → embed in batches → upsert to Milvus.
+
+Incremental by design: a document whose rows already carry the same fingerprint (its text, the
+context provider and the chunking) is skipped; a changed one is rewritten and its stale chunks
+deleted; with `prune`, documents gone from the corpus are deleted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect import flow, get_run_logger, task, unmapped
+from prefect.artifacts import (
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from flows.settings import get_settings
+from storage.cache import ContextCache
+from storage.milvus import MAX_CONTEXT, MAX_TEXT, ChunkStore, lexical_text, open_store
+from tasks.contextualize import (
+    ContextConfig,
+    ContextResult,
+    Contextualizer,
+    get_contextualizer,
+    situate_task,
+)
+from tasks.embed import embed_task, get_embedder
+from tasks.errors import InputError
+from tasks.load import Corpus, load_corpus_task
+from tasks.records import Document, Situated, Usage, sha256
+
+
+def artifact_key(*parts: str) -> str:
+    """Prefect artifact keys allow lowercase letters, digits and dashes only."""
+    import re
+
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", "-".join(parts).lower())).strip("-")
+
+
+def fingerprint(doc: Document, pipeline: str) -> str:
+    """What a document's rows were built from: its text and the pipeline that situated them."""
+    return sha256(f"{doc.hash}\x1f{pipeline}")
+
+
+@dataclass
+class Plan:
+    """Which documents to process, and what to delete, after comparing with the collection."""
+
+    process: list[Document] = field(default_factory=list)
+    new: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    stale_ids: list[str] = field(default_factory=list)  # chunks of changed docs no longer produced
+    deleted_docs: list[str] = field(default_factory=list)
+
+
+def plan_ingest(corpus: Corpus, existing: dict[str, dict[str, str]], pipeline: str, prune: bool,
+                force: bool) -> Plan:
+    """Compare the corpus with the rows already stored (doc_id -> {chunk id: fingerprint})."""
+    plan = Plan()
+    for doc in corpus.documents:
+        rows = existing.get(doc.id)
+        fp = fingerprint(doc, pipeline)
+        wanted = {c.id for c in doc.chunks}
+        if rows is None:
+            plan.new += 1
+        elif not force and set(rows) == wanted and set(rows.values()) == {fp}:
+            plan.unchanged += 1
+            continue
+        else:
+            plan.changed += 1
+            plan.stale_ids.extend(sorted(set(rows) - wanted))
+        plan.process.append(doc)
+    if prune:
+        present = {d.id for d in corpus.documents}
+        plan.deleted_docs = sorted(set(existing) - present)
+    return plan
+
+
+def build_rows(doc: Document, situated: Sequence[Situated], vectors: Sequence[Sequence[float]],
+               pipeline: str) -> list[dict[str, Any]]:
+    fp = fingerprint(doc, pipeline)
+    rows = []
+    for s, vector in zip(situated, vectors, strict=True):
+        rows.append({
+            "id": s.chunk.id,
+            "doc_id": doc.id,
+            "chunk_index": s.chunk.index,
+            "text": s.chunk.text,
+            "context": s.context[:MAX_CONTEXT // 4],
+            "doc_hash": fp,
+            "chunk_hash": s.chunk.hash,
+            "metadata": {**doc.metadata, "title": doc.title},
+            "lexical": lexical_text(s.indexed_text)[: MAX_TEXT // 4],
+            "dense": list(vector),
+        })
+    return rows
+
+
+def check_sizes(docs: Sequence[Document]) -> None:
+    """Refuse, before anything is written, chunks Milvus's VARCHAR field cannot hold."""
+    for doc in docs:
+        for c in doc.chunks:
+            if len(c.text.encode()) > MAX_TEXT:
+                raise InputError(f"document {doc.id!r}, chunk {c.index}: {len(c.text.encode())} "
+                                 f"bytes, more than Milvus's {MAX_TEXT}-byte text field; re-chunk "
+                                 "it smaller (or give the raw documents as JSONL)")
+    if len({d.id for d in docs}) != len(docs):
+        raise InputError("duplicate document ids in the corpus")
+
+
+@task(task_run_name="write-{label}", persist_result=False)
+def write_task(uri: str, token: str, collection: str, rows_meta: list[tuple[Document, list[Situated]]],
+               vectors: list[list[float]], pipeline: str, label: str = "batch") -> int:
+    """Upsert one embedded batch (whole documents, so a document is never half-written)."""
+    rows: list[dict[str, Any]] = []
+    i = 0
+    for doc, situated in rows_meta:
+        rows.extend(build_rows(doc, situated, vectors[i:i + len(situated)], pipeline))
+        i += len(situated)
+    return open_store(uri, token).upsert(collection, rows, batch_size=get_settings().write_batch)
+
+
+def _situate_all(contextualizer: Contextualizer, docs: Sequence[Document],
+                 cache: ContextCache | None, collection: str) -> list[ContextResult]:
+    logger = get_run_logger()
+    batch = contextualizer.situate_corpus([(d, d.chunks) for d in docs]) if docs else None
+    if batch is not None:
+        return batch
+    progress = create_progress_artifact(
+        0.0, key=artifact_key("ingest-progress", collection),
+        description=f"documents situated of {len(docs)}")
+    futures = situate_task.map(unmapped(contextualizer), docs, unmapped(cache))
+    results: list[ContextResult] = []
+    step = max(1, len(docs) // 20)
+    for n, f in enumerate(futures, start=1):
+        results.append(f.result())
+        if n % step == 0 or n == len(docs):
+            update_progress_artifact(progress, 100.0 * n / len(docs))
+    for r in results:
+        for note in r.notes:
+            logger.warning(note)
+    return results
+
+
+@flow(name="ingest", log_prints=False, task_runner=ThreadPoolTaskRunner(max_workers=16))
+def ingest_flow(
+    corpus: str,
+    collection: str,
+    context: str | None = None,
+    embedder: str | None = None,
+    milvus_uri: str | None = None,
+    cache_dir: str | None = None,
+    model: str | None = None,
+    concurrency: int | None = None,
+    group_chunks: bool = False,
+    batch: bool = False,
+    chunk_size: int | None = None,
+    chunk_overlap: int | None = None,
+    prune: bool = False,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Ingest CORPUS into COLLECTION; returns the run summary (also a table artifact)."""
+    s = get_settings()
+    logger = get_run_logger()
+    uri = milvus_uri or s.milvus_uri
+    token = s.milvus_token.get_secret_value()
+    embedder_spec = embedder or s.embedder
+    config = ContextConfig(
+        name=context or s.default_context(), model=model or s.anthropic_model,
+        concurrency=concurrency or s.concurrency, group_chunks=group_chunks, batch=batch,
+        state_dir=cache_dir or s.cache_dir)
+    timings: dict[str, float] = {}
+
+    t = time.perf_counter()
+    loaded = load_corpus_task(corpus, chunk_size or s.chunk_size, chunk_overlap or s.chunk_overlap)
+    check_sizes(loaded.documents)
+    if loaded.skipped_empty:
+        logger.warning(f"skipped {loaded.skipped_empty} empty document(s) in {corpus}")
+    if loaded.skipped_files:
+        logger.warning(f"skipped {loaded.skipped_files} binary or non-text file(s) in {corpus}")
+    contextualizer = get_contextualizer(config)
+    emb = get_embedder(embedder_spec)
+    store: ChunkStore = open_store(uri, token)
+    store.ensure_collection(collection, emb.dim, emb.id)
+    identity = contextualizer.cache_identity() or (contextualizer.name, "", "")
+    pipeline = "|".join([*identity, str(chunk_size or s.chunk_size),
+                         str(chunk_overlap or s.chunk_overlap)])
+    existing: dict[str, dict[str, str]] = {}
+    for row in store.rows(collection, fields=("id", "doc_id", "doc_hash")):
+        existing.setdefault(row["doc_id"], {})[row["id"]] = row["doc_hash"]
+    plan = plan_ingest(loaded, existing, pipeline, prune, force)
+    timings["load"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    cache = ContextCache(config.state_dir)
+    try:
+        results = _situate_all(contextualizer, plan.process, cache, collection)
+    finally:
+        contextualizer.close()
+    usage = Usage()
+    for r in results:
+        usage.add(r.usage)
+    usage.contexts_generated = sum(1 for r in results for x in r.situated if x.source == "generated")
+    timings["situate"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    written = 0
+    futures = []
+    pairs = [(d, r.situated) for d, r in zip(plan.process, results, strict=True)]
+    for n, group in enumerate(_batches_of_documents(pairs, s.embed_batch)):
+        texts = [x.indexed_text for _, situated in group for x in situated]
+        vectors = embed_task.submit(embedder_spec, texts, label=str(n))
+        futures.append(write_task.submit(uri, token, collection, list(group), vectors, pipeline,
+                                         label=str(n)))
+    written = sum(f.result() for f in futures)
+    deleted = store.delete_ids(collection, plan.stale_ids)
+    deleted += store.delete_documents(collection, plan.deleted_docs)
+    timings["embed+write"] = time.perf_counter() - t
+
+    summary = {
+        "collection": collection,
+        "corpus": corpus,
+        "context": config.name,
+        "embedder": emb.id,
+        "documents": len(loaded.documents),
+        "new": plan.new,
+        "changed": plan.changed,
+        "unchanged": plan.unchanged,
+        "deleted_documents": len(plan.deleted_docs),
+        "skipped_empty": loaded.skipped_empty,
+        "chunks_written": written,
+        "chunks_deleted": deleted,
+        "rows": store.count(collection),
+        "contexts_generated": usage.contexts_generated,
+        "contexts_from_cache": usage.contexts_from_cache,
+        "requests": usage.requests,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_write_tokens": usage.cache_creation_input_tokens,
+        "cache_read_tokens": usage.cache_read_input_tokens,
+        "cost_usd": round(usage.cost_usd, 6),
+        "seconds": {k: round(v, 3) for k, v in timings.items()},
+    }
+    create_table_artifact(
+        [{"metric": k, "value": str(v)} for k, v in summary.items() if k != "seconds"]
+        + [{"metric": f"seconds {k}", "value": f"{v:.2f}"} for k, v in timings.items()],
+        key=artifact_key("ingest-summary", collection),
+        description=f"ingest of {corpus} into {collection}")
+    logger.info(f"{collection}: {written} chunks written, {summary['rows']} rows, "
+                f"{plan.unchanged} unchanged document(s) skipped")
+    return summary
+
+
+def _batches_of_documents(pairs: Sequence[tuple[Document, list[Situated]]], size: int):
+    """Group whole documents into batches of about `size` chunks (a large document alone)."""
+    group: list[tuple[Document, list[Situated]]] = []
+    count = 0
+    for doc, situated in pairs:
+        if group and count + len(situated) > size:
+            yield group
+            group, count = [], 0
+        group.append((doc, situated))
+        count += len(situated)
+    if group:
+        yield group
+

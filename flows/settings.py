@@ -1,0 +1,41 @@
+"""All configuration in one place: `SITUATE_*` environment variables (or a `.env` file), which CLI
+flags and deployment parameters override. Read at run time through `get_settings()`, never at
+import time.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SITUATE_", env_file=".env", extra="ignore")
+
+    milvus_uri: str = Field("data/milvus.db", description="Milvus Lite file, or http(s)://host:port")
+    milvus_token: SecretStr = Field(SecretStr(""), description="token for Milvus server / Zilliz")
+    cache_dir: str = Field("data/cache", description="disk cache of generated contexts")
+    results_dir: str = Field("data/results", description="evaluation JSON reports")
+    context: str = Field("", description="structural | anthropic | none; default: anthropic when "
+                                          "an Anthropic key is configured, else structural")
+    embedder: str = Field("minilm", description="minilm | voyage | cohere | openai | bge-m3, "
+                                                "optionally name:model")
+    anthropic_model: str = Field("claude-haiku-4-5", description="model for --context anthropic")
+    concurrency: int = Field(8, ge=1, description="concurrent requests to the context provider")
+    chunk_size: int = Field(800, ge=100, description="characters per chunk for unchunked input")
+    chunk_overlap: int = Field(100, ge=0, description="characters shared by consecutive chunks")
+    embed_batch: int = Field(64, ge=1, description="texts per embedding call")
+    write_batch: int = Field(512, ge=1, description="rows per Milvus upsert")
+
+    def default_context(self) -> str:
+        if self.context:
+            return self.context
+        return "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "structural"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

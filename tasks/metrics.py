@@ -1,0 +1,91 @@
+"""Evaluation sets and Pass@k, exactly as the codebase benchmark defines it.
+
+Pass@k: for each query, the fraction of its golden chunks whose content (stripped) equals the
+content of one of the first k retrieved chunks; averaged over all queries, in percent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tasks.errors import InputError
+
+
+@dataclass(frozen=True)
+class EvalQuery:
+    query: str
+    golden: tuple[str, ...]  # golden chunk contents, stripped
+
+
+def load_eval_set(path: str | Path) -> list[EvalQuery]:
+    """Read an evaluation JSONL; every problem is one InputError naming the file and the line.
+
+    Each line needs `query` and the golden chunks, either as `golden_chunks` (objects with
+    `content`, the benchmark's format) or `golden_contents` (plain strings, handy for hand-made sets).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"evaluation set not found: {p} (give a JSONL file, one query a line)")
+    if p.is_dir():
+        raise InputError(f"{p} is a directory; give the evaluation set's JSONL file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{p}: not UTF-8 text; give a JSONL file") from None
+    if not text.strip():
+        raise InputError(f"{p}: the evaluation set is empty")
+    queries: list[EvalQuery] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{p}: bad JSON at line {number}, column {e.colno}: {e.msg}") from None
+        if not isinstance(item, dict):
+            raise InputError(f"{p}: line {number} is not a JSON object")
+        query = item.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise InputError(f"{p}: line {number} has no 'query' string")
+        golden: list[str] = []
+        if isinstance(item.get("golden_chunks"), list):
+            for g in item["golden_chunks"]:
+                if not isinstance(g, dict) or not isinstance(g.get("content"), str):
+                    raise InputError(f"{p}: line {number}: every golden_chunks entry needs 'content'")
+                golden.append(g["content"].strip())
+        elif isinstance(item.get("golden_contents"), list):
+            golden = [str(g).strip() for g in item["golden_contents"]]
+        if not golden:
+            raise InputError(f"{p}: line {number} has no golden chunks ('golden_chunks' with "
+                             "'content', or 'golden_contents')")
+        queries.append(EvalQuery(query, tuple(golden)))
+    return queries
+
+
+def pass_at_k(golden: Sequence[str], retrieved: Sequence[str], k: int) -> float:
+    """Fraction (0..1) of golden contents found among the first k retrieved contents."""
+    if not golden:
+        return 0.0
+    top = {r.strip() for r in retrieved[:k]}
+    return sum(1 for g in golden if g.strip() in top) / len(golden)
+
+
+def mean_pass_at_k(cases: Sequence[tuple[Sequence[str], Sequence[str]]], k: int) -> float:
+    """Pass@k over many (golden, retrieved) cases, in percent."""
+    if not cases:
+        return 0.0
+    return 100.0 * sum(pass_at_k(g, r, k) for g, r in cases) / len(cases)
+
+
+def parse_ks(text: str) -> list[int]:
+    """'5,10,20' -> [5, 10, 20]; an InputError for anything else."""
+    try:
+        ks = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise InputError(f"--k must be comma-separated positive integers, got {text!r}") from None
+    if not ks or ks[0] <= 0:
+        raise InputError(f"--k must be comma-separated positive integers, got {text!r}")
+    return ks
