@@ -52,6 +52,13 @@ def _install_log_filter() -> None:
             h.addFilter(f)
 
 
+def _flush_events() -> None:
+    """Deliver the run's last queued events while the temporary Prefect server still runs."""
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all(timeout=5, at_exit=False)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="situate", description="Contextual retrieval, offline batch "
                                 "pipeline: ingest a corpus into Milvus, evaluate Pass@k, search.")
@@ -200,14 +207,18 @@ def main(argv: list[str] | None = None) -> int:
 
     _apply_env(args)
     _install_log_filter()
+    commands = {"ingest": cmd_ingest, "evaluate": cmd_evaluate, "search": cmd_search}
     try:
-        return {"ingest": cmd_ingest, "evaluate": cmd_evaluate, "search": cmd_search}[args.command](args)
+        return commands[args.command](args)
     except SituateError as e:
         print(f"situate {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"situate {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if args.command != "search":
+            _flush_events()
 
 
 if __name__ == "__main__":

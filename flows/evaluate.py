@@ -95,7 +95,8 @@ def evaluate_flow(
     scores: dict[str, dict[str, float]] = {}
     for mode in mode_list:
         hits = retrieve_task(uri, token, collection, embedder_spec, texts, mode, max(ks))
-        cases = [(q.golden, [h.text for h in hs]) for q, hs in zip(queries, hits, strict=True)]
+        cases = [(q.golden, [(h.doc_id, h.text) for h in hs])
+                 for q, hs in zip(queries, hits, strict=True)]
         scores[mode] = {str(kk): round(mean_pass_at_k(cases, kk), 2) for kk in ks}
     result: dict[str, Any] = {
         "collection": collection,

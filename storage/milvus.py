@@ -129,9 +129,12 @@ class ChunkStore:
         index.add_index(field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
         index.add_index(field_name="doc_id", index_type="INVERTED")
         try:
-            self.client.create_collection(collection, schema=schema, index_params=index,
-                                          consistency_level="Strong",
+            self.client.create_collection(collection, schema=schema, consistency_level="Strong",
                                           properties={"situate.embedder": embedder})
+            # sync=False: waiting on index builds needs a timestamp service Milvus Lite lacks;
+            # load_collection below waits for what a search needs on every deployment.
+            self.client.create_index(collection, index, sync=False)
+            self.client.load_collection(collection)
         except Exception as e:
             raise _translate(e, f"creating collection {collection!r}", self.uri) from None
 

@@ -367,3 +367,40 @@ def situate_task(contextualizer: Contextualizer, doc: Document,
                  cache: ContextCache | None) -> ContextResult:
     """Prefect task over `situate_document`: one per document, mapped by the ingest flow."""
     return situate_document(contextualizer, doc, cache)
+
+
+def situate_corpus_cached(
+    contextualizer: Contextualizer, docs: Sequence[Document], cache: ContextCache | None
+) -> list[ContextResult] | None:
+    """Like `situate_document` over all `docs` at once, for providers that batch a whole corpus.
+
+    Cached chunks are read; the missing ones go to `situate_corpus` in one call; what it generates
+    is cached. None when the provider does not batch: the flow then maps `situate_document`.
+    """
+    if contextualizer.situate_corpus([]) is None:  # asks "do you batch?" without any work
+        return None
+    identity = contextualizer.cache_identity()
+    found: list[dict[int, Situated]] = []
+    items: list[tuple[Document, list[Chunk]]] = []
+    for doc in docs:
+        hits: dict[int, Situated] = {}
+        if identity is not None and cache is not None:
+            for chunk in doc.chunks:
+                hit = cache.get(_key(identity, doc, chunk))
+                if hit is not None:
+                    hits[chunk.index] = Situated(chunk, hit, "cache")
+        found.append(hits)
+        items.append((doc, [c for c in doc.chunks if c.index not in hits]))
+    todo = [n for n, (_, missing) in enumerate(items) if missing]
+    generated = (contextualizer.situate_corpus([items[n] for n in todo]) or []) if todo else []
+    results = [ContextResult([], Usage()) for _ in docs]
+    for n, result in zip(todo, generated, strict=True):
+        for s in result.situated:
+            if s.source == "generated" and identity is not None and cache is not None:
+                cache.put(_key(identity, docs[n], s.chunk), s.context)
+            found[n][s.chunk.index] = s
+        results[n] = result
+    for doc, hits, result in zip(docs, found, results, strict=True):
+        result.usage.contexts_from_cache += sum(1 for s in hits.values() if s.source == "cache")
+        result.situated = [hits[c.index] for c in doc.chunks if c.index in hits]
+    return results

@@ -15,16 +15,34 @@ from tasks.errors import InputError
 
 
 @dataclass(frozen=True)
+class Golden:
+    """One golden chunk: its exact content (the benchmark's form), or a document and a quote.
+
+    The quote form keeps hand-written evaluation sets valid when the chunking changes: a retrieved
+    chunk matches if it comes from `doc_id` and contains `quote`.
+    """
+
+    content: str = ""
+    doc_id: str = ""
+    quote: str = ""
+
+    def matches(self, doc_id: str, text: str) -> bool:
+        if self.content:
+            return text.strip() == self.content
+        return doc_id == self.doc_id and self.quote in text
+
+
+@dataclass(frozen=True)
 class EvalQuery:
     query: str
-    golden: tuple[str, ...]  # golden chunk contents, stripped
+    golden: tuple[Golden, ...]
 
 
 def load_eval_set(path: str | Path) -> list[EvalQuery]:
     """Read an evaluation JSONL; every problem is one InputError naming the file and the line.
 
-    Each line needs `query` and the golden chunks, either as `golden_chunks` (objects with
-    `content`, the benchmark's format) or `golden_contents` (plain strings, handy for hand-made sets).
+    Each line needs `query` and its golden chunks: `golden_chunks` (objects with `content`, the
+    benchmark's format) or `golden_quotes` (objects with `doc_id` and `quote`).
     """
     p = Path(path)
     if not p.exists():
@@ -50,30 +68,36 @@ def load_eval_set(path: str | Path) -> list[EvalQuery]:
         query = item.get("query")
         if not isinstance(query, str) or not query.strip():
             raise InputError(f"{p}: line {number} has no 'query' string")
-        golden: list[str] = []
+        golden: list[Golden] = []
         if isinstance(item.get("golden_chunks"), list):
             for g in item["golden_chunks"]:
                 if not isinstance(g, dict) or not isinstance(g.get("content"), str):
                     raise InputError(f"{p}: line {number}: every golden_chunks entry needs 'content'")
-                golden.append(g["content"].strip())
-        elif isinstance(item.get("golden_contents"), list):
-            golden = [str(g).strip() for g in item["golden_contents"]]
+                golden.append(Golden(content=g["content"].strip()))
+        elif isinstance(item.get("golden_quotes"), list):
+            for g in item["golden_quotes"]:
+                if not (isinstance(g, dict) and isinstance(g.get("doc_id"), str)
+                        and isinstance(g.get("quote"), str) and g["quote"]):
+                    raise InputError(f"{p}: line {number}: every golden_quotes entry needs "
+                                     "'doc_id' and a non-empty 'quote'")
+                golden.append(Golden(doc_id=g["doc_id"], quote=g["quote"]))
         if not golden:
             raise InputError(f"{p}: line {number} has no golden chunks ('golden_chunks' with "
-                             "'content', or 'golden_contents')")
+                             "'content', or 'golden_quotes' with 'doc_id' and 'quote')")
         queries.append(EvalQuery(query, tuple(golden)))
     return queries
 
 
-def pass_at_k(golden: Sequence[str], retrieved: Sequence[str], k: int) -> float:
-    """Fraction (0..1) of golden contents found among the first k retrieved contents."""
+def pass_at_k(golden: Sequence[Golden], retrieved: Sequence[tuple[str, str]], k: int) -> float:
+    """Fraction (0..1) of golden chunks matched by one of the first k retrieved (doc_id, text)."""
     if not golden:
         return 0.0
-    top = {r.strip() for r in retrieved[:k]}
-    return sum(1 for g in golden if g.strip() in top) / len(golden)
+    top = retrieved[:k]
+    return sum(1 for g in golden if any(g.matches(d, t) for d, t in top)) / len(golden)
 
 
-def mean_pass_at_k(cases: Sequence[tuple[Sequence[str], Sequence[str]]], k: int) -> float:
+def mean_pass_at_k(cases: Sequence[tuple[Sequence[Golden], Sequence[tuple[str, str]]]],
+                   k: int) -> float:
     """Pass@k over many (golden, retrieved) cases, in percent."""
     if not cases:
         return 0.0

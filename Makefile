@@ -1,0 +1,34 @@
+# The two commands a new user needs: `make demo` and `make test`. Both set everything up first.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# torch first and pinned: the CPU build on this machine's disk; a plain `torch` pulls a CUDA build.
+TORCH  := torch==2.13.0
+
+.PHONY: setup demo test test-fast lint bench clean
+
+$(BIN)/situate: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(BIN)/situate
+
+setup: $(BIN)/situate
+
+demo: setup
+	$(BIN)/situate ingest data/sample/corpus --collection sample
+	$(BIN)/situate evaluate data/sample/eval.jsonl --collection sample --json data/results/sample.json
+
+test: setup
+	$(BIN)/ruff check flows tasks storage tests benchmarks
+	$(BIN)/pytest -q
+
+test-fast: setup
+	$(BIN)/pytest -q -m "not slow"
+
+bench: setup
+	$(BIN)/python benchmarks/bench_ingest.py
+
+clean:
+	rm -rf data/milvus.db data/cache data/results

@@ -1,0 +1,463 @@
+"""The Claude contextualizer, through the real anthropic SDK, against the loopback fake service."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import anthropic
+import pytest
+
+from storage.cache import ContextCache
+from tasks.claude import (
+    CHUNK_PROMPT,
+    DOCUMENT_PROMPT,
+    MODELS,
+    AnthropicContextualizer,
+    cache_hit_ratio,
+    mark_chunks,
+    parse_group_answer,
+    price,
+)
+from tasks.contextualize import (
+    ContextConfig,
+    ContextResult,
+    get_contextualizer,
+    situate_corpus_cached,
+    situate_document,
+)
+from tasks.errors import ProviderError
+from tasks.load import make_chunks
+from tasks.records import Document, Usage
+
+try:  # tests/ is on sys.path when it is not a package (pytest's rootdir-less import mode)
+    from anthropic_server import FakeAnthropic, Faults, ModelSpec, count_tokens
+except ModuleNotFoundError:  # pragma: no cover - tests/ made a package
+    from tests.anthropic_server import FakeAnthropic, Faults, ModelSpec, count_tokens
+
+pytestmark = pytest.mark.timeout(60)
+
+KEY = "sk-ant-test-key-0123456789"
+HAIKU = MODELS["claude-haiku-4-5"]
+
+
+def _doc(doc_id: str, tokens: int, chunk_chars: int = 800) -> Document:
+    """A document of about `tokens` fake tokens, chunked the way the loaders chunk."""
+    words = [f"{doc_id}_word{i}" for i in range(tokens * 4 // 12 + 1)]
+    text = ""
+    for n, w in enumerate(words):
+        text += w + ("\n" if n % 8 == 7 else " ")
+    text = text[: tokens * 4]
+    return Document(doc_id, text, make_chunks(doc_id, text, chunk_chars, 0))
+
+
+BIG = _doc("big", 6000)  # above Haiku 4.5's 4,096-token floor
+SMALL = _doc("small", 1500)  # below it
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropic]:
+    with FakeAnthropic(api_key=KEY, latency=0.02, output_tokens=50) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+
+
+def _make(fake: FakeAnthropic, tmp_path: Path | None = None, **kwargs: object
+          ) -> AnthropicContextualizer:
+    extra = {"base_url": fake.base_url, "retry_base_seconds": 0.01, "batch_poll_seconds": 0.02}
+    extra.update(kwargs.pop("extra", {}))  # type: ignore[arg-type]
+    config = ContextConfig(name="anthropic", concurrency=int(kwargs.pop("concurrency", 8)),
+                           state_dir=str(tmp_path or ""), extra=extra, **kwargs)  # type: ignore[arg-type]
+    contextualizer = get_contextualizer(config)
+    assert isinstance(contextualizer, AnthropicContextualizer)
+    return contextualizer
+
+
+def _situate_all(cz: AnthropicContextualizer, docs: Sequence[Document],
+                 cache: ContextCache | None = None) -> list[ContextResult]:
+    with ThreadPoolExecutor(16) as pool:
+        return list(pool.map(lambda d: situate_document(cz, d, cache), docs))
+
+
+def _total(results: Sequence[ContextResult]) -> Usage:
+    usage = Usage()
+    for r in results:
+        usage.add(r.usage)
+    return usage
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _assert_contexts_match(results: Sequence[ContextResult], docs: Sequence[Document]) -> None:
+    """Every chunk has a context, in order, and it is the answer to that chunk's own request."""
+    for result, doc in zip(results, docs, strict=True):
+        assert [s.chunk.index for s in result.situated] == [c.index for c in doc.chunks]
+        for s in result.situated:
+            assert f"[ctx {_digest(s.chunk.text)}]" in s.context
+
+
+# --- the per-document schedule and the prompt cache ----------------------------------------------
+
+def test_cacheable_document_writes_once_and_reads_for_every_other_chunk(fake: FakeAnthropic
+                                                                         ) -> None:
+    cz = _make(fake)
+    [result] = _situate_all(cz, [BIG])
+    _assert_contexts_match([result], [BIG])
+    n = len(BIG.chunks)
+    prefix = count_tokens(DOCUMENT_PROMPT.format(doc_content=BIG.text))
+    assert [e.tokens for e in fake.writes()] == [prefix]
+    assert len(fake.reads()) == n - 1 and fake.duplicate_writes() == 0
+    u = result.usage
+    assert (u.requests, u.cache_creation_input_tokens, u.cache_read_input_tokens) == (
+        n, prefix, prefix * (n - 1))
+    suffixes = sum(count_tokens(CHUNK_PROMPT.format(chunk_content=c.text)) for c in BIG.chunks)
+    assert u.input_tokens == suffixes and u.output_tokens == 50 * n
+    expected = (prefix * 1.25 + prefix * (n - 1) * 0.10 + suffixes * 1.0 + 50 * n * 5.0) / 1e6
+    assert u.cost_usd == pytest.approx(expected)
+    assert cache_hit_ratio(u) == pytest.approx(prefix * (n - 1) / (prefix * n + suffixes))
+    # The SDK's usage and the service's own count agree.
+    assert fake.usage["standard"]["cache_read_input_tokens"] == u.cache_read_input_tokens
+
+
+def test_the_fake_charges_a_write_to_every_concurrent_request_of_one_prefix(
+        fake: FakeAnthropic) -> None:
+    """Why the schedule matters: fired together, each request of a document pays a write."""
+    fake.latency = 0.3  # all four arrive before the first response starts
+    client = anthropic.Anthropic(api_key=KEY, base_url=fake.base_url, max_retries=0)
+    doc_block = {"type": "text", "text": DOCUMENT_PROMPT.format(doc_content=BIG.text),
+                 "cache_control": {"type": "ephemeral"}}
+
+    def ask(chunk_text: str) -> None:
+        client.messages.create(model="claude-haiku-4-5", max_tokens=100, messages=[
+            {"role": "user", "content": [doc_block, {"type": "text", "text": chunk_text}]}])
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(ask, [c.text for c in BIG.chunks[:4]]))
+    assert len(fake.writes()) == 4 and fake.duplicate_writes() == 3
+    ask("once the first response has started, the entry is readable")
+    assert len(fake.reads()) == 1
+
+
+def test_documents_under_the_floor_go_uncached_and_concurrently(fake: FakeAnthropic) -> None:
+    fake.latency = 0.1
+    cz = _make(fake)
+    cz.situate(BIG, BIG.chunks[:1])  # the run's first call goes alone (it checks the key)
+    fake.reset_counters()
+    [result] = _situate_all(cz, [SMALL])
+    _assert_contexts_match([result], [SMALL])
+    assert fake.writes() == [] and result.usage.cache_creation_input_tokens == 0
+    assert fake.max_in_flight == len(SMALL.chunks)  # no serialized first request
+
+
+def test_one_missing_chunk_of_a_big_document_is_sent_uncached(fake: FakeAnthropic) -> None:
+    """A lone request pays 1x uncached against 1.25x for a write nobody reads."""
+    cz = _make(fake)
+    result = cz.situate(BIG, BIG.chunks[2:3])
+    assert [s.chunk.index for s in result.situated] == [2]
+    assert fake.writes() == [] and result.usage.input_tokens > 0
+
+
+def test_floor_is_per_model_family(fake: FakeAnthropic) -> None:
+    """A 3,000-token document caches on Claude 3 Haiku (2,048 floor), not on Haiku 4.5 (4,096)."""
+    doc = _doc("mid", 3000)
+    _situate_all(_make(fake, model="claude-haiku-4-5"), [doc])
+    assert fake.writes() == []
+    _situate_all(_make(fake, model="claude-3-haiku-20240307"), [doc])
+    assert len(fake.writes()) == 1 and fake.duplicate_writes() == 0
+
+
+def test_global_concurrency_is_bounded_across_documents(fake: FakeAnthropic) -> None:
+    fake.latency = 0.05
+    docs = [_doc(f"d{i}", 1200) for i in range(8)]
+    cz = _make(fake, concurrency=3)
+    results = _situate_all(cz, docs)
+    _assert_contexts_match(results, docs)
+    assert fake.max_in_flight == 3
+
+
+# --- retries and failing fast ----------------------------------------------------------------
+
+def test_transient_failures_are_retried_until_every_chunk_has_a_context(fake: FakeAnthropic
+                                                                         ) -> None:
+    fake.faults.script.extend(["429", "529", "500", "drop", "429", "500"])
+    fake.faults.retry_after = 0.2
+    cz = _make(fake)
+    start = time.monotonic()
+    results = _situate_all(cz, [BIG, SMALL])
+    _assert_contexts_match(results, [BIG, SMALL])
+    assert time.monotonic() - start >= 0.2  # retry-after was honoured
+    assert {k: fake.responses[k] for k in (429, 529, 500, "drop")} == {
+        429: 2, 529: 1, 500: 2, "drop": 1}
+    assert fake.messages_ok == len(BIG.chunks) + len(SMALL.chunks)  # nothing answered twice
+    assert fake.duplicate_writes() == 0
+
+
+def test_random_faults_leave_no_chunk_without_context(fake: FakeAnthropic, tmp_path: Path
+                                                      ) -> None:
+    fake.faults = Faults.mixed(0.2, retry_after=0.01)
+    docs = [BIG, SMALL, _doc("third", 4500)]
+    cache = ContextCache(tmp_path / "cache")
+    results = _situate_all(_make(fake), docs, cache)
+    _assert_contexts_match(results, docs)
+    assert sum(fake.responses[k] for k in (429, 529, 500, "drop")) > 0
+    assert fake.messages_ok == sum(len(d.chunks) for d in docs)
+    assert len(cache) == sum(len(d.chunks) for d in docs)
+
+
+def test_slow_response_times_out_and_is_retried(fake: FakeAnthropic) -> None:
+    fake.faults.script.append("slow")
+    fake.faults.slow_seconds = 1.5
+    cz = _make(fake, extra={"timeout_seconds": 0.5})
+    result = cz.situate(SMALL, SMALL.chunks[:1])
+    assert result.situated[0].source == "generated"
+    assert fake.http_requests["POST /v1/messages"] == 2
+
+
+def test_bad_key_stops_the_run_at_the_first_call(fake: FakeAnthropic,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-wrong-key-42")
+    cz = _make(fake)
+    docs = [_doc(f"d{i}", 1200) for i in range(6)]
+    with pytest.raises(ProviderError) as info:
+        _situate_all(cz, docs)
+    message = str(info.value)
+    assert "401 authentication_error" in message and "ANTHROPIC_API_KEY" in message
+    assert "sk-ant-wrong-key-42" not in message
+    assert fake.http_requests["POST /v1/messages"] == 1
+
+
+@pytest.mark.parametrize(("kwargs", "status", "words"), [
+    ({"model": "claude-nonexistent-9"}, 404, "check the model name"),
+    ({"extra": {"max_tokens": 100_000}}, 400, "refused the request for document small"),
+])
+def test_client_errors_are_never_retried(fake: FakeAnthropic, kwargs: dict, status: int,
+                                         words: str) -> None:
+    cz = _make(fake, **kwargs)
+    with pytest.raises(ProviderError, match=words):
+        cz.situate(SMALL, SMALL.chunks)
+    assert fake.http_requests["POST /v1/messages"] == 1 and fake.responses[status] == 1
+
+
+def test_exhausted_retries_stop_with_an_actionable_message(fake: FakeAnthropic) -> None:
+    fake.faults.rate_529 = 1.0
+    cz = _make(fake, max_attempts=3)
+    with pytest.raises(ProviderError, match=r"kept failing .* after 3 attempts \(529 overloaded"):
+        cz.situate(SMALL, SMALL.chunks[:1])
+    assert fake.http_requests["POST /v1/messages"] == 3
+    with pytest.raises(ProviderError):  # the run is over: no more requests
+        cz.situate(BIG, BIG.chunks[:1])
+    assert fake.http_requests["POST /v1/messages"] == 3
+
+
+def test_missing_key_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.blocks.system import Secret
+
+    def no_block(*args: object, **kwargs: object) -> None:
+        raise ValueError("Unable to find block document named anthropic-api-key")
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    monkeypatch.setattr(Secret, "load", no_block)
+    with pytest.raises(ProviderError, match="set ANTHROPIC_API_KEY, or store the key in a Prefect"):
+        get_contextualizer(ContextConfig(name="anthropic"))
+
+
+def test_key_from_a_prefect_secret_block(fake: FakeAnthropic,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.blocks.system import Secret
+
+    loaded: list[str] = []
+
+    def load(name: str, *args: object, **kwargs: object) -> Secret:
+        loaded.append(name)
+        return Secret(value=KEY)
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    monkeypatch.setattr(Secret, "load", load)
+    result = _make(fake).situate(SMALL, SMALL.chunks[:1])
+    assert loaded == ["anthropic-api-key"] and result.situated[0].source == "generated"
+
+
+def test_base_url_from_the_environment(fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+                                       ) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+    cz = get_contextualizer(ContextConfig(name="anthropic", extra={"retry_base_seconds": 0.01}))
+    assert cz.situate(SMALL, SMALL.chunks[:1]).situated[0].source == "generated"
+
+
+def test_the_key_is_in_no_pickle_cache_or_state_file(fake: FakeAnthropic, tmp_path: Path) -> None:
+    cz = _make(fake, tmp_path / "state", batch=True)
+    cache = ContextCache(tmp_path / "cache")
+    situate_corpus_cached(cz, [SMALL], cache)
+    assert KEY.encode() not in pickle.dumps(cz)
+    clone = pickle.loads(pickle.dumps(cz))
+    assert clone.situate(SMALL, SMALL.chunks[:1]).situated[0].source == "generated"
+    cache.close()
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
+
+
+# --- the disk cache: re-runs pay nothing -----------------------------------------------------
+
+def test_a_second_run_makes_no_api_call(fake: FakeAnthropic, tmp_path: Path) -> None:
+    cache = ContextCache(tmp_path / "cache")
+    first = _situate_all(_make(fake), [BIG, SMALL], cache)
+    calls = fake.http_requests["POST /v1/messages"]
+    second = _situate_all(_make(fake), [BIG, SMALL], cache)
+    assert fake.http_requests["POST /v1/messages"] == calls
+    assert [s.context for r in second for s in r.situated] == [
+        s.context for r in first for s in r.situated]
+    assert _total(second).contexts_from_cache == len(BIG.chunks) + len(SMALL.chunks)
+    assert _total(second).cost_usd == 0
+
+
+# --- long documents --------------------------------------------------------------------------
+
+def test_a_document_longer_than_the_context_window_is_windowed_not_crashed(
+        tmp_path: Path) -> None:
+    models = {"claude-haiku-4-5": ModelSpec(4096, context_window=12_000)}
+    long_doc = _doc("long", 40_000)
+    with FakeAnthropic(api_key=KEY, models=models, output_tokens=30) as fake:
+        cz = _make(fake, extra={"context_window": 12_000})
+        result = cz.situate(long_doc, long_doc.chunks)
+    assert all(s.source == "generated" for s in result.situated)
+    assert len(result.situated) == len(long_doc.chunks)
+    assert any("exceeds the 12000-token context window" in n for n in result.notes)
+    assert fake.responses[400] == 0
+    # Chunks of one window share its cached prefix: one write per window, the rest reads.
+    windows = len(fake.writes())
+    assert 2 <= windows < len(long_doc.chunks) // 4 and fake.duplicate_writes() == 0
+
+
+# --- group-chunks ----------------------------------------------------------------------------
+
+def test_mark_chunks_wraps_each_span_in_place() -> None:
+    assert mark_chunks("abcdef", [(0, 0, 3), (1, 2, 6)]) == (
+        "[[chunk 0]]ab[[chunk 1]]c[[/chunk 0]]def[[/chunk 1]]")
+
+
+def test_parse_group_answer_keeps_only_valid_asked_contexts() -> None:
+    text = json.dumps({"contexts": [
+        {"chunk": 1, "context": "one"}, {"chunk": 1, "context": "again"},
+        {"chunk": 9, "context": "not asked"}, {"chunk": 2, "context": "  "},
+        {"chunk": "3", "context": "id as text"}, {"chunk": True, "context": "bool"},
+        {"chunk": 4, "context": "four"}, "junk"]})
+    assert parse_group_answer(text, [1, 2, 3, 4]) == {1: "one", 4: "four"}
+    assert parse_group_answer('{"contexts": [{"chunk": 1, "cont', [1]) == {}
+    assert parse_group_answer("[]", [1]) == {}
+
+
+def test_group_chunks_situates_a_small_document_in_one_request(fake: FakeAnthropic) -> None:
+    docs = [SMALL, _doc("small2", 900)]
+    results = _situate_all(_make(fake, group_chunks=True), docs)
+    assert fake.messages_ok == 2
+    for result, doc in zip(results, docs, strict=True):
+        assert [s.chunk.index for s in result.situated] == [c.index for c in doc.chunks]
+        for s in result.situated:
+            assert f"[ctx chunk {s.chunk.index}]" in s.context and s.source == "generated"
+    # The document text is sent once, with its chunks marked in place.
+    for doc in docs:
+        [sent] = [m["blocks"] for m in fake.messages_log if f"{doc.id}_word" in m["blocks"][-2]]
+        assert "[[chunk 0]]" in sent[-2]
+        assert sum(b.count(f"{doc.id}_word") for b in sent) == doc.text.count(f"{doc.id}_word")
+
+
+def test_group_chunks_retries_missed_chunks_one_by_one(fake: FakeAnthropic) -> None:
+    fake.group_omit_rate = 0.5
+    result = _make(fake, group_chunks=True).situate(SMALL, SMALL.chunks)
+    assert all(s.source == "generated" and s.context for s in result.situated)
+    singles = [s for s in result.situated if not s.context.startswith("[ctx chunk")]
+    assert singles, "with half the answers omitted, some chunks must come from single requests"
+    for s in singles:
+        assert f"[ctx {_digest(s.chunk.text)}]" in s.context
+    assert any("missed chunk" in n for n in result.notes)
+
+
+def test_group_chunks_bill_is_a_fraction_of_per_chunk(fake: FakeAnthropic) -> None:
+    docs = [SMALL, _doc("small2", 2500), _doc("small3", 3800)]
+    per_chunk = _total(_situate_all(_make(fake), docs))
+    grouped = _total(_situate_all(_make(fake, group_chunks=True), docs))
+    assert grouped.contexts_generated == per_chunk.contexts_generated == sum(
+        len(d.chunks) for d in docs)
+    assert grouped.cost_usd < 0.4 * per_chunk.cost_usd
+
+
+def test_group_chunks_of_a_big_document_share_one_cached_prefix(fake: FakeAnthropic) -> None:
+    doc = _doc("huge", 30_000)
+    cz = _make(fake, group_chunks=True, extra={"group_size": 40})
+    result = cz.situate(doc, doc.chunks)
+    groups = -(-len(doc.chunks) // 40)
+    assert groups >= 3 and result.usage.requests == groups
+    assert len(fake.writes()) == 1 and len(fake.reads()) == groups - 1
+    assert all(s.source == "generated" for s in result.situated)
+
+
+# --- batch -----------------------------------------------------------------------------------
+
+def test_batch_situates_everything_at_half_price(fake: FakeAnthropic, tmp_path: Path) -> None:
+    docs = [BIG, SMALL]
+    interactive = _total(_situate_all(_make(fake), docs))
+    fake.clear_cache()
+    fake.reset_counters()
+    cz = _make(fake, tmp_path, batch=True)
+    results = situate_corpus_cached(cz, docs, ContextCache(tmp_path / "cache"))
+    assert results is not None
+    _assert_contexts_match(results, docs)
+    batch = _total(results)
+    # Two phases: the first request of the cacheable document (and the uncached ones), then the
+    # rest of it, which reads what the first phase wrote.
+    assert fake.batches_created == 2 and fake.duplicate_writes() == 0
+    assert batch.cost_usd == pytest.approx(interactive.cost_usd / 2)
+    state = json.loads((tmp_path / "claude-batches.json").read_text())
+    assert [len(r) for rounds in state.values() for r in rounds] == [1, 1]
+
+
+def test_batch_is_resumed_not_paid_twice(fake: FakeAnthropic, tmp_path: Path) -> None:
+    fake.batch_delay = 0.5
+    cz = _make(fake, tmp_path, batch=True)
+    items = [(SMALL, list(SMALL.chunks))]
+
+    def killed(batch_id: str) -> None:
+        raise RuntimeError("the run dies while the batch is processing")
+
+    cz._wait_batch = killed  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        cz.situate_corpus(items)
+    assert fake.batches_created == 1
+    restarted = _make(fake, tmp_path, batch=True)
+    [result] = restarted.situate_corpus(items) or []
+    assert fake.batches_created == 1  # the persisted batch was resumed
+    assert all(s.source == "generated" for s in result.situated)
+
+
+def test_batch_partial_failures_are_retried_in_another_round(fake: FakeAnthropic,
+                                                             tmp_path: Path) -> None:
+    fake.batch_error_rate = 0.3
+    docs = [SMALL, _doc("other", 2000)]
+    results = _make(fake, tmp_path, batch=True).situate_corpus([(d, d.chunks) for d in docs])
+    assert results is not None
+    _assert_contexts_match(results, docs)
+    assert fake.batches_created >= 2
+
+
+def test_batch_mode_off_means_no_corpus_path(fake: FakeAnthropic) -> None:
+    assert situate_corpus_cached(_make(fake), [SMALL], None) is None
+
+
+def test_price_table_batch_is_half() -> None:
+    u = Usage(input_tokens=1_000_000, output_tokens=1_000_000,
+              cache_creation_input_tokens=1_000_000, cache_read_input_tokens=1_000_000)
+    assert price(u, HAIKU.pricing) == pytest.approx(1 + 5 + 1.25 + 0.1)
+    assert price(u, HAIKU.pricing, batch=True) == pytest.approx((1 + 5 + 1.25 + 0.1) / 2)
