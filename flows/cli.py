@@ -92,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
                      "[SITUATE_CHUNK_OVERLAP, default 100]")
     ing.add_argument("--prune", action="store_true", help="delete documents no longer in the corpus")
     ing.add_argument("--force", action="store_true", help="re-process unchanged documents too")
+    ing.add_argument("--task-runner", choices=("threads", "dask"), default="threads",
+                     help="run the per-document tasks on threads here (default) or on Dask "
+                     "(needs a Milvus server --milvus-uri)")
+    ing.add_argument("--dask-address", help="scheduler of an existing Dask cluster, e.g. "
+                     "tcp://10.0.0.5:8786 (default with dask: a LocalCluster for this run)")
 
     ev = sub.add_parser("evaluate", help="measure Pass@k of a collection on an evaluation set")
     ev.add_argument("eval_set", help="evaluation JSONL (the codebase evaluation_set.jsonl format)")
@@ -129,16 +134,17 @@ def _print_table(rows: list[tuple[str, Any]]) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from flows.ingest import ingest_flow
+    from flows.ingest import ingest_flow, make_task_runner
     from flows.settings import get_settings
     from storage.milvus import validate_collection_name
     from tasks.load import load_corpus
 
     s = get_settings()
     validate_collection_name(args.collection)
+    runner = make_task_runner(args.task_runner, args.dask_address, args.milvus_uri or s.milvus_uri)
     # Validate the whole input before a flow run starts, so bad input writes nothing.
     load_corpus(args.corpus, args.chunk_size or s.chunk_size, args.chunk_overlap or s.chunk_overlap)
-    summary = ingest_flow(
+    summary = ingest_flow.with_options(task_runner=runner)(
         corpus=args.corpus, collection=args.collection, context=args.context,
         embedder=args.embedder, milvus_uri=args.milvus_uri, cache_dir=args.cache_dir,
         model=args.model, concurrency=args.concurrency, group_chunks=args.group_chunks,

@@ -18,7 +18,7 @@ from prefect.artifacts import (
     create_table_artifact,
     update_progress_artifact,
 )
-from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from flows.settings import get_settings
 from storage.cache import ContextCache
@@ -58,6 +58,35 @@ class Plan:
     unchanged: int = 0
     stale_ids: list[str] = field(default_factory=list)  # chunks of changed docs no longer produced
     deleted_docs: list[str] = field(default_factory=list)
+
+
+TASK_RUNNERS = ("threads", "dask")
+
+
+def make_task_runner(kind: str = "threads", dask_address: str | None = None,
+                     milvus_uri: str = "") -> TaskRunner:
+    """The runner for the per-document and per-batch tasks: threads here, or a Dask cluster.
+
+    Dask runs tasks in other processes, which cannot share a Milvus Lite file with the flow
+    (one process per file), so it needs a Milvus server URI. Without an address it starts a
+    LocalCluster of worker processes for this run; with one it uses that existing cluster.
+    """
+    if kind == "threads":
+        if dask_address:
+            raise InputError("--dask-address needs --task-runner dask")
+        return ThreadPoolTaskRunner(max_workers=16)
+    if kind != "dask":
+        raise InputError(f"unknown task runner {kind!r}: use one of {', '.join(TASK_RUNNERS)}")
+    if milvus_uri and "://" not in milvus_uri:
+        raise InputError(f"--task-runner dask needs a Milvus server, not the Milvus Lite file "
+                         f"{milvus_uri!r} (one process per file): run `milvus-lite server --data-dir "
+                         "DIR --port 19530` or a Milvus Standalone and pass --milvus-uri "
+                         "http://HOST:PORT")
+    from prefect_dask import DaskTaskRunner
+
+    if dask_address:
+        return DaskTaskRunner(address=dask_address)
+    return DaskTaskRunner(cluster_kwargs={"processes": True, "dashboard_address": None})
 
 
 def plan_ingest(corpus: Corpus, existing: dict[str, dict[str, str]], pipeline: str, prune: bool,
@@ -101,18 +130,6 @@ def build_rows(doc: Document, situated: Sequence[Situated], vectors: Sequence[Se
             "dense": list(vector),
         })
     return rows
-
-
-def check_sizes(docs: Sequence[Document]) -> None:
-    """Refuse, before anything is written, chunks Milvus's VARCHAR field cannot hold."""
-    for doc in docs:
-        for c in doc.chunks:
-            if len(c.text.encode()) > MAX_TEXT:
-                raise InputError(f"document {doc.id!r}, chunk {c.index}: {len(c.text.encode())} "
-                                 f"bytes, more than Milvus's {MAX_TEXT}-byte text field; re-chunk "
-                                 "it smaller (or give the raw documents as JSONL)")
-    if len({d.id for d in docs}) != len(docs):
-        raise InputError("duplicate document ids in the corpus")
 
 
 @task(task_run_name="write-{label}", persist_result=False)
@@ -180,7 +197,6 @@ def ingest_flow(
 
     t = time.perf_counter()
     loaded = load_corpus_task(corpus, chunk_size or s.chunk_size, chunk_overlap or s.chunk_overlap)
-    check_sizes(loaded.documents)
     if loaded.skipped_empty:
         logger.warning(f"skipped {loaded.skipped_empty} empty document(s) in {corpus}")
     if loaded.skipped_files:

@@ -297,3 +297,10 @@ def open_store(uri: str, token: str = "") -> ChunkStore:
     if key not in _OPEN:
         _OPEN[key] = ChunkStore(uri, token)
     return _OPEN[key]
+
+
+def close_stores() -> None:
+    """Close every client `open_store` handed out (tests, and long-lived processes between runs)."""
+    while _OPEN:
+        _, store = _OPEN.popitem()
+        store.close()

@@ -132,10 +132,25 @@ def make_chunks(doc_id: str, text: str, size: int, overlap: int) -> tuple[Chunk,
 
 # --- loaders -------------------------------------------------------------------------------------
 
+# Milvus's VARCHAR limit, in bytes: a longer chunk could never be stored.
+MAX_CHUNK_BYTES = 65_535
+
+
 def load_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 chunk_overlap: int = DEFAULT_CHUNK_OVERLAP) -> Corpus:
     """Read a corpus in any of the three forms; raise InputError on anything unusable."""
-    p = Path(path)
+    corpus = _load(Path(path), chunk_size, chunk_overlap)
+    for doc in corpus.documents:
+        for c in doc.chunks:
+            size = len(c.text.encode())
+            if size > MAX_CHUNK_BYTES:
+                raise InputError(f"{path}: document {doc.id!r}, chunk {c.index} is {size} bytes, more "
+                                 f"than the {MAX_CHUNK_BYTES} a stored chunk can hold; split it, or "
+                                 "give whole documents as JSONL so situate chunks them")
+    return corpus
+
+
+def _load(p: Path, chunk_size: int, chunk_overlap: int) -> Corpus:
     if not p.exists():
         raise InputError(f"corpus not found: {p} (give a pre-chunked .json, a .jsonl of documents, "
                          "or a directory of text and source files)")

@@ -1,0 +1,88 @@
+"""Shared fixtures: an isolated Prefect test server, per-test state directories, a fast fake
+embedder for store and flow tests that are not about embedding quality."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+# Before Prefect is imported anywhere: quiet, offline, and patient on a fresh database.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_CORPUS = ROOT / "data" / "sample" / "corpus"
+SAMPLE_EVAL = ROOT / "data" / "sample" / "eval.jsonl"
+CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
+
+
+class HashEmbedding:
+    """A deterministic bag-of-words embedding: same words, close vectors; no model, no network.
+
+    Good enough to check that search returns the chunk that shares a query's words, which is what
+    store and flow tests need; quality tests use the real MiniLM model.
+    """
+
+    dim = 64
+
+    def _one(self, text: str) -> list[float]:
+        v = [0.0] * self.dim
+        for word in re.findall(r"[a-z0-9]+", text.lower()):
+            h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "big")
+            v[h % self.dim] += 1.0
+        norm = math.sqrt(sum(x * x for x in v)) or 1.0
+        return [x / norm for x in v]
+
+    def encode_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self._one(t) for t in texts]
+
+    def encode_queries(self, texts: list[str]) -> list[list[float]]:
+        return [self._one(t) for t in texts]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _register_hash_embedder():
+    from tasks.embed import EMBEDDERS, EmbedderSpec
+
+    EMBEDDERS["hash"] = EmbedderSpec("bow-64", "math", "", "", lambda model, key: HashEmbedding())
+    yield
+    EMBEDDERS.pop("hash", None)
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """One temporary Prefect server for the whole session (flow tests request it)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    """Every place situate keeps state, under this test's tmp dir; settings re-read."""
+    from flows.settings import get_settings
+    from storage.milvus import close_stores
+
+    paths = {
+        "milvus_uri": str(tmp_path / "milvus.db"),
+        "cache_dir": str(tmp_path / "cache"),
+        "results_dir": str(tmp_path / "results"),
+    }
+    for key, value in paths.items():
+        monkeypatch.setenv(f"SITUATE_{key.upper()}", value)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.chdir(tmp_path)
+    get_settings.cache_clear()
+    yield paths
+    close_stores()
+    get_settings.cache_clear()

@@ -1,0 +1,177 @@
+"""The structural contextualizer, the registry, and the cache-aware driver."""
+
+from __future__ import annotations
+
+import pytest
+
+from storage.cache import ContextCache
+from tasks.contextualize import (
+    ContextConfig,
+    ContextResult,
+    Contextualizer,
+    StructuralContextualizer,
+    get_contextualizer,
+    leading_comment,
+    outline,
+    situate_document,
+)
+from tasks.errors import InputError
+from tasks.load import load_corpus, make_chunks
+from tasks.records import Chunk, Document, Situated, Usage
+from tests.conftest import CODEBASE
+
+RUST = '''//! Executor for differential fuzzing.
+//! It wraps two executors.
+use core::ptr;
+
+/// A wrapper
+pub struct DiffExecutor<A, B> {
+    primary: A,
+}
+
+impl<A, B> Executor for DiffExecutor<A, B>
+where
+    A: Executor,
+{
+    fn run_target(&mut self) -> Result<ExitKind, Error> {
+        let ret1 = self.primary.run_target()?;
+        Ok(ret1)
+    }
+}
+
+pub fn helper() {}
+'''
+
+PYTHON = '''"""Durable job queue on SQLite."""
+
+import json
+
+
+class JobQueue:
+    """A queue."""
+
+    def lease(self):
+        now = 1
+        return now
+
+    def ack(self, job):
+        self.db.execute("DELETE")
+
+
+def main():
+    pass
+'''
+
+MARKDOWN = """# Harbor
+
+Intro text.
+
+## Retries
+
+Retries grow exponentially.
+
+### Jitter
+
+Full jitter spreads retries.
+
+## Configuration
+
+Variables.
+"""
+
+
+def _doc(doc_id: str, text: str, size: int = 10_000) -> Document:
+    return Document(doc_id, text, make_chunks(doc_id, text, size, 0), doc_id, {"path": doc_id})
+
+
+def _context_at(doc: Document, needle: str) -> str:
+    start = doc.text.index(needle)
+    chunk = Chunk(doc.id, 99, doc.text[start:start + 40], start)
+    return StructuralContextualizer().situate(doc, [chunk]).situated[0].context
+
+
+def test_leading_comment_rust_and_python_docstring():
+    assert leading_comment(RUST) == "Executor for differential fuzzing. It wraps two executors."
+    assert leading_comment(PYTHON) == "Durable job queue on SQLite."
+    assert leading_comment("import os\n") == ""
+
+
+def test_outline_names_and_impl_for_type():
+    names = [(d.kind, d.name) for d in outline(RUST)]
+    assert ("struct", "DiffExecutor") in names
+    assert ("impl", "DiffExecutor") in names
+    assert ("fn", "run_target") in names
+
+
+def test_context_names_the_enclosing_definitions():
+    rust = _doc("diff.rs", RUST)
+    ctx = _context_at(rust, "let ret1")
+    assert "From diff.rs (Rust)." in ctx
+    assert "Executor for differential fuzzing." in ctx
+    assert "Defines DiffExecutor, helper." in ctx
+    assert "Inside: impl<A, B> Executor for DiffExecutor<A, B> > fn run_target" in ctx
+    # After the impl block closes, nothing encloses the chunk any more.
+    assert "Inside" not in _context_at(rust, "pub fn helper")
+
+
+def test_context_python_methods_and_markdown_headings():
+    py = _doc("queue.py", PYTHON)
+    assert "Inside: class JobQueue > def ack(self, job)" in _context_at(py, 'self.db.execute("DELETE")')
+    assert "Inside" not in _context_at(py, "def main")
+    md = _doc("guide.md", MARKDOWN)
+    assert "Inside: Harbor > Retries > Jitter." in _context_at(md, "Full jitter")
+    assert "Inside: Harbor > Configuration." in _context_at(md, "Variables.")
+
+
+def test_structural_contexts_on_the_codebase_are_short_and_deterministic():
+    corpus = load_corpus(CODEBASE / "codebase_chunks.json")
+    s = StructuralContextualizer()
+    first = [x.context for d in corpus.documents for x in s.situate(d, d.chunks).situated]
+    second = [x.context for d in corpus.documents for x in s.situate(d, d.chunks).situated]
+    assert first == second
+    assert len(first) == 737
+    assert max(len(c) for c in first) < 800
+    assert sum(1 for c in first if c) > 700
+
+
+def test_registry_knows_names_and_rejects_unknown():
+    assert get_contextualizer(ContextConfig(name="structural")).name == "structural"
+    assert get_contextualizer(ContextConfig(name="none")).name == "none"
+    with pytest.raises(InputError, match="unknown context provider 'gpt'.*none, structural"):
+        get_contextualizer(ContextConfig(name="gpt"))
+
+
+class Scripted(Contextualizer):
+    """A paid provider stand-in: counts what it is asked for."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def cache_identity(self):
+        return ("scripted", "m1", "v1")
+
+    def situate(self, doc, chunks):
+        self.asked.extend(c.index for c in chunks)
+        return ContextResult([Situated(c, f"ctx {c.index}") for c in chunks], Usage(requests=len(chunks)))
+
+
+def test_driver_pays_only_for_chunks_not_in_the_cache(tmp_path):
+    text = "".join(f"def step_{i}(x):\n    return x * {i}\n\n" for i in range(60))
+    doc = _doc("q.py", text, size=200)
+    assert len({c.text for c in doc.chunks}) == len(doc.chunks) > 3
+    cache = ContextCache(tmp_path / "cache")
+    p = Scripted()
+    first = situate_document(p, doc, cache)
+    assert [s.source for s in first.situated] == ["generated"] * len(doc.chunks)
+    assert p.asked == [c.index for c in doc.chunks]
+    p.asked.clear()
+    again = situate_document(p, doc, cache)
+    assert p.asked == []
+    assert [s.context for s in again.situated] == [s.context for s in first.situated]
+    assert again.usage.contexts_from_cache == len(doc.chunks)
+    # A changed document is a new cache key for every chunk.
+    changed = _doc("q.py", doc.text + "\n# edit\n", size=200)
+    situate_document(p, changed, cache)
+    assert len(p.asked) == len(changed.chunks)
