@@ -26,6 +26,7 @@ import hashlib
 import json
 import random
 import re
+import sys
 import threading
 import time
 import uuid
@@ -168,7 +169,7 @@ class FakeAnthropic:
 
     def start(self) -> FakeAnthropic:
         handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = _QuietServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
                                         daemon=True, name="fake-anthropic")
@@ -538,6 +539,13 @@ def _prefix_key(model: str, blocks: list[_Block]) -> str:
     for b in blocks:
         h.update(b"\x00" + b.text.encode())
     return h.hexdigest()
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (killed, timed out) is part of the test, not an error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
