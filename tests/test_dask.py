@@ -1,0 +1,62 @@
+"""The ingest flow on Dask (prefect-dask's DaskTaskRunner on a LocalCluster of two worker processes,
+reached by address as `--dask-address` would) writes exactly the rows of the default thread run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.conftest import CODEBASE
+from tests.milvus_server import milvus_server, snapshot
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def _register_hash_embedder() -> int:
+    """Runs in each Dask worker: the session fixture registered `hash` in this process only."""
+    from tasks.embed import EMBEDDERS, EmbedderSpec
+    from tests.conftest import HashEmbedding
+
+    EMBEDDERS["hash"] = EmbedderSpec("bow-64", "math", "", "", lambda model, key: HashEmbedding())
+    return os.getpid()
+
+
+def _embedded_here() -> bool:
+    from tasks import embed
+
+    return any(key.startswith("hash:") for key in embed._LOADED)
+
+
+def test_dask_ingest_matches_threads(prefect_harness, state, tmp_path):
+    from distributed import Client, LocalCluster
+
+    from flows.ingest import ingest_flow, make_task_runner
+
+    common = {"corpus": str(CODEBASE / "codebase_chunks.json"), "collection": "dask_rows", "embedder": "hash",
+              "context": "structural"}
+    reference = ingest_flow(**common)  # threads, Milvus Lite file
+    with (milvus_server(tmp_path / "server") as uri,
+          LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                       dashboard_address=None) as cluster,
+          Client(cluster) as client):
+        pids = client.run(_register_hash_embedder)
+        assert len(set(pids.values()) - {os.getpid()}) == 2
+        runner = make_task_runner("dask", cluster.scheduler_address, uri)
+        on_dask = ingest_flow.with_options(task_runner=runner)(**common, milvus_uri=uri)
+        # The embedding tasks really ran in the worker processes, not in this one.
+        assert any(client.run(_embedded_here).values())
+        rows = snapshot(uri, "dask_rows")
+    assert on_dask["rows"] == reference["rows"] == len(rows) > 0
+    assert on_dask["chunks_written"] == reference["chunks_written"]
+    assert rows == snapshot(state["milvus_uri"], "dask_rows")
+
+
+def test_dask_refuses_a_milvus_lite_file():
+    from flows.ingest import make_task_runner
+    from tasks.errors import InputError
+
+    with pytest.raises(InputError, match="Milvus server"):
+        make_task_runner("dask", None, "data/milvus.db")
+    with pytest.raises(InputError, match="needs --task-runner dask"):
+        make_task_runner("threads", "tcp://127.0.0.1:8786", "data/milvus.db")
