@@ -142,7 +142,16 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     s = get_settings()
     validate_collection_name(args.collection)
     runner = make_task_runner(args.task_runner, args.dask_address, args.milvus_uri or s.milvus_uri)
-    # Validate the whole input before a flow run starts, so bad input writes nothing.
+    # Validate options and the whole input before a flow run starts, so bad input writes nothing.
+    from tasks.contextualize import known_contextualizers
+    from tasks.embed import check_embedder
+    from tasks.errors import InputError
+
+    context = args.context or s.default_context()
+    if context not in known_contextualizers():
+        raise InputError(f"unknown context provider {context!r}: use one of "
+                         f"{', '.join(known_contextualizers())}")
+    check_embedder(args.embedder or s.embedder)
     load_corpus(args.corpus, args.chunk_size or s.chunk_size, args.chunk_overlap or s.chunk_overlap)
     summary = ingest_flow.with_options(task_runner=runner)(
         corpus=args.corpus, collection=args.collection, context=args.context,

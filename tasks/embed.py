@@ -159,8 +159,8 @@ _LOADED: dict[str, Embedder] = {}
 _LOAD_LOCK = threading.Lock()
 
 
-def get_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
-    """The embedder `name` or `name:model`, loaded once per process.
+def check_embedder(spec: str) -> tuple[str, str, EmbedderSpec]:
+    """(name, model, spec) of `name` or `name:model`, checked without loading anything.
 
     Raises InputError for an unknown name and ProviderError when its package or key is missing.
     """
@@ -169,17 +169,25 @@ def get_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
     if entry is None:
         raise InputError(f"unknown embedder {name!r}: use one of {', '.join(known_embedders())} "
                          "(optionally name:model)")
-    model = model or entry.default_model
+    if importlib.util.find_spec(entry.package) is None:
+        raise ProviderError(f"embedder {name!r} needs the {entry.pip_name} package: "
+                            f"pip install {entry.pip_name}")
+    if entry.key_env and not os.environ.get(entry.key_env):
+        raise ProviderError(f"embedder {name!r} needs an API key: set {entry.key_env}")
+    return name, model or entry.default_model, entry
+
+
+def get_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
+    """The embedder `name` or `name:model`, loaded once per process.
+
+    Raises InputError for an unknown name and ProviderError when its package or key is missing.
+    """
+    name, model, entry = check_embedder(spec)
     key = f"{name}:{model}"
     with _LOAD_LOCK:
         if key in _LOADED:
             return _LOADED[key]
-        if importlib.util.find_spec(entry.package) is None:
-            raise ProviderError(f"embedder {name!r} needs the {entry.pip_name} package: "
-                                f"pip install {entry.pip_name}")
         api_key = os.environ.get(entry.key_env, "") if entry.key_env else ""
-        if entry.key_env and not api_key:
-            raise ProviderError(f"embedder {name!r} needs an API key: set {entry.key_env}")
         try:
             function = entry.build(model, api_key)
         except Exception as e:

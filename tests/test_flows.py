@@ -1,0 +1,138 @@
+"""End to end: the ingest and evaluate flows on the sample corpus with the real MiniLM model, and
+the CLI's handling of bad input (one line, non-zero exit, nothing written)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, SAMPLE_CORPUS, SAMPLE_EVAL
+
+
+def _artifact(key: str) -> dict:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+    assert found, f"no artifact {key}"
+    return found[0]
+
+
+@pytest.mark.slow
+def test_ingest_twice_then_evaluate_with_minilm(prefect_harness, state):
+    from flows.evaluate import evaluate_flow
+    from flows.ingest import ingest_flow
+    from storage.milvus import open_store
+    from tasks.load import load_corpus
+
+    corpus = load_corpus(SAMPLE_CORPUS)
+    first = ingest_flow(corpus=str(SAMPLE_CORPUS), collection="sample", context="structural")
+    assert first["new"] == len(corpus.documents)
+    assert first["chunks_written"] == first["rows"] == corpus.chunk_count
+    assert first["contexts_generated"] == corpus.chunk_count
+
+    again = ingest_flow(corpus=str(SAMPLE_CORPUS), collection="sample", context="structural")
+    assert again["unchanged"] == len(corpus.documents)
+    assert again["chunks_written"] == 0
+    assert again["rows"] == corpus.chunk_count
+
+    store = open_store(state["milvus_uri"])
+    rows = list(store.rows("sample"))
+    assert sorted(r["id"] for r in rows) == sorted(c.id for d in corpus.documents for c in d.chunks)
+    queue_rows = [r for r in rows if r["doc_id"] == "harbor/queue.py"]
+    assert any("Inside: class JobQueue" in r["context"] for r in queue_rows)
+
+    out = Path(state["results_dir"]) / "r.json"
+    result = evaluate_flow(eval_set=str(SAMPLE_EVAL), collection="sample", json_out=str(out))
+    saved = json.loads(out.read_text())
+    assert saved["queries"] == 13 and set(saved["pass_at_k"]) == {"dense", "bm25", "hybrid"}
+    assert saved["pass_at_k"] == result["pass_at_k"]
+    # Real retrieval on a tiny corpus: every golden chunk is within the first 10 for BM25/hybrid.
+    assert saved["pass_at_k"]["hybrid"]["10"] >= 90.0
+    assert saved["pass_at_k"]["bm25"]["10"] >= 90.0
+
+    table = _artifact("pass-at-k-sample")
+    assert table.type == "table" and "hybrid" in str(table.data)
+    assert _artifact("ingest-summary-sample").type == "table"
+    report = _artifact("evaluation-report-sample")
+    assert "First evaluation" in report.data
+
+    evaluate_flow(eval_set=str(SAMPLE_EVAL), collection="sample")
+    assert "change since the previous run" in _artifact("evaluation-report-sample").data
+
+
+def test_ingest_prunes_and_replaces_changed_documents(prefect_harness, state, tmp_path):
+    from flows.ingest import ingest_flow
+    from storage.milvus import open_store
+
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    (corpus / "keep.md").write_text("# Keep\n\nThis stays the same.\n")
+    (corpus / "edit.md").write_text("\n\n".join(f"Paragraph {i} " + "x" * 150 for i in range(8)))
+    (corpus / "gone.md").write_text("# Gone\n\nSoon deleted.\n")
+    first = ingest_flow(corpus=str(corpus), collection="inc", embedder="hash", chunk_size=400)
+    assert first["new"] == 3
+    (corpus / "edit.md").write_text("A much shorter document now.")
+    (corpus / "gone.md").unlink()
+    second = ingest_flow(corpus=str(corpus), collection="inc", embedder="hash", chunk_size=400,
+                         prune=True)
+    assert (second["unchanged"], second["changed"], second["deleted_documents"]) == (1, 1, 1)
+    rows = list(open_store(state["milvus_uri"]).rows("inc"))
+    assert sorted((r["doc_id"], r["chunk_index"]) for r in rows) == [("edit.md", 0), ("keep.md", 0)]
+    assert second["rows"] == 2
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SITUATE_MILVUS_URI": str(cwd / "m.db"),
+           "SITUATE_CACHE_DIR": str(cwd / "cache"), "SITUATE_RESULTS_DIR": str(cwd / "results")}
+    env.pop("ANTHROPIC_API_KEY", None)
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["ingest", "{tmp}/missing.json", "--collection", "c"], "corpus not found"),
+        (["ingest", "{tmp}/bad.jsonl", "--collection", "c"], "bad JSON at line 2"),
+        (["ingest", "{tmp}/empty.json", "--collection", "c"], "the file is empty"),
+        (["ingest", "{tmp}/notes.pdf", "--collection", "c"], "unknown corpus form"),
+        (["ingest", str(SAMPLE_CORPUS), "--collection", "c", "--context", "gpt"],
+         "unknown context provider 'gpt'"),
+        (["ingest", str(SAMPLE_CORPUS), "--collection", "c", "--embedder", "nope"], "unknown embedder"),
+        (["ingest", str(SAMPLE_CORPUS), "--collection", "bad-name"], "invalid collection name"),
+        (["evaluate", "{tmp}/bad.jsonl", "--collection", "c"], "has no 'query'"),
+        (["evaluate", str(SAMPLE_EVAL), "--collection", "c", "--k", "x"], "--k must be"),
+        (["evaluate", str(SAMPLE_EVAL), "--collection", "c", "--modes", "sparse"], "unknown retrieval mode"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    (tmp_path / "bad.jsonl").write_text('{"id": "a", "text": "x"}\n{"id": \n')
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "notes.pdf").write_text("%PDF")
+    r = _cli(*[a.format(tmp=tmp_path) for a in args], cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, r.stderr
+    assert message in lines[0] and lines[0].startswith("situate ")
+    assert "Traceback" not in r.stderr + r.stdout
+    assert not (tmp_path / "m.db").exists()
+
+
+@pytest.mark.slow
+def test_cli_failure_inside_a_flow_is_one_clean_line_and_writes_nothing(tmp_path):
+    from storage.milvus import ChunkStore
+
+    r = _cli("evaluate", str(SAMPLE_EVAL), "--collection", "never_ingested", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "collection 'never_ingested' not found" in r.stderr
+    assert "Traceback" not in r.stderr and "| ERROR" not in r.stderr
+    s = ChunkStore(str(tmp_path / "m.db"))
+    assert not s.exists("never_ingested")
+    s.close()
