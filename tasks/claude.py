@@ -166,7 +166,7 @@ def estimate_tokens(text: str) -> int:
     token per character. Too high only costs a serialized first request on a document that turns
     out uncacheable; too low would skip the cache or overflow the context window.
     """
-    ascii_chars = sum(1 for ch in text if ch < "\x80")
+    ascii_chars = len(text.encode("ascii", "ignore"))
     return math.ceil(ascii_chars / 3) + (len(text) - ascii_chars)
 
 

@@ -452,6 +452,19 @@ def test_batch_partial_failures_are_retried_in_another_round(fake: FakeAnthropic
     assert fake.batches_created >= 2
 
 
+def test_batch_with_group_chunks(fake: FakeAnthropic, tmp_path: Path) -> None:
+    fake.group_omit_rate = 0.3
+    docs = [SMALL, _doc("other", 2000)]
+    cz = _make(fake, tmp_path, batch=True, group_chunks=True)
+    results = cz.situate_corpus([(d, d.chunks) for d in docs])
+    assert results is not None
+    for result, doc in zip(results, docs, strict=True):
+        assert [s.chunk.index for s in result.situated] == [c.index for c in doc.chunks]
+        assert all(s.source == "generated" and s.context for s in result.situated)
+    # Round 1: one group request per document; round 2: the chunks the answers missed, alone.
+    assert fake.batches_created == 2 and fake.usage["standard"]["requests"] == 0
+
+
 def test_batch_mode_off_means_no_corpus_path(fake: FakeAnthropic) -> None:
     assert situate_corpus_cached(_make(fake), [SMALL], None) is None
 
