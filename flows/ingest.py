@@ -30,7 +30,7 @@ from tasks.contextualize import (
     get_contextualizer,
     situate_task,
 )
-from tasks.embed import embed_task, get_embedder
+from tasks.embed import check_embedder, embed_task, get_embedder
 from tasks.errors import InputError
 from tasks.load import Corpus, load_corpus_task
 from tasks.records import Document, Situated, Usage, sha256
@@ -202,9 +202,15 @@ def ingest_flow(
     if loaded.skipped_files:
         logger.warning(f"skipped {loaded.skipped_files} binary or non-text file(s) in {corpus}")
     contextualizer = get_contextualizer(config)
-    emb = get_embedder(embedder_spec)
+    name, model_name, _ = check_embedder(embedder_spec)
+    embedder_id = f"{name}:{model_name}"
     store: ChunkStore = open_store(uri, token)
-    store.ensure_collection(collection, emb.dim, emb.id)
+    if store.exists(collection):
+        # Same embedder id, same vectors: no need to load a model when nothing may change.
+        store.check_embedder(collection, embedder_id)
+    else:
+        emb = get_embedder(embedder_spec)
+        store.ensure_collection(collection, emb.dim, emb.id)
     identity = contextualizer.cache_identity() or (contextualizer.name, "", "")
     pipeline = "|".join([*identity, str(chunk_size or s.chunk_size),
                          str(chunk_overlap or s.chunk_overlap)])
@@ -244,7 +250,7 @@ def ingest_flow(
         "collection": collection,
         "corpus": corpus,
         "context": config.name,
-        "embedder": emb.id,
+        "embedder": embedder_id,
         "documents": len(loaded.documents),
         "new": plan.new,
         "changed": plan.changed,

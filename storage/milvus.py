@@ -138,6 +138,14 @@ class ChunkStore:
         except Exception as e:
             raise _translate(e, f"creating collection {collection!r}", self.uri) from None
 
+    def check_embedder(self, collection: str, embedder: str) -> None:
+        """Refuse to add vectors from another embedder to an existing collection."""
+        stored = self.describe(collection).get("embedder")
+        if stored and stored != embedder:
+            raise StoreError(f"collection {collection!r} at {self.uri} holds vectors from {stored}, "
+                             f"not {embedder}: use another --collection or --embedder {stored}")
+        self.load(collection)
+
     def describe(self, collection: str) -> dict[str, Any]:
         info = self.client.describe_collection(collection)
         dim = next((f.get("params", {}).get("dim") for f in info.get("fields", [])
