@@ -495,6 +495,9 @@ class AnthropicContextualizer(Contextualizer):
         text = "".join(getattr(b, "text", "") for b in message.content).strip()
         if job.schema is not None:
             outcome.contexts.update(parse_group_answer(text, [c.index for c in job.chunks]))
+        elif not text:  # left without context (not cached), so a re-run asks again
+            outcome.notes.append(f"document {job.doc.id}, chunk {job.chunks[0].index}: "
+                                 "the model answered with no text")
         else:
             outcome.contexts[job.chunks[0].index] = text
             if message.stop_reason == "max_tokens":
@@ -546,10 +549,10 @@ class AnthropicContextualizer(Contextualizer):
                     return fn()
         except anthropic.APIStatusError as e:
             error = self._translate(e, what)
-            if e.status_code in (401, 403, 404):
+            # The account is refused, or the service failed through every attempt: stop the run.
+            # A 400 is about this request only.
+            if e.status_code in (401, 403, 404) or _retryable(e):
                 self._fatal = error
-            elif _retryable(e):
-                self._fatal = error  # the service kept failing through every attempt: stop
             raise error from None
         except anthropic.APIConnectionError as e:
             self._fatal = ProviderError(self._redact(

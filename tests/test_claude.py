@@ -323,6 +323,14 @@ def test_a_second_run_makes_no_api_call(fake: FakeAnthropic, tmp_path: Path) -> 
     assert _total(second).cost_usd == 0
 
 
+def test_an_empty_answer_is_not_cached_as_a_context(fake: FakeAnthropic, tmp_path: Path) -> None:
+    fake.output_tokens = 0
+    cache = ContextCache(tmp_path / "cache")
+    result = situate_document(_make(fake), SMALL, cache)
+    assert {s.source for s in result.situated} == {"none"} and len(cache) == 0
+    assert result.notes and "no text" in result.notes[0]
+
+
 # --- long documents --------------------------------------------------------------------------
 
 def test_a_document_longer_than_the_context_window_is_windowed_not_crashed(
