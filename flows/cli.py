@@ -107,6 +107,23 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--results-dir", help="history of evaluations [SITUATE_RESULTS_DIR, default "
                     "data/results]")
 
+    sv = sub.add_parser("serve", help="serve the ingest and evaluate deployments on cron schedules "
+                        "(needs a Prefect server: PREFECT_API_URL)")
+    sv.add_argument("corpus", help="corpus the ingest deployment re-reads on every run")
+    store_flags(sv)
+    sv.add_argument("--eval-set", help="evaluation JSONL; without it only ingest is served")
+    sv.add_argument("--context", help="structural | anthropic | none [SITUATE_CONTEXT]")
+    sv.add_argument("--embedder", help="embedder name or name:model [SITUATE_EMBEDDER]")
+    sv.add_argument("--ingest-cron", default="0 * * * *", help="ingest schedule (default hourly)")
+    sv.add_argument("--evaluate-cron", default="30 * * * *", help="evaluate schedule (default "
+                    "hourly at :30)")
+    sv.add_argument("--no-prune", dest="prune", action="store_false", help="keep documents that "
+                    "left the corpus (default: delete them)")
+    sv.add_argument("--paused", action="store_true", help="register the schedules paused (runs "
+                    "only when triggered)")
+    sv.add_argument("--name", default="situate", help="deployment name (default situate: "
+                    "ingest/situate, evaluate/situate)")
+
     se = sub.add_parser("search", help="print the top chunks for a query")
     se.add_argument("query")
     store_flags(se)
@@ -153,6 +170,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                          f"{', '.join(known_contextualizers())}")
     check_embedder(args.embedder or s.embedder)
     load_corpus(args.corpus, args.chunk_size or s.chunk_size, args.chunk_overlap or s.chunk_overlap)
+    _warm_embedder(args, s)
     summary = ingest_flow.with_options(task_runner=runner)(
         corpus=args.corpus, collection=args.collection, context=args.context,
         embedder=args.embedder, milvus_uri=args.milvus_uri, cache_dir=args.cache_dir,
@@ -163,6 +181,28 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     _print_table([(k, v) for k, v in summary.items() if k not in ("seconds",)]
                  + [(f"seconds {k}", v) for k, v in summary["seconds"].items()])
     return 0
+
+
+def _warm_embedder(args: argparse.Namespace, s: Any) -> None:
+    """Load the embedding model while Prefect starts its temporary server, for a new collection.
+
+    Both take seconds and neither needs the other; an existing collection skips the load unless
+    documents changed, so it is not warmed here.
+    """
+    import threading
+
+    from storage.milvus import open_store
+    from tasks.embed import get_embedder
+
+    def load() -> None:
+        try:
+            get_embedder(args.embedder or s.embedder)
+        except Exception:  # the flow loads it again and reports the error properly
+            pass
+
+    uri = args.milvus_uri or s.milvus_uri
+    if not open_store(uri, s.milvus_token.get_secret_value()).exists(args.collection):
+        threading.Thread(target=load, daemon=True).start()
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -185,6 +225,30 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(pass_at_k_table(result))
     if args.json_out:
         print(f"wrote {args.json_out}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from flows.deploy import ServeConfig, serve_deployments
+    from tasks.errors import InputError
+
+    if not os.environ.get("PREFECT_API_URL"):
+        raise InputError("situate serve needs a running Prefect server: start one with `prefect "
+                         "server start` and set PREFECT_API_URL=http://127.0.0.1:4200/api")
+    # Runs start in subprocesses, maybe from another directory: pass absolute paths.
+    from flows.settings import get_settings
+
+    uri = args.milvus_uri or get_settings().milvus_uri
+    if "://" not in uri:
+        uri = str(Path(uri).resolve())
+    serve_deployments(ServeConfig(
+        corpus=str(Path(args.corpus).resolve()), collection=args.collection,
+        eval_set=str(Path(args.eval_set).resolve()) if args.eval_set else None,
+        context=args.context, embedder=args.embedder, milvus_uri=uri, prune=args.prune,
+        ingest_cron=args.ingest_cron, evaluate_cron=args.evaluate_cron, name=args.name,
+        paused=args.paused))
     return 0
 
 
@@ -222,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
 
     _apply_env(args)
     _install_log_filter()
-    commands = {"ingest": cmd_ingest, "evaluate": cmd_evaluate, "search": cmd_search}
+    commands = {"ingest": cmd_ingest, "evaluate": cmd_evaluate, "search": cmd_search,
+                "serve": cmd_serve}
     try:
         return commands[args.command](args)
     except SituateError as e:
@@ -232,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"situate {args.command}: interrupted", file=sys.stderr)
         return 130
     finally:
-        if args.command != "search":
+        if args.command not in ("search", "serve"):
             _flush_events()
 
 

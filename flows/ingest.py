@@ -28,6 +28,7 @@ from tasks.contextualize import (
     ContextResult,
     Contextualizer,
     get_contextualizer,
+    situate_corpus_cached,
     situate_task,
 )
 from tasks.embed import check_embedder, embed_task, get_embedder
@@ -147,7 +148,8 @@ def write_task(uri: str, token: str, collection: str, rows_meta: list[tuple[Docu
 def _situate_all(contextualizer: Contextualizer, docs: Sequence[Document],
                  cache: ContextCache | None, collection: str) -> list[ContextResult]:
     logger = get_run_logger()
-    batch = contextualizer.situate_corpus([(d, d.chunks) for d in docs]) if docs else None
+    # Providers that batch a whole corpus (Message Batches) get one call; the rest fan out.
+    batch = situate_corpus_cached(contextualizer, docs, cache) if docs else None
     if batch is not None:
         return batch
     progress = create_progress_artifact(
@@ -267,6 +269,7 @@ def ingest_flow(
         "output_tokens": usage.output_tokens,
         "cache_write_tokens": usage.cache_creation_input_tokens,
         "cache_read_tokens": usage.cache_read_input_tokens,
+        "prompt_cache_hit_ratio": round(usage.prompt_cache_hit_ratio, 4),
         "cost_usd": round(usage.cost_usd, 6),
         "seconds": {k: round(v, 3) for k, v in timings.items()},
     }

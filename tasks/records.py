@@ -100,6 +100,12 @@ class Usage:
     contexts_generated: int = 0
     contexts_from_cache: int = 0
 
+    @property
+    def prompt_cache_hit_ratio(self) -> float:
+        """Share of prompt tokens read from the provider's prompt cache (0 when none were sent)."""
+        total = self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+        return self.cache_read_input_tokens / total if total else 0.0
+
     def add(self, other: Usage) -> None:
         for name in self.__dataclass_fields__:
             setattr(self, name, getattr(self, name) + getattr(other, name))
