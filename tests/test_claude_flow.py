@@ -47,9 +47,9 @@ def test_ingest_with_claude_contexts_pays_once(prefect_harness, state, fake, bat
 
 
 def test_cli_bad_key_is_one_line_and_no_rows(fake, tmp_path):
-    from storage.milvus import ChunkStore
-
     import os
+
+    from storage.milvus import ChunkStore
 
     env_key = "sk-ant-wrong-key-123"
     os.environ["ANTHROPIC_API_KEY"] = env_key
