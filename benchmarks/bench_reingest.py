@@ -144,6 +144,9 @@ def cold_reingest(params: dict[str, Any]) -> dict[str, Any]:
     from storage.milvus import close_stores
 
     close_stores()  # Milvus Lite: one process per file, and the child needs it
+    from milvus_lite.server_manager import server_manager_instance
+
+    server_manager_instance.release_all()
     cmd = [str(Path(sys.executable).with_name("situate")), "ingest", params["corpus"], "--collection",
            params["collection"], "--context", params["context"], "--embedder", params["embedder"],
            "--prune"]
