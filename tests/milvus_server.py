@@ -39,12 +39,12 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float, what: str) 
     raise TimeoutError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
 
 
-def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
-    """SIGTERM the process group we started, then SIGKILL it if it does not go."""
+def stop_process(proc: subprocess.Popen, timeout: float = 15, sig: int = signal.SIGTERM) -> None:
+    """Signal the process group we started (SIGTERM by default), then SIGKILL it if it does not go."""
     if proc.poll() is not None:
         return
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, sig)
     except ProcessLookupError:
         return
     try:
