@@ -21,6 +21,8 @@ demo: setup
 	$(BIN)/situate evaluate data/sample/eval.jsonl --collection sample --json data/results/sample.json
 
 test: setup
+	# The UI test drives Debian's headless Chromium against a local Prefect server.
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 	$(BIN)/ruff check flows tasks storage tests benchmarks
 	$(BIN)/pytest -q
 
