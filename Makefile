@@ -20,8 +20,8 @@ demo: setup
 	$(BIN)/situate ingest data/sample/corpus --collection sample
 	$(BIN)/situate evaluate data/sample/eval.jsonl --collection sample --json data/results/sample.json
 
+# The UI test drives Debian's headless Chromium against a local Prefect server: install it if missing.
 test: setup
-	# The UI test drives Debian's headless Chromium against a local Prefect server.
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 	$(BIN)/ruff check flows tasks storage tests benchmarks
 	$(BIN)/pytest -q
