@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from prefect import task
@@ -91,6 +91,21 @@ _DEFINITION = re.compile(
     \s*(?P<rest>[^\n]*)""",
     re.VERBOSE,
 )
+# Keyword-less definitions: C, C++, Java, C# functions and methods (`int main(int argc) {`), and
+# JavaScript/TypeScript functions bound to names (`const load = async (x) =>`).
+_C_FUNCTION = re.compile(
+    r"^(?P<indent>[ \t]*)(?!(?:if|for|while|switch|return|else|do|case|catch|sizeof|new|delete|throw)\b)"
+    r"(?:[\w:<>,\[\]]+[\s*&]+)+(?P<name>[A-Za-z_~][\w:~]*)\s*\([^;]*\)\s*(?:const\s*)?"
+    r"(?:noexcept\s*)?(?:override\s*)?(?:->\s*[\w:<>]+\s*)?(?:throws [\w., ]+)?\{?\s*$")
+# A top-level C/C++ definition whose signature runs over several lines, or whose return type sits on
+# the line above: `createCodeSec(std::vector<X> In) {`, `Foo::Foo() :`, `void Foo::format(`.
+_C_TOP_LEVEL = re.compile(
+    r"^(?!(?:if|for|while|switch|return|else|do|case|using|typedef|namespace|template)\b)"
+    r"(?:[\w:<>,\[\]]+[\s*&]+)*(?P<name>[A-Za-z_~][\w~]*(?:::[A-Za-z_~][\w~]*)*)\s*\("
+    r"[^;]*$")
+_JS_FUNCTION = re.compile(
+    r"^(?P<indent>[ \t]*)(?:export\s+)?(?:const|let|var)\s+(?P<name>[A-Za-z_$][\w$]*)\s*(?::[^=]+)?="
+    r"\s*(?:async\s+)?(?:function\b|\([^)]*\)\s*(?::[^=]+)?=>|[A-Za-z_$][\w$]*\s*=>)")
 _MD_HEADING = re.compile(r"^(?P<hashes>#{1,6})\s+(?P<title>.+?)\s*#*\s*$")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _COMMENT_LINE = re.compile(r"^\s*(?://[/!]?|#(?!\[|!|include|define)|--|;+|\*|/\*\*?|%)\s?(.*)$")
@@ -100,6 +115,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 # Words that follow a definition keyword but are not the name being defined.
 _NOT_A_NAME = {"for", "where", "self", "mut", "const", "unsafe", "async", "extends", "implements"}
 
+_PROSE = {"Markdown", "reStructuredText", "text"}
 _LANGUAGES = {
     ".py": "Python", ".rs": "Rust", ".go": "Go", ".js": "JavaScript", ".ts": "TypeScript",
     ".tsx": "TypeScript", ".jsx": "JavaScript", ".java": "Java", ".kt": "Kotlin", ".c": "C",
@@ -135,31 +151,46 @@ def _indent_width(indent: str) -> int:
     return len(indent.expandtabs(4))
 
 
-def outline(text: str) -> list[_Definition]:
-    """Definitions and Markdown headings of a document, in order, with their nesting depth."""
+def outline(text: str, prose: bool | None = None) -> list[_Definition]:
+    """Definitions and Markdown headings of a document, in order, with their nesting depth.
+
+    `prose` says whether `#` lines are headings (Markdown, text) or comments (code); None decides
+    per line: a heading then needs a blank line (or the document's edge) before and after it.
+    """
     defs: list[_Definition] = []
     in_fence = False
-    for number, line in enumerate(text.splitlines()):
+    lines = text.splitlines()
+    for number, line in enumerate(lines):
         if line.lstrip().startswith("```"):
             in_fence = not in_fence
             continue
-        heading = None if in_fence else _MD_HEADING.match(line)
+        heading = None if in_fence or prose is False else _MD_HEADING.match(line)
+        if heading and prose is None:
+            before = number == 0 or not lines[number - 1].strip()
+            after = number + 1 >= len(lines) or not lines[number + 1].strip()
+            heading = heading if before and after else None
         if heading:
             title = heading.group("title").strip()
             # Heading depth is its level, so "## A" nests under "# B" like an indented block.
             defs.append(_Definition(number, len(heading.group("hashes")) - 1, "heading", title, title))
             continue
         m = _DEFINITION.match(line)
-        if not m:
-            continue
-        name = _definition_name(m.group("kind"), m.group("rest"))
+        if m:
+            kind, name = m.group("kind"), _definition_name(m.group("kind"), m.group("rest"))
+        else:
+            m = _C_FUNCTION.match(line) or _JS_FUNCTION.match(line) or (
+                None if prose or line[:1].isspace() or ". " in line or line.rstrip().endswith(".")
+                else _C_TOP_LEVEL.match(line))
+            if not m:
+                continue
+            kind, name = "function", m.group("name").split("::")[-1]
         if not name:
             continue
         signature = line.strip().rstrip("{:").strip()
         if len(signature) > 100:
             signature = signature[:97] + "..."
-        defs.append(_Definition(number, _indent_width(m.group("indent")), m.group("kind"), name,
-                                signature))
+        indent = m.groupdict().get("indent") or ""
+        defs.append(_Definition(number, _indent_width(indent), kind, name, signature))
     return defs
 
 
@@ -195,25 +226,41 @@ def _continues(stripped: str) -> bool:
     return stripped.startswith(("where", "@", ")", "{", "#[", "//", "#", "/*", "*", "-->"))
 
 
-def leading_comment(text: str, limit: int = 240) -> str:
-    """The document's opening docstring or comment block, first sentences, as one line."""
-    m = _DOCSTRING.match(text)
-    if m:
-        body = m.group(2)
-    else:
-        body_lines: list[str] = []
-        for line in text.splitlines():
-            if not line.strip():
-                if body_lines:
-                    break
-                continue
-            if line.startswith("#!") and not body_lines:
-                continue
-            cm = _COMMENT_LINE.match(line)
-            if not cm or line.strip().startswith("#["):
+_BOILERPLATE = re.compile(r"copyright|licen[sc]e|spdx|all rights reserved|-\*- coding|generated by",
+                          re.IGNORECASE)
+
+
+def _comment_blocks(text: str) -> Iterator[str]:
+    """The opening docstrings and comment blocks of a document, in order, each as one line."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        if not stripped or (i == 0 and line.startswith("#!")):
+            i += 1
+            continue
+        m = _DOCSTRING.match("\n".join(lines[i:i + 200]))
+        if m:
+            yield " ".join(m.group(2).split())
+            i += m.group(0).count("\n") + 1
+            continue
+        block: list[str] = []
+        while i < len(lines) and lines[i].strip():
+            cm = _COMMENT_LINE.match(lines[i])
+            if not cm or lines[i].strip().startswith("#["):
                 break
-            body_lines.append(cm.group(1).strip().rstrip("*/").strip())
-        body = " ".join(x for x in body_lines if x)
+            block.append(cm.group(1).strip().rstrip("*/").strip())
+            i += 1
+        if not block:
+            return  # code: the preamble is over
+        yield " ".join(x for x in block if x)
+
+
+def leading_comment(text: str, limit: int = 200) -> str:
+    """What the document says it is: its first docstring or comment block that is not a license
+    or other boilerplate, cut to whole sentences within `limit` characters."""
+    body = next((b for b in _comment_blocks(text) if b and not _BOILERPLATE.search(b)), "")
     body = re.sub(r"\s+", " ", body).strip()
     if len(body) <= limit:
         return body
@@ -240,11 +287,14 @@ class StructuralContextualizer(Contextualizer):
 
     name = "structural"
 
-    def __init__(self, max_names: int = 12) -> None:
+    def __init__(self, max_names: int = 12, summary: bool = True) -> None:
         self.max_names = max_names
+        self.summary = summary
 
     def situate(self, doc: Document, chunks: Sequence[Chunk]) -> ContextResult:
-        defs = outline(doc.text)
+        language = _language(doc)
+        prose = None if not language else language in _PROSE
+        defs = outline(doc.text, prose)
         lines = doc.text.splitlines()
         header = self._header(doc, defs)
         line_starts = _line_offsets(doc.text)
@@ -268,10 +318,10 @@ class StructuralContextualizer(Contextualizer):
         language = _language(doc)
         if title:
             parts.append(f"From {title}" + (f" ({language})." if language else "."))
-        summary = leading_comment(doc.text)
+        summary = leading_comment(doc.text) if self.summary else ""
         if summary:
             parts.append(summary if summary.endswith((".", "!", "?")) else summary + ".")
-        if defs:
+        if defs and self.max_names:
             top = min(d.indent for d in defs)
             names: list[str] = []
             for d in defs:

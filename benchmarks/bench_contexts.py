@@ -1,0 +1,90 @@
+"""Which parts of a structural context help retrieval, on the codebase benchmark and a held-out
+corpus: an ablation run in one process (one model load, each distinct text embedded once).
+
+Variants: no context; the full structural context; without the document summary; without the
+list of defined names; path and enclosing definitions only; and the full context placed after the
+chunk instead of before it (what a 256-token embedder then truncates is the context, not the
+chunk). Dense, BM25 and hybrid retrieval through the same ChunkStore the pipeline uses.
+
+    .venv/bin/python benchmarks/bench_contexts.py [--out benchmarks/results/contexts.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from storage.milvus import ChunkStore, lexical_text  # noqa: E402
+from tasks.contextualize import NoContext, StructuralContextualizer  # noqa: E402
+from tasks.embed import get_embedder  # noqa: E402
+from tasks.load import load_corpus  # noqa: E402
+from tasks.metrics import load_eval_set, mean_pass_at_k  # noqa: E402
+from tasks.retrieve import retrieve  # noqa: E402
+
+CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
+VARIANTS = {
+    "none": (NoContext(), "prefix"),
+    "structural": (StructuralContextualizer(), "prefix"),
+    "no-summary": (StructuralContextualizer(summary=False), "prefix"),
+    "no-names": (StructuralContextualizer(max_names=0), "prefix"),
+    "path+inside": (StructuralContextualizer(max_names=0, summary=False), "prefix"),
+    "structural-after": (StructuralContextualizer(), "suffix"),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "contexts.json"))
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    args = ap.parse_args()
+    emb = get_embedder("minilm")
+    vectors: dict[str, list[float]] = {}
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        held = Path(tmp) / "heldout"
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "heldout.py"), str(held)],
+                       check=True, capture_output=True)
+        corpora = {"codebase": (CODEBASE / "codebase_chunks.json", CODEBASE / "evaluation_set.jsonl"),
+                   "heldout": (held / "corpus", held / "eval.jsonl")}
+        store = ChunkStore(f"{tmp}/m.db")
+        for corpus_name, (corpus_path, eval_path) in corpora.items():
+            docs = load_corpus(corpus_path).documents
+            queries = load_eval_set(eval_path)
+            for variant in args.variants:
+                contextualizer, placement = VARIANTS[variant]
+                rows = []
+                for d in docs:
+                    for s in contextualizer.situate(d, d.chunks).situated:
+                        text = s.indexed_text if placement == "prefix" or not s.context else \
+                            f"{s.chunk.text}\n\n{s.context}"
+                        rows.append((d, s, text))
+                todo = [t for _, _, t in rows if t not in vectors]
+                for t, v in zip(todo, emb.embed_documents(todo), strict=True):
+                    vectors[t] = v
+                collection = f"{corpus_name}_{variant.replace('-', '_').replace('+', '_')}"
+                store.ensure_collection(collection, emb.dim, emb.id)
+                store.upsert(collection, [{
+                    "id": s.chunk.id, "doc_id": d.id, "chunk_index": s.chunk.index, "text": s.chunk.text,
+                    "context": s.context, "doc_hash": "", "chunk_hash": "", "metadata": {},
+                    "lexical": lexical_text(text), "dense": vectors[text]} for d, s, text in rows])
+                scores = {}
+                for mode in ("dense", "bm25", "hybrid"):
+                    hits = retrieve(store, collection, "minilm", [q.query for q in queries], mode, 20)
+                    cases = [(q.golden, [(h.doc_id, h.text) for h in hs]) for q, hs in zip(queries, hits,
+                                                                                           strict=True)]
+                    scores[mode] = {str(k): round(mean_pass_at_k(cases, k), 2) for k in (5, 10, 20)}
+                results.append({"corpus": corpus_name, "variant": variant, "pass_at_k": scores})
+                print(corpus_name, variant, json.dumps(scores), flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
