@@ -45,9 +45,10 @@ def _start(cmd: list[str], env: dict[str, str], log: Path, cwd: Path) -> subproc
                                 start_new_session=True)
 
 
-@pytest.fixture
-def prefect_server(tmp_path) -> Iterator[tuple[str, Path]]:
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     """`prefect server start` on a free loopback port with its own PREFECT_HOME (UI on)."""
+    tmp_path = tmp_path_factory.mktemp("prefect-server")
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     home = tmp_path / "prefect-home"
@@ -235,3 +236,35 @@ def test_deployment_runs_show_in_the_ui(prefect_server, tmp_path):
         OUTPUT.mkdir(parents=True, exist_ok=True)
         for f in out.glob("*"):
             shutil.copy2(f, OUTPUT / f.name)
+
+
+@pytest.mark.timeout(600)
+def test_prefect_yaml_deployments_run_on_a_process_worker(prefect_server, tmp_path):
+    """prefect.yaml as its header says: a process pool, `prefect deploy --all`, `prefect worker`."""
+    api, home = prefect_server
+    state = tmp_path / "state"
+    env = _env(home, api, SITUATE_MILVUS_URI=str(state / "milvus.db"),
+               SITUATE_CACHE_DIR=str(state / "cache"), SITUATE_RESULTS_DIR=str(state / "results"),
+               PREFECT_WORKER_QUERY_SECONDS="2")
+    prefect = str(BIN / "prefect")
+    for cmd in ([prefect, "work-pool", "create", "situate", "--type", "process"],
+                [prefect, "--no-prompt", "deploy", "--all"]):
+        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for flow, cron in (("ingest", "0 * * * *"), ("evaluate", "30 * * * *")):
+        dep = httpx.get(f"{api}/deployments/name/{flow}/hourly").json()
+        assert dep["work_pool_name"] == "situate"
+        assert [s["schedule"]["cron"] for s in dep["schedules"]] == [cron]
+    worker = _start([prefect, "worker", "start", "--pool", "situate"], env, tmp_path / "worker.log",
+                    tmp_path)
+    try:
+        proc = subprocess.run([prefect, "deployment", "run", "ingest/hourly", "-p", "collection=yaml_sample",
+                               "--watch", "--watch-timeout", "300"], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=360)
+        assert proc.returncode == 0 and "Completed" in proc.stdout, proc.stdout[-2000:]
+    finally:
+        stop_process(worker, sig=signal.SIGTERM)
+    summary = _artifact(api, "ingest-summary-yaml-sample")
+    data = json.loads(summary["data"]) if isinstance(summary["data"], str) else summary["data"]
+    values = {r["metric"]: r["value"] for r in data}
+    assert values["new"] == "6" and values["rows"] == values["chunks_written"] != "0"
