@@ -102,7 +102,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("eval_set", help="evaluation JSONL (the codebase evaluation_set.jsonl format)")
     store_flags(ev)
     ev.add_argument("--k", default="5,10,20", help="cut-offs, comma-separated (default 5,10,20)")
-    ev.add_argument("--modes", default="dense,bm25,hybrid", help="retrieval modes to compare")
+    ev.add_argument("--modes", help="retrieval modes to compare: dense, bm25, hybrid, rerank "
+                    "(default: all but rerank; rerank too when COHERE_API_KEY is set)")
     ev.add_argument("--json", dest="json_out", metavar="OUT", help="write the results as JSON")
     ev.add_argument("--results-dir", help="history of evaluations [SITUATE_RESULTS_DIR, default "
                     "data/results]")
@@ -128,7 +129,8 @@ def _parser() -> argparse.ArgumentParser:
     se.add_argument("query")
     store_flags(se)
     se.add_argument("--k", type=int, default=10, help="number of hits (default 10)")
-    se.add_argument("--mode", default="hybrid", help="dense | bm25 | hybrid (default hybrid)")
+    se.add_argument("--mode", default="hybrid", help="dense | bm25 | hybrid | rerank (hybrid reranked "
+                    "by Cohere; needs COHERE_API_KEY) (default hybrid)")
     return p
 
 
@@ -205,15 +207,24 @@ def _warm_embedder(args: argparse.Namespace, s: Any) -> None:
         threading.Thread(target=load, daemon=True).start()
 
 
+def _check_reranker(modes: list[str]) -> None:
+    """A missing Cohere key is reported before any flow starts."""
+    if "rerank" in modes:
+        from tasks.rerank import get_reranker
+
+        get_reranker()
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from flows.evaluate import evaluate_flow, pass_at_k_table
     from storage.milvus import validate_collection_name
     from tasks.metrics import load_eval_set, parse_ks
-    from tasks.retrieve import check_modes
+    from tasks.retrieve import check_modes, default_modes
 
     validate_collection_name(args.collection)
     parse_ks(args.k)
-    check_modes([m.strip() for m in args.modes.split(",") if m.strip()])
+    modes = check_modes([m.strip() for m in (args.modes or default_modes()).split(",") if m.strip()])
+    _check_reranker(modes)
     load_eval_set(args.eval_set)
     result = evaluate_flow(eval_set=args.eval_set, collection=args.collection, k=args.k,
                            modes=args.modes, milvus_uri=args.milvus_uri, json_out=args.json_out)
@@ -257,7 +268,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from storage.milvus import open_store
     from tasks.retrieve import check_modes, retrieve
 
-    check_modes([args.mode])
+    _check_reranker(check_modes([args.mode]))
     s = get_settings()
     uri = args.milvus_uri or s.milvus_uri
     store = open_store(uri, s.milvus_token.get_secret_value())

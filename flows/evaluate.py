@@ -20,7 +20,7 @@ from flows.settings import get_settings
 from storage.milvus import open_store
 from tasks.errors import InputError
 from tasks.metrics import load_eval_set, mean_pass_at_k, parse_ks
-from tasks.retrieve import check_modes, retrieve_task
+from tasks.retrieve import check_modes, default_modes, retrieve_task
 
 
 def pass_at_k_table(result: dict[str, Any]) -> pl.DataFrame:
@@ -69,7 +69,7 @@ def evaluate_flow(
     eval_set: str,
     collection: str,
     k: str = "5,10,20",
-    modes: str = "dense,bm25,hybrid",
+    modes: str | None = None,
     milvus_uri: str | None = None,
     embedder: str | None = None,
     json_out: str | None = None,
@@ -78,7 +78,7 @@ def evaluate_flow(
     s = get_settings()
     logger = get_run_logger()
     ks = parse_ks(k)
-    mode_list = check_modes([m.strip() for m in modes.split(",") if m.strip()])
+    mode_list = check_modes([m.strip() for m in (modes or default_modes()).split(",") if m.strip()])
     queries = load_eval_set(eval_set)
     uri = milvus_uri or s.milvus_uri
     token = s.milvus_token.get_secret_value()

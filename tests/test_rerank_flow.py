@@ -1,0 +1,56 @@
+"""The `rerank` retrieval mode (hybrid candidates reranked by Cohere) in search and evaluation,
+against the loopback Cohere fake."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cohere_server import FakeCohere
+from tests.conftest import SAMPLE_CORPUS, SAMPLE_EVAL
+
+
+@pytest.fixture
+def cohere(monkeypatch):
+    with FakeCohere() as fake:
+        monkeypatch.setenv("COHERE_API_KEY", fake.api_key)
+        monkeypatch.setenv("COHERE_BASE_URL", fake.base_url)
+        yield fake
+
+
+def test_evaluate_runs_rerank_when_a_cohere_key_is_set(prefect_harness, state, cohere):
+    from flows.evaluate import evaluate_flow
+    from flows.ingest import ingest_flow
+    from storage.milvus import open_store
+    from tasks.metrics import load_eval_set
+    from tasks.retrieve import RERANK_DEPTH, retrieve
+
+    ingest_flow(corpus=str(SAMPLE_CORPUS), collection="rr", embedder="hash")
+    store = open_store(state["milvus_uri"])
+    query = "How can I requeue a dead-lettered job?"
+    hybrid = retrieve(store, "rr", "hash", [query], "hybrid", RERANK_DEPTH)[0]
+    reranked = retrieve(store, "rr", "hash", [query], "rerank", 5)[0]
+    assert len(reranked) == 5
+    # The reranker saw every hybrid candidate (context + chunk) and ordered them by its scores.
+    sent = cohere.log[-1]
+    assert len(sent["documents"]) == len(hybrid)
+    assert any(h.context and h.context in doc for h in hybrid for doc in sent["documents"])
+    assert [h.score for h in reranked] == sorted((h.score for h in reranked), reverse=True)
+    assert {h.id for h in reranked} <= {h.id for h in hybrid}
+
+    requests_before = cohere.requests
+    result = evaluate_flow(eval_set=str(SAMPLE_EVAL), collection="rr")
+    assert set(result["pass_at_k"]) == {"dense", "bm25", "hybrid", "rerank"}
+    assert cohere.requests - requests_before == len(load_eval_set(SAMPLE_EVAL))
+
+
+def test_rerank_without_a_key_is_one_clear_error(monkeypatch, state):
+    from tasks.errors import ProviderError
+    from tasks.retrieve import check_modes, default_modes
+
+    monkeypatch.delenv("COHERE_API_KEY", raising=False)
+    assert "rerank" not in default_modes()
+    assert check_modes(["rerank"]) == ["rerank"]
+    from tasks.rerank import get_reranker
+
+    with pytest.raises(ProviderError, match="set COHERE_API_KEY"):
+        get_reranker()
