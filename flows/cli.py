@@ -152,6 +152,13 @@ def _print_table(rows: list[tuple[str, Any]]) -> None:
         print(f"  {k.ljust(width)}  {v}")
 
 
+def _run_tags(flow: str, collection: str) -> Any:
+    """The tags deployment runs carry (flows/deploy.py), so the UI filters CLI runs the same way."""
+    from prefect import tags
+
+    return tags("situate", flow, f"collection:{collection}")
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     from flows.ingest import ingest_flow, make_task_runner
     from flows.settings import get_settings
@@ -173,12 +180,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     check_embedder(args.embedder or s.embedder)
     load_corpus(args.corpus, args.chunk_size or s.chunk_size, args.chunk_overlap or s.chunk_overlap)
     _warm_embedder(args, s)
-    summary = ingest_flow.with_options(task_runner=runner)(
-        corpus=args.corpus, collection=args.collection, context=args.context,
-        embedder=args.embedder, milvus_uri=args.milvus_uri, cache_dir=args.cache_dir,
-        model=args.model, concurrency=args.concurrency, group_chunks=args.group_chunks,
-        batch=args.batch, chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap,
-        prune=args.prune, force=args.force)
+    with _run_tags("ingest", args.collection):
+        summary = ingest_flow.with_options(task_runner=runner)(
+            corpus=args.corpus, collection=args.collection, context=args.context,
+            embedder=args.embedder, milvus_uri=args.milvus_uri, cache_dir=args.cache_dir,
+            model=args.model, concurrency=args.concurrency, group_chunks=args.group_chunks,
+            batch=args.batch, chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap,
+            prune=args.prune, force=args.force)
     print(f"ingested {args.corpus} into {args.collection}:")
     _print_table([(k, v) for k, v in summary.items() if k not in ("seconds",)]
                  + [(f"seconds {k}", v) for k, v in summary["seconds"].items()])
@@ -226,8 +234,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     modes = check_modes([m.strip() for m in (args.modes or default_modes()).split(",") if m.strip()])
     _check_reranker(modes)
     load_eval_set(args.eval_set)
-    result = evaluate_flow(eval_set=args.eval_set, collection=args.collection, k=args.k,
-                           modes=args.modes, milvus_uri=args.milvus_uri, json_out=args.json_out)
+    with _run_tags("evaluate", args.collection):
+        result = evaluate_flow(eval_set=args.eval_set, collection=args.collection, k=args.k,
+                               modes=args.modes, milvus_uri=args.milvus_uri, json_out=args.json_out)
     import polars as pl
 
     with pl.Config(tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True,
@@ -242,10 +251,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from prefect.settings import PREFECT_API_URL
+
     from flows.deploy import ServeConfig, serve_deployments
     from tasks.errors import InputError
 
-    if not os.environ.get("PREFECT_API_URL"):
+    if not PREFECT_API_URL.value():  # from the environment or the active Prefect profile
         raise InputError("situate serve needs a running Prefect server: start one with `prefect "
                          "server start` and set PREFECT_API_URL=http://127.0.0.1:4200/api")
     # Runs start in subprocesses, maybe from another directory: pass absolute paths.

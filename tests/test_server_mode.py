@@ -61,3 +61,11 @@ def test_cli_with_server_uri_and_token(prefect_harness, state, server_uri, tmp_p
     assert result["collection"] == "cli_server" and result["queries"] == 13
     assert snapshot(server_uri, "cli_server", "root:Milvus")
     assert "ingested" in capsys.readouterr().out
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            tags=FlowRunFilterTags(all_=["situate", "collection:cli_server"])))
+    assert sorted(r.state_type.value for r in runs) == ["COMPLETED", "COMPLETED"]
+    assert sorted(t for r in runs for t in r.tags if t in ("ingest", "evaluate")) == ["evaluate", "ingest"]
