@@ -207,18 +207,15 @@ def ingest_flow(
     name, model_name, _ = check_embedder(embedder_spec)
     embedder_id = f"{name}:{model_name}"
     store: ChunkStore = open_store(uri, token)
+    existing: dict[str, dict[str, str]] = {}
     if store.exists(collection):
         # Same embedder id, same vectors: no need to load a model when nothing may change.
         store.check_embedder(collection, embedder_id)
-    else:
-        emb = get_embedder(embedder_spec)
-        store.ensure_collection(collection, emb.dim, emb.id)
+        for row in store.rows(collection, fields=("id", "doc_id", "doc_hash")):
+            existing.setdefault(row["doc_id"], {})[row["id"]] = row["doc_hash"]
     identity = contextualizer.cache_identity() or (contextualizer.name, "", "")
     pipeline = "|".join([*identity, str(chunk_size or s.chunk_size),
                          str(chunk_overlap or s.chunk_overlap)])
-    existing: dict[str, dict[str, str]] = {}
-    for row in store.rows(collection, fields=("id", "doc_id", "doc_hash")):
-        existing.setdefault(row["doc_id"], {})[row["id"]] = row["doc_hash"]
     plan = plan_ingest(loaded, existing, pipeline, prune, force)
     timings["load"] = time.perf_counter() - t
 
@@ -235,7 +232,10 @@ def ingest_flow(
     timings["situate"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    written = 0
+    if not store.exists(collection):
+        # Created only now that every context exists: a failed run leaves no empty collection.
+        emb = get_embedder(embedder_spec)
+        store.ensure_collection(collection, emb.dim, emb.id)
     futures = []
     pairs = [(d, r.situated) for d, r in zip(plan.process, results, strict=True)]
     for n, group in enumerate(_batches_of_documents(pairs, s.embed_batch)):
