@@ -75,6 +75,12 @@ class ChunkStore:
             Path(uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
         try:
             kwargs: dict[str, Any] = {"uri": uri}
+            if "://" not in uri:
+                # Milvus Lite's embedded gRPC server keeps gRPC's default ping policy and answers
+                # pymilvus's idle keepalive pings (every 10 s) with GOAWAY "too_many_pings" after a
+                # few minutes; ping only while calls are in flight.
+                kwargs["grpc_options"] = {"grpc.keepalive_permit_without_calls": False,
+                                          "grpc.keepalive_time_ms": 300_000}
             if token:
                 kwargs["token"] = token
             if db_name:
