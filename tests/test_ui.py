@@ -162,7 +162,8 @@ def _flow_run(api: str, flow: str) -> dict[str, Any]:
 
 
 def _artifact(api: str, key: str) -> dict[str, Any]:
-    found = httpx.post(f"{api}/artifacts/filter", json={"artifacts": {"key": {"any_": [key]}}}).json()
+    found = httpx.post(f"{api}/artifacts/filter", json={"artifacts": {"key": {"any_": [key]}},
+                                                           "sort": "CREATED_DESC"}).json()
     assert found, key
     return found[0]
 
