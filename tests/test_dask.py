@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.conftest import CODEBASE
+from tests.conftest import CODEBASE, SAMPLE_CORPUS
 from tests.milvus_server import milvus_server, snapshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -31,6 +31,7 @@ def _embedded_here() -> bool:
 def test_dask_ingest_matches_threads(prefect_harness, state, tmp_path):
     from distributed import Client, LocalCluster
 
+    from flows.cli import main
     from flows.ingest import ingest_flow, make_task_runner
 
     common = {"corpus": str(CODEBASE / "codebase_chunks.json"), "collection": "dask_rows", "embedder": "hash",
@@ -47,9 +48,16 @@ def test_dask_ingest_matches_threads(prefect_harness, state, tmp_path):
         # The embedding tasks really ran in the worker processes, not in this one.
         assert any(client.run(_embedded_here).values())
         rows = snapshot(uri, "dask_rows")
+        # The CLI flags a user types for the same thing, on the small sample corpus.
+        flags = ["--collection", "dask_cli", "--embedder", "hash", "--context", "structural"]
+        assert main(["ingest", str(SAMPLE_CORPUS), *flags, "--milvus-uri", uri, "--task-runner", "dask",
+                     "--dask-address", cluster.scheduler_address]) == 0
+        cli_rows = snapshot(uri, "dask_cli")
     assert on_dask["rows"] == reference["rows"] == len(rows) > 0
     assert on_dask["chunks_written"] == reference["chunks_written"]
     assert rows == snapshot(state["milvus_uri"], "dask_rows")
+    assert main(["ingest", str(SAMPLE_CORPUS), *flags]) == 0  # threads, Milvus Lite
+    assert cli_rows == snapshot(state["milvus_uri"], "dask_cli") and cli_rows
 
 
 def test_dask_refuses_a_milvus_lite_file():
