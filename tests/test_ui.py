@@ -179,7 +179,9 @@ def test_deployment_runs_show_in_the_ui(prefect_server, tmp_path):
                SITUATE_CACHE_DIR=str(state / "cache"), SITUATE_RESULTS_DIR=str(state / "results"),
                PREFECT_RUNNER_POLL_FREQUENCY="2")
     serve = _start([str(BIN / "situate"), "serve", str(SAMPLE_CORPUS), "--collection", COLLECTION,
-                    "--eval-set", str(SAMPLE_EVAL), "--context", "structural", "--paused"],
+                    "--eval-set", str(SAMPLE_EVAL), "--context", "structural",
+                    # Live schedules, far enough away that no scheduled run starts during the test.
+                    "--ingest-cron", "0 0 1 1 *", "--evaluate-cron", "30 0 1 1 *"],
                    env, tmp_path / "serve.log", tmp_path)
     browser = None
     try:
@@ -188,8 +190,14 @@ def test_deployment_runs_show_in_the_ui(prefect_server, tmp_path):
                   120, f"deployment {flow}/situate")
         dep = httpx.get(f"{api}/deployments/name/ingest/situate").json()
         assert dep["parameters"]["prune"] is True and dep["parameters"]["collection"] == COLLECTION
-        assert dep["schedules"] and dep["schedules"][0]["schedule"]["cron"] == "0 * * * *"
+        assert [x["schedule"]["cron"] for x in dep["schedules"]] == ["0 0 1 1 *"]
+        assert dep["schedules"][0]["active"]
         assert "situate" in dep["tags"]
+        # Prefect's scheduler turns the cron schedule into upcoming runs (it would not with SQLAlchemy 2.1).
+        upcoming = _wait(lambda: httpx.post(f"{api}/flow_runs/filter", json={
+            "deployments": {"id": {"any_": [dep["id"]]}},
+            "flow_runs": {"state": {"type": {"any_": ["SCHEDULED"]}}}}).json(), 60, "scheduled runs")
+        assert all("-01-01T00:00:00" in r["expected_start_time"] for r in upcoming), upcoming
 
         _run_deployment("ingest/situate", env, tmp_path)
         _run_deployment("evaluate/situate", env, tmp_path)
