@@ -17,9 +17,11 @@ from tests.conftest import ROOT, SAMPLE_CORPUS, SAMPLE_EVAL
 def _artifact(key: str) -> dict:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
 
     with get_client(sync_client=True) as client:
-        found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+                                      sort=ArtifactSort.CREATED_DESC)
     assert found, f"no artifact {key}"
     return found[0]
 
