@@ -181,7 +181,7 @@ def _read_text(p: Path) -> str:
 
 def _require_content(p: Path, text: str) -> None:
     if not text.strip():
-        raise InputError(f"{p}: the file is empty; nothing to ingest")
+        raise InputError(f"{p}: the file is empty")
 
 
 def _load_prechunked(p: Path) -> Corpus:
@@ -241,12 +241,11 @@ def _load_prechunked(p: Path) -> Corpus:
     return Corpus(str(p), "prechunked-json", tuple(documents), skipped)
 
 
-def _load_jsonl(p: Path, size: int, overlap: int) -> Corpus:
+def iter_jsonl(p: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line; InputError at the first line that is not a
+    JSON object. The caller has checked that the file exists."""
     text = _read_text(p)
     _require_content(p, text)
-    documents: list[Document] = []
-    skipped = 0
-    seen: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -256,6 +255,14 @@ def _load_jsonl(p: Path, size: int, overlap: int) -> Corpus:
             raise InputError(f"{p}: bad JSON at line {number}, column {e.colno}: {e.msg}") from None
         if not isinstance(item, dict):
             raise InputError(f"{p}: line {number} is not a JSON object")
+        yield number, item
+
+
+def _load_jsonl(p: Path, size: int, overlap: int) -> Corpus:
+    documents: list[Document] = []
+    skipped = 0
+    seen: dict[str, int] = {}
+    for number, item in iter_jsonl(p):
         doc_id, body = item.get("id"), item.get("text")
         if isinstance(doc_id, int) and not isinstance(doc_id, bool):
             doc_id = str(doc_id)

@@ -6,12 +6,12 @@ content of one of the first k retrieved chunks; averaged over all queries, in pe
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.errors import InputError
+from tasks.load import iter_jsonl
 
 
 @dataclass(frozen=True)
@@ -49,22 +49,8 @@ def load_eval_set(path: str | Path) -> list[EvalQuery]:
         raise InputError(f"evaluation set not found: {p} (give a JSONL file, one query a line)")
     if p.is_dir():
         raise InputError(f"{p} is a directory; give the evaluation set's JSONL file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{p}: not UTF-8 text; give a JSONL file") from None
-    if not text.strip():
-        raise InputError(f"{p}: the evaluation set is empty")
     queries: list[EvalQuery] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{p}: bad JSON at line {number}, column {e.colno}: {e.msg}") from None
-        if not isinstance(item, dict):
-            raise InputError(f"{p}: line {number} is not a JSON object")
+    for number, item in iter_jsonl(p):
         query = item.get("query")
         if not isinstance(query, str) or not query.strip():
             raise InputError(f"{p}: line {number} has no 'query' string")
