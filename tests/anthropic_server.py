@@ -26,7 +26,6 @@ import hashlib
 import json
 import random
 import re
-import sys
 import threading
 import time
 import uuid
@@ -35,8 +34,10 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.loopback import LoopbackServer
 
 CHARS_PER_TOKEN = 4
 FAULT_KINDS = ("429", "529", "500", "drop", "slow")
@@ -138,7 +139,7 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
-class FakeAnthropic:
+class FakeAnthropic(LoopbackServer):
     """The fake service: state, counters and an HTTP server on a free loopback port."""
 
     def __init__(self, *, api_key: str = "sk-ant-test-key", latency: float = 0.0,
@@ -161,38 +162,10 @@ class FakeAnthropic:
         self._lock = threading.RLock()
         self._cache: dict[str, _Entry] = {}
         self._batches: dict[str, dict[str, Any]] = {}
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         self.reset_counters()
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> FakeAnthropic:
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = _QuietServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        daemon=True, name="fake-anthropic")
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> FakeAnthropic:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        assert self._server is not None, "start() the fake first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
 
     # --- counters ----------------------------------------------------------------------------
 
@@ -541,13 +514,6 @@ def _prefix_key(model: str, blocks: list[_Block]) -> str:
     return h.hexdigest()
 
 
-class _QuietServer(ThreadingHTTPServer):
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that went away (killed, timed out) is part of the test, not an error."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out at once, no 40 ms delayed ACK
@@ -663,3 +629,7 @@ def _fault_error(kind: str, retry_after: float) -> ApiError:
     if kind == "529":
         return ApiError(529, "overloaded_error", "Overloaded")
     return ApiError(500, "api_error", "Internal server error")
+
+
+FakeAnthropic.handler_class = _Handler
+FakeAnthropic.thread_name = "fake-anthropic"

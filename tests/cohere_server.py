@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 import threading
 import time
 import uuid
 from collections import Counter, deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.loopback import LoopbackServer
 
 MODELS = ("rerank-v3.5", "rerank-english-v3.0", "rerank-multilingual-v3.0", "rerank-v4.0-pro")
 FAULT_KINDS = ("ok", "429", "500", "503", "drop", "slow", "bad_index", "dup_index")
@@ -44,7 +45,7 @@ class _Refused(Exception):
         self.status, self.message, self.headers = status, message, headers or {}
 
 
-class FakeCohere:
+class FakeCohere(LoopbackServer):
     """The fake service: counters, a request log and an HTTP server on a free loopback port."""
 
     def __init__(self, *, api_key: str = "co-test-key", retry_after: float = 1.0,
@@ -55,34 +56,8 @@ class FakeCohere:
         self.latency = latency
         self.script: deque[str] = deque()
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
         self.reset()
 
-    def start(self) -> FakeCohere:
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = _QuietServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True,
-                         name="fake-cohere").start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> FakeCohere:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        assert self._server is not None, "start() the fake first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
 
     def reset(self) -> None:
         """Forget counters, the log and any scripted faults left over."""
@@ -135,13 +110,6 @@ class FakeCohere:
                 "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": units}}}
 
 
-class _QuietServer(ThreadingHTTPServer):
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that gave up (timed out) is part of the test, not an error."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
@@ -192,3 +160,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+
+
+FakeCohere.handler_class = _Handler
+FakeCohere.thread_name = "fake-cohere"
