@@ -36,6 +36,9 @@ VARIANTS = {
     "no-names": (StructuralContextualizer(max_names=0), "prefix"),
     "path+inside": (StructuralContextualizer(max_names=0, summary=False), "prefix"),
     "structural-after": (StructuralContextualizer(), "suffix"),
+    "after-names6": (StructuralContextualizer(max_names=6), "suffix"),
+    "after-no-names": (StructuralContextualizer(max_names=0), "suffix"),
+    "after-path+inside": (StructuralContextualizer(max_names=0, summary=False), "suffix"),
 }
 
 

@@ -68,10 +68,16 @@ class Situated:
 
     @property
     def indexed_text(self) -> str:
-        """The text that is embedded and BM25-indexed: context first, then the chunk."""
+        """The text that is embedded and BM25-indexed: the chunk, then its context.
+
+        Chunk first because embedders truncate (all-MiniLM-L6-v2 reads 256 word pieces, about one
+        800-character chunk of code): what falls off the end should be the context, not the chunk.
+        BM25 is order-blind. Measured on the codebase benchmark and a held-out corpus in
+        BENCHMARKS.md ("where the context goes").
+        """
         if not self.context:
             return self.chunk.text
-        return f"{self.context}\n\n{self.chunk.text}"
+        return f"{self.chunk.text}\n\n{self.context}"
 
 
 @dataclass(frozen=True)
