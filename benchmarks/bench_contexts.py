@@ -1,10 +1,10 @@
 """Which parts of a structural context help retrieval, on the codebase benchmark and a held-out
 corpus: an ablation run in one process (one model load, each distinct text embedded once).
 
-Variants: no context; the full structural context; without the document summary; without the
-list of defined names; path and enclosing definitions only; and the full context placed after the
-chunk instead of before it (what a 256-token embedder then truncates is the context, not the
-chunk). Dense, BM25 and hybrid retrieval through the same ChunkStore the pipeline uses.
+Variants: no context; the structural context with the list of the document's names (12); without
+the document summary; without the names; path and enclosing definitions only; and the same placed
+after the chunk instead of before it (what a 256-token embedder then truncates is the context, not
+the chunk). Dense, BM25 and hybrid retrieval through the same ChunkStore the pipeline uses.
 
     .venv/bin/python benchmarks/bench_contexts.py [--out benchmarks/results/contexts.json]
 """
@@ -30,15 +30,15 @@ from tasks.retrieve import retrieve  # noqa: E402
 
 CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
 VARIANTS = {
-    "none": (NoContext(), "prefix"),
-    "structural": (StructuralContextualizer(), "prefix"),
-    "no-summary": (StructuralContextualizer(summary=False), "prefix"),
-    "no-names": (StructuralContextualizer(max_names=0), "prefix"),
-    "path+inside": (StructuralContextualizer(max_names=0, summary=False), "prefix"),
-    "structural-after": (StructuralContextualizer(), "suffix"),
-    "after-names6": (StructuralContextualizer(max_names=6), "suffix"),
-    "after-no-names": (StructuralContextualizer(max_names=0), "suffix"),
-    "after-path+inside": (StructuralContextualizer(max_names=0, summary=False), "suffix"),
+    "none": (NoContext(), "before"),
+    "structural": (StructuralContextualizer(max_names=12), "before"),
+    "no-summary": (StructuralContextualizer(max_names=12, summary=False), "before"),
+    "no-names": (StructuralContextualizer(max_names=0), "before"),
+    "path+inside": (StructuralContextualizer(max_names=0, summary=False), "before"),
+    "structural-after": (StructuralContextualizer(max_names=12), "after"),
+    "after-names6": (StructuralContextualizer(max_names=6), "after"),
+    "after-no-names": (StructuralContextualizer(max_names=0), "after"),  # the default since then
+    "after-path+inside": (StructuralContextualizer(max_names=0, summary=False), "after"),
 }
 
 
@@ -65,8 +65,12 @@ def main() -> None:
                 rows = []
                 for d in docs:
                     for s in contextualizer.situate(d, d.chunks).situated:
-                        text = s.indexed_text if placement == "prefix" or not s.context else \
-                            f"{s.chunk.text}\n\n{s.context}"
+                        if not s.context:
+                            text = s.chunk.text
+                        elif placement == "before":
+                            text = f"{s.context}\n\n{s.chunk.text}"
+                        else:
+                            text = f"{s.chunk.text}\n\n{s.context}"
                         rows.append((d, s, text))
                 todo = [t for _, _, t in rows if t not in vectors]
                 for t, v in zip(todo, emb.embed_documents(todo), strict=True):
