@@ -89,8 +89,8 @@ def main() -> None:
                     scores[mode] = {str(k): round(mean_pass_at_k(cases, k), 2) for k in (5, 10, 20)}
                 results.append({"corpus": corpus_name, "variant": variant, "pass_at_k": scores})
                 print(corpus_name, variant, json.dumps(scores), flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":
