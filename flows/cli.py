@@ -52,13 +52,6 @@ def _install_log_filter() -> None:
             h.addFilter(f)
 
 
-def _flush_events() -> None:
-    """Deliver the run's last queued events while the temporary Prefect server still runs."""
-    from prefect.events.worker import EventsWorker
-
-    EventsWorker.drain_all(timeout=5, at_exit=False)
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="situate", description="Contextual retrieval, offline batch "
                                 "pipeline: ingest a corpus into Milvus, evaluate Pass@k, search.")
@@ -206,13 +199,13 @@ def _warm_embedder(args: argparse.Namespace, s: Any) -> None:
 
     def load() -> None:
         try:
-            get_embedder(args.embedder or s.embedder)
-        except Exception:  # the flow loads it again and reports the error properly
+            store = open_store(args.milvus_uri or s.milvus_uri, s.milvus_token.get_secret_value())
+            if not store.exists(args.collection):
+                get_embedder(args.embedder or s.embedder)
+        except Exception:  # the flow does the same and reports any error properly
             pass
 
-    uri = args.milvus_uri or s.milvus_uri
-    if not open_store(uri, s.milvus_token.get_secret_value()).exists(args.collection):
-        threading.Thread(target=load, daemon=True).start()
+    threading.Thread(target=load, daemon=True).start()
 
 
 def _check_reranker(modes: list[str]) -> None:
@@ -318,9 +311,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"situate {args.command}: interrupted", file=sys.stderr)
         return 130
-    finally:
-        if args.command not in ("search", "serve"):
-            _flush_events()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -299,6 +300,7 @@ def _deleted_count(res: Any) -> int:
 
 
 _OPEN: dict[tuple[str, str], ChunkStore] = {}
+_OPEN_LOCK = threading.Lock()
 
 
 def open_store(uri: str, token: str = "") -> ChunkStore:
@@ -308,9 +310,10 @@ def open_store(uri: str, token: str = "") -> ChunkStore:
     client; against a server this just saves reconnecting.
     """
     key = (uri, token)
-    if key not in _OPEN:
-        _OPEN[key] = ChunkStore(uri, token)
-    return _OPEN[key]
+    with _OPEN_LOCK:
+        if key not in _OPEN:
+            _OPEN[key] = ChunkStore(uri, token)
+        return _OPEN[key]
 
 
 def close_stores() -> None:
