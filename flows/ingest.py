@@ -7,6 +7,7 @@ deleted; with `prune`, documents gone from the corpus are deleted.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,8 +40,6 @@ from tasks.records import Document, Situated, Usage, sha256
 
 def artifact_key(*parts: str) -> str:
     """Prefect artifact keys allow lowercase letters, digits and dashes only."""
-    import re
-
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", "-".join(parts).lower())).strip("-")
 
 

@@ -136,27 +136,7 @@ def price(usage: Usage, pricing: Pricing, batch: bool = False) -> float:
 
 def cache_hit_ratio(usage: Usage) -> float:
     """Share of input tokens read from the prompt cache (0 when nothing was sent)."""
-    total = usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
-    return usage.cache_read_input_tokens / total if total else 0.0
-
-
-def usage_rows(usage: Usage, model: str) -> list[dict[str, Any]]:
-    """The run's bill as rows for a Prefect table artifact or a CLI summary."""
-    looked_up = usage.contexts_generated + usage.contexts_from_cache
-    return [
-        {"item": "model", "value": model},
-        {"item": "requests", "value": usage.requests},
-        {"item": "input tokens (uncached)", "value": usage.input_tokens},
-        {"item": "cache-write tokens", "value": usage.cache_creation_input_tokens},
-        {"item": "cache-read tokens", "value": usage.cache_read_input_tokens},
-        {"item": "output tokens", "value": usage.output_tokens},
-        {"item": "prompt-cache hit ratio", "value": f"{cache_hit_ratio(usage):.1%}"},
-        {"item": "contexts generated", "value": usage.contexts_generated},
-        {"item": "contexts from the disk cache", "value": usage.contexts_from_cache},
-        {"item": "disk-cache hit ratio",
-         "value": f"{usage.contexts_from_cache / looked_up:.1%}" if looked_up else "n/a"},
-        {"item": "estimated cost (USD)", "value": round(usage.cost_usd, 6)},
-    ]
+    return usage.prompt_cache_hit_ratio
 
 
 def estimate_tokens(text: str) -> int:
