@@ -17,6 +17,11 @@ _PREFECT_DEFAULTS = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
     "PREFECT_UI_ENABLED": "false",
+    # The temporary server of a one-off run skips block-type registration (importing every
+    # installed Prefect collection, Dask's among them): situate's flows use no blocks, and a
+    # `prefect server start` registers them for the UI.
+    "PREFECT_API_BLOCKS_REGISTER_ON_START": "false",
+    "PREFECT_MEMOIZE_BLOCK_AUTO_REGISTRATION": "false",
     "DO_NOT_TRACK": "1",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
@@ -153,26 +158,29 @@ def _run_tags(flow: str, collection: str) -> Any:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from flows.ingest import ingest_flow, make_task_runner
     from flows.settings import get_settings
     from storage.milvus import validate_collection_name
-    from tasks.load import load_corpus
+    from tasks.embed import check_embedder
 
     s = get_settings()
     validate_collection_name(args.collection)
-    runner = make_task_runner(args.task_runner, args.dask_address, args.milvus_uri or s.milvus_uri)
-    # Validate options and the whole input before a flow run starts, so bad input writes nothing.
-    from tasks.contextualize import known_contextualizers
-    from tasks.embed import check_embedder
-    from tasks.errors import InputError
+    check_embedder(args.embedder or s.embedder)
+    _load_model_early(args, s)  # before Prefect is imported: a local model takes seconds to load
 
+    # Validate options and the whole input before a flow run starts, so bad input writes nothing
+    # (and a model that started loading is stopped: see main).
+    from flows.ingest import ingest_flow, make_task_runner
+    from tasks.contextualize import known_contextualizers
+    from tasks.errors import InputError
+    from tasks.load import load_corpus
+
+    runner = make_task_runner(args.task_runner, args.dask_address, args.milvus_uri or s.milvus_uri)
     context = args.context or s.default_context()
     if context not in known_contextualizers():
         raise InputError(f"unknown context provider {context!r}: use one of "
                          f"{', '.join(known_contextualizers())}")
-    check_embedder(args.embedder or s.embedder)
     load_corpus(args.corpus, args.chunk_size or s.chunk_size, args.chunk_overlap or s.chunk_overlap)
-    _warm_embedder(args, s)
+    _open_store_early(args, s)
     _start_temporary_server()
     with _run_tags("ingest", args.collection):
         summary = ingest_flow.with_options(task_runner=runner)(
@@ -206,42 +214,48 @@ def _start_temporary_server() -> None:
         pass
 
 
-def _warm_embedder(args: argparse.Namespace, s: Any) -> None:
-    """Start loading the embedding model now, for a new collection, while Prefect starts.
+def _new_milvus_lite_file(args: argparse.Namespace, s: Any) -> bool:
+    """A Milvus Lite file that does not exist yet holds no collection: no need to open it."""
+    from pathlib import Path
 
-    A local model loads in a process of its own (tasks/local_models.py), so the load overlaps the
-    temporary server's start, the flow's start and the contexts. An existing collection skips the
-    load unless documents changed, so it is not warmed. A Milvus Lite file that does not exist
-    yet holds no collection: no need to open it to know.
+    uri = args.milvus_uri or s.milvus_uri
+    return "://" not in uri and not Path(uri).exists()
+
+
+def _load_model_early(args: argparse.Namespace, s: Any) -> None:
+    """Start loading the embedding model now when the collection is surely new.
+
+    A local model loads in a process of its own (tasks/local_models.py), so the load overlaps
+    Prefect's import, the temporary server's start, the flow's start and the first contexts.
+    """
+    from tasks.embed import get_embedder
+
+    if _new_milvus_lite_file(args, s):
+        get_embedder(args.embedder or s.embedder)
+
+
+def _open_store_early(args: argparse.Namespace, s: Any) -> None:
+    """Open the store in the background (a second) and, for a new collection, load the model.
+
+    An existing collection skips the load unless documents changed, so it is not warmed here.
+    Called once the input is validated: bad input must not create a Milvus Lite file.
     """
     import threading
-    from pathlib import Path
 
     from storage.milvus import open_store
     from tasks.embed import get_embedder
 
-    uri = args.milvus_uri or s.milvus_uri
-    spec = args.embedder or s.embedder
-    new_file = "://" not in uri and not Path(uri).exists()
+    new_file = _new_milvus_lite_file(args, s)
 
-    def load() -> None:
+    def run() -> None:
         try:
-            get_embedder(spec)
-        except Exception:  # the flow does the same and reports any error properly
-            pass
-
-    def open_and_check() -> None:
-        try:
-            # Opened once per process: the flow finds this client ready (opening takes a second).
-            store = open_store(uri, s.milvus_token.get_secret_value())
+            store = open_store(args.milvus_uri or s.milvus_uri, s.milvus_token.get_secret_value())
             if not new_file and not store.exists(args.collection):
-                load()
+                get_embedder(args.embedder or s.embedder)
         except Exception:  # the flow opens it again and reports any error properly
             pass
 
-    if new_file:
-        load()
-    threading.Thread(target=open_and_check, daemon=True).start()
+    threading.Thread(target=run, daemon=True).start()
 
 
 def _check_reranker(modes: list[str]) -> None:
@@ -342,11 +356,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return commands[args.command](args)
     except SituateError as e:
+        _stop_models()
         print(f"situate {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        _stop_models()
         print(f"situate {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _stop_models() -> None:
+    """A run that failed must not wait at exit for a local model to finish loading."""
+    from tasks.embed import release_embedders
+
+    release_embedders(kill=True)
 
 
 if __name__ == "__main__":

