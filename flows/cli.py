@@ -260,6 +260,29 @@ def _open_store_early(args: argparse.Namespace, s: Any) -> None:
     threading.Thread(target=run, daemon=True).start()
 
 
+def _load_collection_model_early(args: argparse.Namespace) -> None:
+    """Start loading the collection's embedding model while Prefect starts (see ingest)."""
+    import threading
+
+    from flows.settings import get_settings
+    from storage.milvus import open_store
+    from tasks.embed import get_embedder
+
+    s = get_settings()
+    if _new_milvus_lite_file(args, s):
+        return  # no collection there; the flow says so
+
+    def run() -> None:
+        try:
+            store = open_store(args.milvus_uri or s.milvus_uri, s.milvus_token.get_secret_value())
+            if store.exists(args.collection):
+                get_embedder(store.describe(args.collection)["embedder"] or s.embedder)
+        except Exception:  # the flow opens it again and reports any error properly
+            pass
+
+    threading.Thread(target=run, daemon=True).start()
+
+
 def _check_reranker(modes: list[str]) -> None:
     """A missing Cohere key is reported before any flow starts."""
     if "rerank" in modes:
@@ -279,6 +302,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     modes = check_modes([m.strip() for m in (args.modes or default_modes()).split(",") if m.strip()])
     _check_reranker(modes)
     load_eval_set(args.eval_set)
+    _load_collection_model_early(args)
+    _start_temporary_server()
     gc.freeze()  # what is loaded by now lives to the end: keep the collector off it (see _quick_exit)
     with _run_tags("evaluate", args.collection):
         result = evaluate_flow(eval_set=args.eval_set, collection=args.collection, k=args.k,
@@ -322,14 +347,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from flows.settings import get_settings
-    from storage.milvus import open_store
+    from storage.milvus import open_existing_store
     from tasks.retrieve import check_modes, retrieve
 
     _check_reranker(check_modes([args.mode]))
     s = get_settings()
     uri = args.milvus_uri or s.milvus_uri
-    store = open_store(uri, s.milvus_token.get_secret_value())
-    store.require(args.collection)
+    store = open_existing_store(uri, args.collection, s.milvus_token.get_secret_value())
     embedder = store.describe(args.collection)["embedder"] or s.embedder
     hits = retrieve(store, args.collection, embedder, [args.query], args.mode, args.k)[0]
     if not hits:

@@ -17,7 +17,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.ingest import artifact_key
 from flows.settings import get_settings
-from storage.milvus import open_store
+from storage.milvus import open_existing_store
 from tasks.embed import release_embedders
 from tasks.errors import InputError
 from tasks.metrics import load_eval_set, mean_pass_at_k, parse_ks
@@ -83,8 +83,7 @@ def evaluate_flow(
     queries = load_eval_set(eval_set)
     uri = milvus_uri or s.milvus_uri
     token = s.milvus_token.get_secret_value()
-    store = open_store(uri, token)
-    store.require(collection)
+    store = open_existing_store(uri, collection, token)
     stored_embedder = store.describe(collection)["embedder"]
     if embedder and stored_embedder and not stored_embedder.startswith(embedder.split(":")[0]):
         raise InputError(f"collection {collection!r} was embedded with {stored_embedder}, not "

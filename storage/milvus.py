@@ -303,6 +303,17 @@ _OPEN: dict[tuple[str, str], ChunkStore] = {}
 _OPEN_LOCK = threading.Lock()
 
 
+def open_existing_store(uri: str, collection: str, token: str = "") -> ChunkStore:
+    """The store holding `collection`, for reading: a Milvus Lite file that does not exist is not
+    created (opening one creates it), the user is told to ingest first."""
+    if "://" not in uri and not Path(uri).exists():
+        raise StoreError(f"collection {collection!r} not found at {uri} (no Milvus Lite file "
+                         f"there): run `situate ingest CORPUS --collection {collection}` first")
+    store = open_store(uri, token)
+    store.require(collection)
+    return store
+
+
 def open_store(uri: str, token: str = "") -> ChunkStore:
     """One ChunkStore per (URI, token) per process.
 

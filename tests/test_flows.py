@@ -135,6 +135,7 @@ def test_cli_failure_inside_a_flow_is_one_clean_line_and_writes_nothing(tmp_path
     assert r.returncode == 2
     assert "collection 'never_ingested' not found" in r.stderr
     assert "Traceback" not in r.stderr and "| ERROR" not in r.stderr
+    assert not (tmp_path / "m.db").exists()  # reading never creates a Milvus Lite file
     s = ChunkStore(str(tmp_path / "m.db"))
     assert not s.exists("never_ingested")
     s.close()
