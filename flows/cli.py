@@ -181,7 +181,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         raise InputError(f"unknown context provider {context!r}: use one of "
                          f"{', '.join(known_contextualizers())}")
     load_corpus(args.corpus, args.chunk_size or s.chunk_size, args.chunk_overlap or s.chunk_overlap)
-    _open_store_early(args, s)
+    # An existing collection skips the model unless documents changed: not warmed for it.
+    _open_store_early(args, s, lambda store: None if store.exists(args.collection)
+                      else args.embedder or s.embedder, create=True)
     _start_temporary_server()
     gc.freeze()  # what is loaded by now lives to the end: keep the collector off it (see _quick_exit)
     with _run_tags("ingest", args.collection):
@@ -216,67 +218,41 @@ def _start_temporary_server() -> None:
         pass
 
 
-def _new_milvus_lite_file(args: argparse.Namespace, s: Any) -> bool:
-    """A Milvus Lite file that does not exist yet holds no collection: no need to open it."""
-    from pathlib import Path
-
-    uri = args.milvus_uri or s.milvus_uri
-    return "://" not in uri and not Path(uri).exists()
-
-
 def _load_model_early(args: argparse.Namespace, s: Any) -> None:
     """Start loading the embedding model now when the collection is surely new.
 
     A local model loads in a process of its own (tasks/local_models.py), so the load overlaps
     Prefect's import, the temporary server's start, the flow's start and the first contexts.
     """
+    from storage.milvus import is_missing_lite_file
     from tasks.embed import get_embedder
 
-    if _new_milvus_lite_file(args, s):
+    if is_missing_lite_file(args.milvus_uri or s.milvus_uri):
         get_embedder(args.embedder or s.embedder)
 
 
-def _open_store_early(args: argparse.Namespace, s: Any) -> None:
-    """Open the store in the background (a second) and, for a new collection, load the model.
+def _open_store_early(args: argparse.Namespace, s: Any, embedder_for: Any,
+                      create: bool = False) -> None:
+    """Open the store in a background thread (it takes a second; the flow finds it open) and
+    start loading the model `embedder_for(store)` names, if any.
 
-    An existing collection skips the load unless documents changed, so it is not warmed here.
-    Called once the input is validated: bad input must not create a Milvus Lite file.
+    Called once the input is validated (bad input must not create a Milvus Lite file); a file
+    that does not exist yet is opened, so created, only with `create` (ingest).
     """
     import threading
 
-    from storage.milvus import open_store
+    from storage.milvus import is_missing_lite_file, open_store
     from tasks.embed import get_embedder
 
-    new_file = _new_milvus_lite_file(args, s)
+    uri = args.milvus_uri or s.milvus_uri
+    if not create and is_missing_lite_file(uri):
+        return
 
     def run() -> None:
         try:
-            store = open_store(args.milvus_uri or s.milvus_uri, s.milvus_token.get_secret_value())
-            if not new_file and not store.exists(args.collection):
-                get_embedder(args.embedder or s.embedder)
-        except Exception:  # the flow opens it again and reports any error properly
-            pass
-
-    threading.Thread(target=run, daemon=True).start()
-
-
-def _load_collection_model_early(args: argparse.Namespace) -> None:
-    """Start loading the collection's embedding model while Prefect starts (see ingest)."""
-    import threading
-
-    from flows.settings import get_settings
-    from storage.milvus import open_store
-    from tasks.embed import get_embedder
-
-    s = get_settings()
-    if _new_milvus_lite_file(args, s):
-        return  # no collection there; the flow says so
-
-    def run() -> None:
-        try:
-            store = open_store(args.milvus_uri or s.milvus_uri, s.milvus_token.get_secret_value())
-            if store.exists(args.collection):
-                get_embedder(store.describe(args.collection)["embedder"] or s.embedder)
+            spec = embedder_for(open_store(uri, s.milvus_token.get_secret_value()))
+            if spec:
+                get_embedder(spec)
         except Exception:  # the flow opens it again and reports any error properly
             pass
 
@@ -293,6 +269,7 @@ def _check_reranker(modes: list[str]) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from flows.evaluate import evaluate_flow, pass_at_k_table
+    from flows.settings import get_settings
     from storage.milvus import validate_collection_name
     from tasks.metrics import load_eval_set, parse_ks
     from tasks.retrieve import check_modes, default_modes
@@ -302,7 +279,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     modes = check_modes([m.strip() for m in (args.modes or default_modes()).split(",") if m.strip()])
     _check_reranker(modes)
     load_eval_set(args.eval_set)
-    _load_collection_model_early(args)
+    s = get_settings()
+    _open_store_early(args, s, lambda store: store.exists(args.collection) and (
+        store.describe(args.collection)["embedder"] or s.embedder))
     _start_temporary_server()
     gc.freeze()  # what is loaded by now lives to the end: keep the collector off it (see _quick_exit)
     with _run_tags("evaluate", args.collection):
@@ -384,13 +363,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return commands[args.command](args)
     except SituateError as e:
-        _stop_models()
         print(f"situate {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        _stop_models()
         print(f"situate {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        _stop_models()
 
 
 def _quick_exit() -> None:
@@ -410,7 +389,8 @@ def _quick_exit() -> None:
 
 
 def _stop_models() -> None:
-    """A run that failed must not wait at exit for a local model to finish loading."""
+    """The command is over: no local model is needed any more, and a failed run must not wait
+    at exit for one to finish loading."""
     from tasks.embed import release_embedders
 
     release_embedders(kill=True)

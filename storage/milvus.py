@@ -303,10 +303,16 @@ _OPEN: dict[tuple[str, str], ChunkStore] = {}
 _OPEN_LOCK = threading.Lock()
 
 
+def is_missing_lite_file(uri: str) -> bool:
+    """A Milvus Lite file that does not exist yet: it holds no collection, and opening it would
+    create it."""
+    return "://" not in uri and not Path(uri).exists()
+
+
 def open_existing_store(uri: str, collection: str, token: str = "") -> ChunkStore:
     """The store holding `collection`, for reading: a Milvus Lite file that does not exist is not
     created (opening one creates it), the user is told to ingest first."""
-    if "://" not in uri and not Path(uri).exists():
+    if is_missing_lite_file(uri):
         raise StoreError(f"collection {collection!r} not found at {uri} (no Milvus Lite file "
                          f"there): run `situate ingest CORPUS --collection {collection}` first")
     store = open_store(uri, token)

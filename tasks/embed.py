@@ -90,7 +90,9 @@ class Embedder:
             try:
                 self._function.wait_loaded()
             except Exception as e:
-                release_embedders()
+                with _LOAD_LOCK:  # forgotten, so a later call tries a fresh load
+                    if _LOADED.get(self.id) is self:
+                        _LOADED.pop(self.id).close()
                 raise ProviderError(f"embedder {self.id} could not be loaded: "
                                     f"{type(e).__name__}: {e}") from None
 
