@@ -53,11 +53,15 @@ def test_local_model_embeds_in_another_process_and_exits_when_released(local_spe
     assert emb.embed_queries(["dddd"])[0][1] == -4.0
     assert get_embedder("pid") is emb  # loaded once per process
 
-    workers = list(emb._function._pool._processes.values())
+    pool = emb._function._pool
+    workers, manager = list(pool._processes.values()), pool._executor_manager_thread
     release_embedders()
-    for p in workers:
-        p.join(timeout=30)
-        assert p.exitcode == 0
+    # The executor's manager thread sends the workers their stop and reaps them (waitpid). Joining
+    # a worker from here as well races it for the waitpid: the loser sees ECHILD and an exitcode
+    # of None although the worker exited cleanly. So wait for the reaper, then read the codes.
+    manager.join(timeout=30)
+    assert not manager.is_alive()
+    assert [p.exitcode for p in workers] == [0] * len(workers)
     again = get_embedder("pid")
     assert again is not emb and again.embed_documents(["x"])[0][0] not in pids
 
