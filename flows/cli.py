@@ -36,8 +36,9 @@ def _prefect_env() -> None:
 
 
 class _DropUserErrors(logging.Filter):
-    """Prefect logs a failing flow's exception with its traceback; for a SituateError the CLI
-    prints the one-line message itself, so the traceback is noise."""
+    """Prefect logs a failing flow's exception with its traceback, and an ERROR line for every
+    task left waiting on the failed one; for a SituateError the CLI prints the one-line message
+    itself, so both are noise. (A task that failed of a bug still logs its own traceback.)"""
 
     def filter(self, record: logging.LogRecord) -> bool:
         from tasks.errors import SituateError
@@ -46,6 +47,8 @@ class _DropUserErrors(logging.Filter):
         if isinstance(exc, SituateError):
             return False
         msg = record.getMessage()
+        if "NotReady(" in msg and "Upstream task run" in msg:
+            return False  # a task left waiting on the failed one: same failure, said once
         return not ("SituateError" in msg or "InputError" in msg or "ProviderError" in msg
                     or "StoreError" in msg)
 

@@ -19,6 +19,7 @@ from prefect.artifacts import (
     create_table_artifact,
     update_progress_artifact,
 )
+from prefect.futures import wait
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from flows.settings import get_settings
@@ -188,13 +189,21 @@ def _situate_and_embed(contextualizer: Contextualizer, docs: Sequence[Document],
     results: list[ContextResult] = []
     step = max(1, len(docs) // 20)
     last = time.monotonic()
-    for n, f in enumerate(futures, start=1):
-        results.append(f.result())
-        # Every 5%, at most once a second: each update is an API call, and a fast corpus
-        # would otherwise spend more time reporting progress than making it.
-        if n == len(docs) or (n % step == 0 and time.monotonic() - last >= PROGRESS_INTERVAL):
-            update_progress_artifact(progress, 100.0 * n / len(docs))
-            last = time.monotonic()
+    try:
+        for n, f in enumerate(futures, start=1):
+            results.append(f.result())
+            # Every 5%, at most once a second: each update is an API call, and a fast corpus
+            # would otherwise spend more time reporting progress than making it.
+            if n == len(docs) or (n % step == 0 and time.monotonic() - last >= PROGRESS_INTERVAL):
+                update_progress_artifact(progress, 100.0 * n / len(docs))
+                last = time.monotonic()
+    except BaseException:
+        # A document failed: the run stops. The other documents' tasks stop too, and the error
+        # goes up only when every task has ended, so none is still using the contextualizer,
+        # the cache or the model when the flow closes them.
+        contextualizer.abort()
+        wait([*futures, *(b.vectors for b in batches)])
+        raise
     for r in results:
         for note in r.notes:
             logger.warning(note)

@@ -315,6 +315,7 @@ class AnthropicContextualizer(Contextualizer):
         self._gate = threading.Lock()
         self._verified = threading.Event()
         self._fatal: ProviderError | None = None
+        self._stopping = threading.Event()  # set by abort(): back-off and pauses end at once
         self._pause_lock = threading.Lock()
         self._pause_until = 0.0
         self._state_lock = threading.Lock()
@@ -332,6 +333,11 @@ class AnthropicContextualizer(Contextualizer):
     def cache_identity(self) -> tuple[str, str, str]:
         return ("anthropic", self.model,
                 GROUP_PROMPT_VERSION if self.group_chunks else PROMPT_VERSION)
+
+    def abort(self) -> None:
+        if self._fatal is None:
+            self._fatal = ProviderError("the run stopped because another document failed")
+        self._stopping.set()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -519,7 +525,7 @@ class AnthropicContextualizer(Contextualizer):
     def _with_retries(self, fn: Callable[[], T], what: str) -> T:
         retrying = Retrying(stop=stop_after_attempt(self.max_attempts), wait=self._wait,
                             retry=retry_if_exception(_retryable), reraise=True,
-                            before_sleep=self._before_sleep)
+                            before_sleep=self._before_sleep, sleep=self._stopping.wait)
         try:
             for attempt in retrying:
                 with attempt:
@@ -565,7 +571,7 @@ class AnthropicContextualizer(Contextualizer):
     def _respect_pause(self) -> None:
         delay = self._pause_until - time.monotonic()
         if delay > 0:
-            time.sleep(delay)
+            self._stopping.wait(delay)
 
     def _translate(self, e: anthropic.APIStatusError, what: str) -> ProviderError:
         detail = _describe(e)

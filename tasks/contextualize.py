@@ -67,6 +67,10 @@ class Contextualizer:
         """
         return None
 
+    def abort(self) -> None:
+        """Another document failed and the run stops: end the work still going on quickly (every
+        later call may fail at once). Called by the flow before it waits for its tasks to end."""
+
     def close(self) -> None:
         """Release clients; called once by the flow at the end of a run."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -259,6 +260,36 @@ def test_exhausted_retries_stop_with_an_actionable_message(fake: FakeAnthropic) 
     with pytest.raises(ProviderError):  # the run is over: no more requests
         cz.situate(BIG, BIG.chunks[:1])
     assert fake.http_requests["POST /v1/messages"] == 3
+
+
+def test_abort_ends_a_back_off_at_once(fake: FakeAnthropic) -> None:
+    """Another document failed: a request waiting out a long back-off stops now, with no retry."""
+    fake.faults.rate_529 = 1.0
+    fake.faults.retry_after = 20.0
+    cz = _make(fake, extra={"retry_base_seconds": 30.0, "retry_max_seconds": 30.0})
+    cz._verified.set()  # past the run's first call, which goes alone
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            cz.situate(SMALL, SMALL.chunks[:1])
+        except BaseException as e:
+            errors.append(e)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    deadline = time.monotonic() + 10
+    while fake.http_requests["POST /v1/messages"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # now in its back-off: retry-after 20 s plus jitter
+    start = time.monotonic()
+    cz.abort()
+    worker.join(timeout=10)
+    assert not worker.is_alive() and time.monotonic() - start < 5
+    assert len(errors) == 1 and isinstance(errors[0], ProviderError)
+    assert "another document failed" in str(errors[0])
+    assert fake.http_requests["POST /v1/messages"] == 1
+    cz.close()
 
 
 def test_missing_key_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

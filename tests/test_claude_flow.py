@@ -46,23 +46,50 @@ def test_ingest_with_claude_contexts_pays_once(prefect_harness, state, fake, bat
     assert KEY not in summary
 
 
-def test_cli_bad_key_is_one_line_and_no_rows(fake, tmp_path):
-    import os
-
+def _one_line_failure(r, tmp_path, secret: str) -> str:
+    """The CLI said one thing, with exit 2: no traceback, no Prefect ERROR line, no secret, and
+    no collection."""
     from storage.milvus import ChunkStore
 
-    env_key = "sk-ant-wrong-key-123"
-    os.environ["ANTHROPIC_API_KEY"] = env_key
-    try:
-        r = _cli("ingest", str(SAMPLE_CORPUS), "--collection", "c", "--context", "anthropic",
-                 cwd=tmp_path)
-    finally:
-        os.environ["ANTHROPIC_API_KEY"] = KEY
     assert r.returncode == 2, r.stderr
-    assert "Traceback" not in r.stderr and env_key not in r.stderr + r.stdout
+    assert "Traceback" not in r.stderr and "| ERROR" not in r.stderr, r.stderr
+    assert secret not in r.stderr + r.stdout
     errors = [line for line in r.stderr.splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and errors[0].startswith("situate ingest: error:"), r.stderr
-    assert "key" in errors[0].lower()
     s = ChunkStore(str(tmp_path / "m.db"))
     assert not s.exists("c")
     s.close()
+    return errors[0]
+
+
+def test_cli_bad_key_is_one_line_and_no_rows(fake, tmp_path):
+    env_key = "sk-ant-wrong-key-123"
+    r = _cli("ingest", str(SAMPLE_CORPUS), "--collection", "c", "--context", "anthropic",
+             cwd=tmp_path, env={"ANTHROPIC_API_KEY": env_key, "ANTHROPIC_BASE_URL": fake.base_url})
+    line = _one_line_failure(r, tmp_path, env_key)
+    assert "rejected the API key" in line and "ANTHROPIC_API_KEY" in line
+    assert dict(fake.responses) == {401: 1}  # the first call goes alone: one refusal stops the run
+
+
+def test_cli_document_too_long_stops_the_others_cleanly(tmp_path):
+    """One document over the model's context window (a 400 for that document alone) while the
+    others' requests are in flight: the run stops with the service's message, and every other
+    task ends before the flow closes the client (no tracebacks from tasks still running)."""
+    from tests.anthropic_server import DEFAULT_MODELS, ModelSpec
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    # Sorted first, so the flow meets its failure while the other documents are still running.
+    (corpus / "a_huge.md").write_text("# Huge\n\n" + "\n\n".join(
+        f"Paragraph {i} of a document far larger than the model can read. " * 4 for i in range(60)))
+    for n in range(12):
+        (corpus / f"doc_{n:02}.md").write_text("\n\n".join(
+            f"## Part {i}\n\nDocument {n} part {i} says something worth indexing. " * 6
+            for i in range(6)))
+    models = {**DEFAULT_MODELS, "claude-haiku-4-5": ModelSpec(4096, context_window=3000)}
+    with FakeAnthropic(api_key=KEY, latency=0.3, models=models) as server:
+        r = _cli("ingest", str(corpus), "--collection", "c", "--context", "anthropic",
+                 "--concurrency", "4", cwd=tmp_path,
+                 env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.base_url})
+    line = _one_line_failure(r, tmp_path, KEY)
+    assert "prompt is too long" in line and "a_huge.md" in line, line

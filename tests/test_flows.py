@@ -90,10 +90,12 @@ def test_ingest_prunes_and_replaces_changed_documents(prefect_harness, state, tm
     assert second["rows"] == 2
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "SITUATE_MILVUS_URI": str(cwd / "m.db"),
-           "SITUATE_CACHE_DIR": str(cwd / "cache"), "SITUATE_RESULTS_DIR": str(cwd / "results")}
-    env.pop("ANTHROPIC_API_KEY", None)
+def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`situate ARGS` in a fresh process, state under `cwd`, no Anthropic key unless `env` sets one."""
+    base = {**os.environ, "SITUATE_MILVUS_URI": str(cwd / "m.db"),
+            "SITUATE_CACHE_DIR": str(cwd / "cache"), "SITUATE_RESULTS_DIR": str(cwd / "results")}
+    base.pop("ANTHROPIC_API_KEY", None)
+    env = {**base, **(env or {})}
     return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 
