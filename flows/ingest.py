@@ -198,9 +198,10 @@ def _situate_and_embed(contextualizer: Contextualizer, docs: Sequence[Document],
                 update_progress_artifact(progress, 100.0 * n / len(docs))
                 last = time.monotonic()
     except BaseException:
-        # A document failed: the run stops. The other documents' tasks stop too, and the error
-        # goes up only when every task has ended, so none is still using the contextualizer,
-        # the cache or the model when the flow closes them.
+        # A document failed: the run stops. The other documents' tasks stop too (on threads; on
+        # Dask the workers' own copies finish their documents), and the error goes up only when
+        # every task has ended, so none is still using the contextualizer, the cache or the
+        # model when the flow closes them.
         contextualizer.abort()
         wait([*futures, *(b.vectors for b in batches)])
         raise
