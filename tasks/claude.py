@@ -314,8 +314,8 @@ class AnthropicContextualizer(Contextualizer):
                                         thread_name_prefix="claude")
         self._gate = threading.Lock()
         self._verified = threading.Event()
-        self._fatal: ProviderError | None = None
-        self._stopping = threading.Event()  # set by abort(): back-off and pauses end at once
+        self._fatal: ProviderError | None = None  # set by _stop: the run is over
+        self._stopping = threading.Event()  # set with it: back-off and pauses end at once
         self._pause_lock = threading.Lock()
         self._pause_until = 0.0
         self._state_lock = threading.Lock()
@@ -336,8 +336,14 @@ class AnthropicContextualizer(Contextualizer):
 
     def abort(self) -> None:
         if self._fatal is None:
-            self._fatal = ProviderError("the run stopped because another document failed")
+            self._stop(ProviderError("the run stopped because another document failed"))
+
+    def _stop(self, error: ProviderError) -> ProviderError:
+        """End the run: every later call raises `error`, and calls waiting out a back-off or a
+        rate-limit pause wake now to raise it."""
+        self._fatal = error
         self._stopping.set()
+        return error
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -516,7 +522,7 @@ class AnthropicContextualizer(Contextualizer):
                     try:
                         out = self._with_retries(fn, what)
                     except ProviderError as e:
-                        self._fatal = e  # refused at the first call: every other would be too
+                        self._stop(e)  # refused at the first call: every other would be too
                         raise
                     self._verified.set()
                     return out
@@ -538,14 +544,13 @@ class AnthropicContextualizer(Contextualizer):
             # The account is refused, or the service failed through every attempt: stop the run.
             # A 400 is about this request only.
             if e.status_code in (401, 403, 404) or _retryable(e):
-                self._fatal = error
+                self._stop(error)
             raise error from None
         except anthropic.APIConnectionError as e:
-            self._fatal = ProviderError(self._redact(
+            raise self._stop(ProviderError(self._redact(
                 f"could not reach the Anthropic API at {self._client.base_url} for {what} after "
                 f"{self.max_attempts} attempts ({type(e).__name__}); check ANTHROPIC_BASE_URL and "
-                "the network, then run again: finished contexts are cached"))
-            raise self._fatal from None
+                "the network, then run again: finished contexts are cached"))) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _wait(self, state: RetryCallState) -> float:
