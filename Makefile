@@ -23,7 +23,8 @@ demo: setup
 # The UI test drives Debian's headless Chromium against a local Prefect server: install it if missing.
 test: setup
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
-	$(BIN)/ruff check flows tasks storage tests benchmarks
+	$(BIN)/ruff check core flows tasks storage tests benchmarks
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q
 
 test-fast: setup

@@ -4,7 +4,7 @@ corpus: an ablation run in one process (one model load, each distinct text embed
 Variants: no context; the structural context with the list of the document's names (12); without
 the document summary; without the names; path and enclosing definitions only; and the same placed
 after the chunk instead of before it (what a 256-token embedder then truncates is the context, not
-the chunk). Dense, BM25 and hybrid retrieval through the same ChunkStore the pipeline uses.
+the chunk). Dense, BM25 and hybrid retrieval through the same MilvusStore the pipeline uses.
 
     .venv/bin/python benchmarks/bench_contexts.py [--out benchmarks/results/contexts.json]
 """
@@ -21,12 +21,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from storage.milvus import ChunkStore, lexical_text  # noqa: E402
-from tasks.contextualize import NoContext, StructuralContextualizer  # noqa: E402
-from tasks.embed import get_embedder  # noqa: E402
-from tasks.load import load_corpus  # noqa: E402
-from tasks.metrics import load_eval_set, mean_pass_at_k  # noqa: E402
-from tasks.retrieve import retrieve  # noqa: E402
+from situate.core.records import EmbeddedDocument  # noqa: E402
+from situate.storage.milvus import MilvusStore  # noqa: E402
+from situate.tasks.contextualize import NoContext, StructuralContextualizer  # noqa: E402
+from situate.tasks.embed import get_embedder  # noqa: E402
+from situate.tasks.load import load_corpus  # noqa: E402
+from situate.tasks.metrics import load_eval_set, mean_pass_at_k  # noqa: E402
+from situate.tasks.retrieve import retrieve  # noqa: E402
 
 CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
 VARIANTS = {
@@ -56,7 +57,7 @@ def main() -> None:
                        check=True, capture_output=True)
         corpora = {"codebase": (CODEBASE / "codebase_chunks.json", CODEBASE / "evaluation_set.jsonl"),
                    "heldout": (held / "corpus", held / "eval.jsonl")}
-        store = ChunkStore(f"{tmp}/m.db")
+        store = MilvusStore(f"{tmp}/m.db")
         for corpus_name, (corpus_path, eval_path) in corpora.items():
             docs = load_corpus(corpus_path).documents
             queries = load_eval_set(eval_path)
@@ -64,23 +65,25 @@ def main() -> None:
                 contextualizer, placement = VARIANTS[variant]
                 rows = []
                 for d in docs:
-                    for s in contextualizer.situate(d, d.chunks).situated:
+                    situated = contextualizer.situate(d, d.chunks).situated
+                    texts = []
+                    for s in situated:
                         if not s.context:
-                            text = s.chunk.text
+                            texts.append(s.chunk.text)
                         elif placement == "before":
-                            text = f"{s.context}\n\n{s.chunk.text}"
+                            texts.append(f"{s.context}\n\n{s.chunk.text}")
                         else:
-                            text = f"{s.chunk.text}\n\n{s.context}"
-                        rows.append((d, s, text))
-                todo = [t for _, _, t in rows if t not in vectors]
+                            texts.append(f"{s.chunk.text}\n\n{s.context}")
+                    rows.append((d, tuple(situated), texts))
+                todo = list(dict.fromkeys(t for _, _, ts in rows for t in ts if t not in vectors))
                 for t, v in zip(todo, emb.embed_documents(todo), strict=True):
                     vectors[t] = v
                 collection = f"{corpus_name}_{variant.replace('-', '_').replace('+', '_')}"
                 store.ensure_collection(collection, emb.dim, emb.id)
-                store.upsert(collection, [{
-                    "id": s.chunk.id, "doc_id": d.id, "chunk_index": s.chunk.index, "text": s.chunk.text,
-                    "context": s.context, "doc_hash": "", "chunk_hash": "", "metadata": {},
-                    "lexical": lexical_text(text), "dense": vectors[text]} for d, s, text in rows])
+                # The dense vector is the placement's text; the store indexes chunk + context for
+                # BM25, which is order-blind, so the placement changes the dense leg only.
+                store.write(collection, [EmbeddedDocument(d, "", situated, [vectors[t] for t in ts])
+                                         for d, situated, ts in rows])
                 scores = {}
                 for mode in ("dense", "bm25", "hybrid"):
                     hits = retrieve(store, collection, "minilm", [q.query for q in queries], mode, 20)

@@ -28,7 +28,7 @@ DEFAULT_CORPUS = ROOT.parent / "shared" / "datasets" / "codebase" / "codebase_ch
 REFERENCE = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from tasks.local_models import build_minilm
+from situate.tasks.local_models import build_minilm
 texts, batch = json.load(open(sys.argv[1])), int(sys.argv[2])
 model = build_minilm("all-MiniLM-L6-v2", "")
 vectors = [v for i in range(0, len(texts), batch) for v in model.encode_documents(texts[i:i + batch])]
@@ -40,9 +40,9 @@ print(json.dumps({"inner_seconds": time.perf_counter() - t0, "texts": len(texts)
 def indexed_texts(corpus: str, context: str) -> list[str]:
     """The exact texts the pipeline embeds, from the same loader and contextualizer."""
     sys.path.insert(0, str(ROOT))
-    from flows.settings import get_settings
-    from tasks.contextualize import ContextConfig, get_contextualizer
-    from tasks.load import load_corpus
+    from situate.core.settings import get_settings
+    from situate.tasks.contextualize import ContextConfig, get_contextualizer
+    from situate.tasks.load import load_corpus
 
     s = get_settings()
     docs = load_corpus(corpus, s.chunk_size, s.chunk_overlap).documents
@@ -68,7 +68,7 @@ def main() -> None:
     args = ap.parse_args()
 
     texts = indexed_texts(args.corpus, args.context)
-    from flows.settings import get_settings
+    from situate.core.settings import get_settings
 
     batch = get_settings().embed_batch
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,7 +82,7 @@ def main() -> None:
             t, _ = timed([sys.executable, "-c", REFERENCE, str(texts_file), str(batch)], env)
             reference.append(t)
             uri = f"{tmp}/milvus-{i}.db"
-            t, out = timed([sys.executable, "-m", "flows.cli", "ingest", args.corpus, "--collection",
+            t, out = timed([sys.executable, "-m", "situate.flows.cli", "ingest", args.corpus, "--collection",
                             "bench", "--context", args.context, "--milvus-uri", uri], env)
             pipeline.append(t)
             assert " 737" in out or "rows" in out

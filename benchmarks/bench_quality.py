@@ -23,7 +23,7 @@ CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
 
 
 def run(args: list[str], env: dict[str, str]) -> None:
-    r = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=env,
+    r = subprocess.run([sys.executable, "-m", "situate.flows.cli", *args], cwd=ROOT, env=env,
                        capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"situate {' '.join(args)} failed:\n{r.stderr[-3000:]}")

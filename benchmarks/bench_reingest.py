@@ -82,7 +82,7 @@ def processed_documents(flow_run_id: Any) -> list[str]:
 
 def expected_rows(corpus_path: Path) -> dict[str, list[tuple[str, int, str]]]:
     """doc id -> sorted (chunk id, index, text) the store must hold for the corpus file."""
-    from tasks.load import load_corpus
+    from situate.tasks.load import load_corpus
 
     return {d.id: sorted((c.id, c.index, c.text) for c in d.chunks)
             for d in load_corpus(corpus_path).documents}
@@ -90,7 +90,7 @@ def expected_rows(corpus_path: Path) -> dict[str, list[tuple[str, int, str]]]:
 
 def stored_rows(uri: str, collection: str, doc_ids: list[str]) -> dict[str, list[tuple[str, int, str]]]:
     """The same, read back from Milvus one document at a time (a filter on doc_id)."""
-    from storage.milvus import open_store
+    from situate.storage.milvus import open_store
 
     store = open_store(uri)
     return {d: sorted((r["id"], r["chunk_index"], r["text"]) for r in store.rows(
@@ -107,8 +107,8 @@ class Counters:
         self.deleted_calls = 0
 
     def install(self) -> None:
-        from storage.milvus import ChunkStore
-        from tasks.embed import Embedder
+        from situate.storage.milvus import MilvusStore
+        from situate.tasks.embed import Embedder
 
         def wrap(cls: type, name: str, count: Callable[[tuple], None]) -> None:
             original = getattr(cls, name)
@@ -120,9 +120,11 @@ class Counters:
             setattr(cls, name, counted)
 
         wrap(Embedder, "embed_documents", lambda a: self._add("embedded", len(a[0])))
-        wrap(ChunkStore, "upsert", lambda a: self._add("upserted", len(list(a[1]))))
-        wrap(ChunkStore, "delete_ids", lambda a: self._add("deleted_calls", int(bool(a[1]))))
-        wrap(ChunkStore, "delete_documents", lambda a: self._add("deleted_calls", int(bool(a[1]))))
+        # `write` builds each batch's rows and upserts them (lists) through `upsert`, and deletes a
+        # changed document's stale chunks through `delete_ids`: counting those two sees every row.
+        wrap(MilvusStore, "upsert", lambda a: self._add("upserted", len(a[1])))
+        wrap(MilvusStore, "delete_ids", lambda a: self._add("deleted_calls", int(bool(a[1]))))
+        wrap(MilvusStore, "delete_documents", lambda a: self._add("deleted_calls", int(bool(a[1]))))
 
     def _add(self, name: str, n: int) -> None:
         setattr(self, name, getattr(self, name) + n)
@@ -141,7 +143,7 @@ def cold_reingest(params: dict[str, Any]) -> dict[str, Any]:
 
     from prefect.settings import PREFECT_API_URL
 
-    from storage.milvus import close_stores
+    from situate.storage.milvus import close_stores
 
     close_stores()  # Milvus Lite: one process per file, and the child needs it
     from milvus_lite.server_manager import server_manager_instance
@@ -167,8 +169,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     os.environ["SITUATE_MILVUS_URI"] = str(work / "milvus.db")
     os.environ["SITUATE_CACHE_DIR"] = str(work / "cache")
     os.environ["SITUATE_RESULTS_DIR"] = str(work / "results")
-    from flows.ingest import ingest_flow
-    from flows.settings import get_settings
+    from situate.core.settings import get_settings
+    from situate.flows.ingest import ingest_flow
 
     get_settings.cache_clear()
     counters = Counters()
@@ -280,7 +282,7 @@ def main() -> int:
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="situate-reingest-") as tmp:
         out = run(args, Path(tmp))
-        from storage.milvus import close_stores
+        from situate.storage.milvus import close_stores
 
         close_stores()
     text, ok = report(args, out)

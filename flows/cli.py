@@ -1,64 +1,17 @@
-"""The `situate` command: parses arguments and calls the flows. Nothing else lives here.
+"""The `situate` command: parses arguments, calls a flow through `startup`, prints its summary.
 
 Every error a user can act on (SituateError) is printed as one line on stderr with exit code 2;
-flags override `SITUATE_*` environment variables, which override the defaults.
+flags override `SITUATE_*` environment variables, which override the defaults. Start-up plumbing
+(Prefect's temporary server, warming the model, exit handling) lives in `situate.flows.startup`.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
-import logging
-import os
 import sys
 from typing import Any
 
-# Quiet, offline one-off runs: set before Prefect is imported (a user's own values win).
-_PREFECT_DEFAULTS = {
-    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
-    "PREFECT_UI_ENABLED": "false",
-    # The temporary server of a one-off run skips block-type registration (importing every
-    # installed Prefect collection, Dask's among them): situate's flows use no blocks, and a
-    # `prefect server start` registers them for the UI.
-    "PREFECT_API_BLOCKS_REGISTER_ON_START": "false",
-    "PREFECT_MEMOIZE_BLOCK_AUTO_REGISTRATION": "false",
-    "DO_NOT_TRACK": "1",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
-
-
-def _prefect_env() -> None:
-    for key, value in _PREFECT_DEFAULTS.items():
-        os.environ.setdefault(key, value)
-
-
-class _DropUserErrors(logging.Filter):
-    """Prefect logs a failing flow's exception with its traceback, and an ERROR line for every
-    task left waiting on the failed one; for a SituateError the CLI prints the one-line message
-    itself, so both are noise. (A task that failed of a bug still logs its own traceback.)"""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        from tasks.errors import SituateError
-
-        exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, SituateError):
-            return False
-        msg = record.getMessage()
-        if "NotReady(" in msg and "Upstream task run" in msg:
-            return False  # a task left waiting on the failed one: same failure, said once
-        return not ("SituateError" in msg or "InputError" in msg or "ProviderError" in msg
-                    or "StoreError" in msg)
-
-
-def _install_log_filter() -> None:
-    f = _DropUserErrors()
-    for name in ("prefect", "prefect.flow_runs", "prefect.task_runs", "prefect.engine"):
-        logging.getLogger(name).addFilter(f)
-        for h in logging.getLogger(name).handlers:
-            h.addFilter(f)
+from situate.flows import startup
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -136,161 +89,31 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _apply_env(args: argparse.Namespace) -> None:
-    """Flags that name where state lives or secrets travel through settings, not parameters."""
-    for flag, var in (("milvus_token", "SITUATE_MILVUS_TOKEN"), ("results_dir", "SITUATE_RESULTS_DIR"),
-                      ("cache_dir", "SITUATE_CACHE_DIR")):
-        value = getattr(args, flag, None)
-        if value:
-            os.environ[var] = value
-    from flows.settings import get_settings
-
-    get_settings.cache_clear()
-
-
 def _print_table(rows: list[tuple[str, Any]]) -> None:
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"  {k.ljust(width)}  {v}")
 
 
-def _run_tags(flow: str, collection: str) -> Any:
-    """The tags deployment runs carry (flows/deploy.py), so the UI filters CLI runs the same way."""
-    from prefect import tags
-
-    return tags("situate", flow, f"collection:{collection}")
-
-
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from flows.settings import get_settings
-    from storage.milvus import validate_collection_name
-    from tasks.embed import check_embedder
-
-    s = get_settings()
-    validate_collection_name(args.collection)
-    check_embedder(args.embedder or s.embedder)
-    _load_model_early(args, s)  # before Prefect is imported: a local model takes seconds to load
-
-    # Validate options and the whole input before a flow run starts, so bad input writes nothing
-    # (and a model that started loading is stopped: see main).
-    from flows.ingest import ingest_flow, make_task_runner
-    from tasks.contextualize import known_contextualizers
-    from tasks.errors import InputError
-    from tasks.load import load_corpus
-
-    runner = make_task_runner(args.task_runner, args.dask_address, args.milvus_uri or s.milvus_uri)
-    context = args.context or s.default_context()
-    if context not in known_contextualizers():
-        raise InputError(f"unknown context provider {context!r}: use one of "
-                         f"{', '.join(known_contextualizers())}")
-    load_corpus(args.corpus, args.chunk_size or s.chunk_size, args.chunk_overlap or s.chunk_overlap)
-    # An existing collection skips the model unless documents changed: not warmed for it.
-    _open_store_early(args, s, lambda store: None if store.exists(args.collection)
-                      else args.embedder or s.embedder, create=True)
-    _start_temporary_server()
-    gc.freeze()  # what is loaded by now lives to the end: keep the collector off it (see _quick_exit)
-    with _run_tags("ingest", args.collection):
-        summary = ingest_flow.with_options(task_runner=runner)(
-            corpus=args.corpus, collection=args.collection, context=args.context,
-            embedder=args.embedder, milvus_uri=args.milvus_uri, cache_dir=args.cache_dir,
-            model=args.model, concurrency=args.concurrency, group_chunks=args.group_chunks,
-            batch=args.batch, chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap,
-            prune=args.prune, force=args.force)
+    summary = startup.launch_ingest(
+        args.corpus, args.collection, task_runner=args.task_runner, dask_address=args.dask_address,
+        context=args.context, embedder=args.embedder, milvus_uri=args.milvus_uri,
+        cache_dir=args.cache_dir, model=args.model, concurrency=args.concurrency,
+        group_chunks=args.group_chunks, batch=args.batch, chunk_size=args.chunk_size,
+        chunk_overlap=args.chunk_overlap, prune=args.prune, force=args.force)
     print(f"ingested {args.corpus} into {args.collection}:")
-    _print_table([(k, v) for k, v in summary.items() if k not in ("seconds",)]
+    _print_table([(k, v) for k, v in summary.items() if k != "seconds"]
                  + [(f"seconds {k}", v) for k, v in summary["seconds"].items()])
     return 0
 
 
-def _start_temporary_server() -> None:
-    """Start Prefect's temporary API server for a one-off run, while the model loads.
-
-    A flow run with no PREFECT_API_URL starts Prefect's `SubprocessASGIServer` on its first API
-    call and waits for it (seconds). Starting that same singleton here, before the flow, overlaps
-    its start with the embedding model's load in its own process. With a configured server: nothing.
-    """
-    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
-
-    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
-        return
-    try:
-        from prefect.server.api.server import SubprocessASGIServer
-
-        SubprocessASGIServer().start()
-    except Exception:  # the flow starts it again and reports any error properly
-        pass
-
-
-def _load_model_early(args: argparse.Namespace, s: Any) -> None:
-    """Start loading the embedding model now when the collection is surely new.
-
-    A local model loads in a process of its own (tasks/local_models.py), so the load overlaps
-    Prefect's import, the temporary server's start, the flow's start and the first contexts.
-    """
-    from storage.milvus import is_missing_lite_file
-    from tasks.embed import get_embedder
-
-    if is_missing_lite_file(args.milvus_uri or s.milvus_uri):
-        get_embedder(args.embedder or s.embedder)
-
-
-def _open_store_early(args: argparse.Namespace, s: Any, embedder_for: Any,
-                      create: bool = False) -> None:
-    """Open the store in a background thread (it takes a second; the flow finds it open) and
-    start loading the model `embedder_for(store)` names, if any.
-
-    Called once the input is validated (bad input must not create a Milvus Lite file); a file
-    that does not exist yet is opened, so created, only with `create` (ingest).
-    """
-    import threading
-
-    from storage.milvus import is_missing_lite_file, open_store
-    from tasks.embed import get_embedder
-
-    uri = args.milvus_uri or s.milvus_uri
-    if not create and is_missing_lite_file(uri):
-        return
-
-    def run() -> None:
-        try:
-            spec = embedder_for(open_store(uri, s.milvus_token.get_secret_value()))
-            if spec:
-                get_embedder(spec)
-        except Exception:  # the flow opens it again and reports any error properly
-            pass
-
-    threading.Thread(target=run, daemon=True).start()
-
-
-def _check_reranker(modes: list[str]) -> None:
-    """A missing Cohere key is reported before any flow starts."""
-    if "rerank" in modes:
-        from tasks.rerank import get_reranker
-
-        get_reranker()
-
-
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from flows.evaluate import evaluate_flow, pass_at_k_table
-    from flows.settings import get_settings
-    from storage.milvus import validate_collection_name
-    from tasks.metrics import load_eval_set, parse_ks
-    from tasks.retrieve import check_modes, default_modes
-
-    validate_collection_name(args.collection)
-    parse_ks(args.k)
-    modes = check_modes([m.strip() for m in (args.modes or default_modes()).split(",") if m.strip()])
-    _check_reranker(modes)
-    load_eval_set(args.eval_set)
-    s = get_settings()
-    _open_store_early(args, s, lambda store: store.exists(args.collection) and (
-        store.describe(args.collection)["embedder"] or s.embedder))
-    _start_temporary_server()
-    gc.freeze()  # what is loaded by now lives to the end: keep the collector off it (see _quick_exit)
-    with _run_tags("evaluate", args.collection):
-        result = evaluate_flow(eval_set=args.eval_set, collection=args.collection, k=args.k,
-                               modes=args.modes, milvus_uri=args.milvus_uri, json_out=args.json_out)
+    result = startup.launch_evaluate(args.eval_set, args.collection, k=args.k, modes=args.modes,
+                                     milvus_uri=args.milvus_uri, json_out=args.json_out)
     import polars as pl
+
+    from situate.flows.evaluate import pass_at_k_table
 
     with pl.Config(tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True,
                    float_precision=2):
@@ -302,42 +125,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from situate.flows.deploy import ServeConfig, serve_deployments
 
-    from prefect.settings import PREFECT_API_URL
-
-    from flows.deploy import ServeConfig, serve_deployments
-    from tasks.errors import InputError
-
-    if not PREFECT_API_URL.value():  # from the environment or the active Prefect profile
-        raise InputError("situate serve needs a running Prefect server: start one with `prefect "
-                         "server start` and set PREFECT_API_URL=http://127.0.0.1:4200/api")
-    # Runs start in subprocesses, maybe from another directory: pass absolute paths.
-    from flows.settings import get_settings
-
-    uri = args.milvus_uri or get_settings().milvus_uri
-    if "://" not in uri:
-        uri = str(Path(uri).resolve())
     serve_deployments(ServeConfig(
-        corpus=str(Path(args.corpus).resolve()), collection=args.collection,
-        eval_set=str(Path(args.eval_set).resolve()) if args.eval_set else None,
-        context=args.context, embedder=args.embedder, milvus_uri=uri, prune=args.prune,
+        corpus=args.corpus, collection=args.collection, eval_set=args.eval_set,
+        context=args.context, embedder=args.embedder, milvus_uri=args.milvus_uri, prune=args.prune,
         ingest_cron=args.ingest_cron, evaluate_cron=args.evaluate_cron, name=args.name,
         paused=args.paused))
     return 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from flows.settings import get_settings
-    from storage.milvus import open_existing_store
-    from tasks.retrieve import check_modes, retrieve
+    from situate.flows.evaluate import search
 
-    _check_reranker(check_modes([args.mode]))
-    s = get_settings()
-    uri = args.milvus_uri or s.milvus_uri
-    store = open_existing_store(uri, args.collection, s.milvus_token.get_secret_value())
-    embedder = store.describe(args.collection)["embedder"] or s.embedder
-    hits = retrieve(store, args.collection, embedder, [args.query], args.mode, args.k)[0]
+    hits = search(args.query, args.collection, mode=args.mode, k=args.k, milvus_uri=args.milvus_uri)
     if not hits:
         print("no results")
     for rank, h in enumerate(hits, start=1):
@@ -353,18 +154,21 @@ def _one_line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-def main(argv: list[str] | None = None) -> int:
-    _prefect_env()
-    _quick_exit()
-    args = _parser().parse_args(argv)
-    from tasks.errors import SituateError
+COMMANDS = {"ingest": cmd_ingest, "evaluate": cmd_evaluate, "search": cmd_search, "serve": cmd_serve}
 
-    _apply_env(args)
-    _install_log_filter()
-    commands = {"ingest": cmd_ingest, "evaluate": cmd_evaluate, "search": cmd_search,
-                "serve": cmd_serve}
+
+def main(argv: list[str] | None = None) -> int:
+    startup.prepare_process()
+    args = _parser().parse_args(argv)
+    from situate.core.errors import SituateError
+
+    startup.settings_from_flags(getattr(args, "milvus_token", None),
+                                getattr(args, "results_dir", None), getattr(args, "cache_dir", None))
+    startup.install_log_filter()
+    # Prefect's runner handles its own signals (`situate serve`).
+    restore = startup.install_stop_handlers(args.command) if args.command != "serve" else None
     try:
-        return commands[args.command](args)
+        return COMMANDS[args.command](args)
     except SituateError as e:
         print(f"situate {args.command}: error: {e}", file=sys.stderr)
         return 2
@@ -372,34 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"situate {args.command}: interrupted", file=sys.stderr)
         return 130
     finally:
-        _stop_models()
-
-
-def _quick_exit() -> None:
-    """Skip the collector's passes over Prefect's, Milvus's and the libraries' objects at exit.
-
-    A one-off command loads several hundred thousand long-lived objects; the interpreter's
-    final collections walk them all for about a second after the work is done. Frozen objects
-    are left out of those walks (registered first, this runs after every other exit handler:
-    logs are flushed and the temporary server stopped by then). Stores are closed explicitly.
-    """
-    import atexit
-
-    from storage.milvus import close_stores
-
-    atexit.register(gc.freeze)
-    atexit.register(close_stores)
-
-
-def _stop_models() -> None:
-    """The command is over: no local model is needed any more, and a failed run must not wait
-    at exit for one to finish loading."""
-    from tasks.embed import release_embedders
-
-    release_embedders(kill=True)
+        startup.stop_models()
+        if restore is not None:
+            restore()
 
 
 if __name__ == "__main__":
     sys.exit(main())
-
-

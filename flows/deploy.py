@@ -8,8 +8,11 @@ each in a subprocess.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
+
+from situate.core.errors import InputError
 
 DEPLOYMENT = "situate"
 INGEST_CRON = "0 * * * *"
@@ -43,9 +46,9 @@ def build_deployments(cfg: ServeConfig) -> list[Any]:
     Ingest has a concurrency limit of 1: a slow run and the next scheduled one must not write the
     same collection at once (and a Milvus Lite file admits one process anyway).
     """
-    from flows.evaluate import evaluate_flow
-    from flows.ingest import ingest_flow
-    from storage.milvus import validate_collection_name
+    from situate.flows.evaluate import evaluate_flow
+    from situate.flows.ingest import ingest_flow
+    from situate.storage.rows import validate_collection_name
 
     validate_collection_name(cfg.collection)
     tags = ["situate", f"collection:{cfg.collection}"]
@@ -65,8 +68,24 @@ def build_deployments(cfg: ServeConfig) -> list[Any]:
     return out
 
 
+def resolve_paths(cfg: ServeConfig) -> ServeConfig:
+    """Runs start in subprocesses, maybe from another directory: absolute paths, and the Milvus
+    URI from settings when none is given."""
+    from situate.core.settings import get_settings
+
+    uri = cfg.milvus_uri or get_settings().milvus_uri
+    if "://" not in uri:
+        uri = str(Path(uri).resolve())
+    return replace(cfg, corpus=str(Path(cfg.corpus).resolve()), milvus_uri=uri,
+                   eval_set=str(Path(cfg.eval_set).resolve()) if cfg.eval_set else None)
+
+
 def serve_deployments(cfg: ServeConfig, limit: int | None = None) -> None:
     """Register the deployments with the Prefect API and run their flow runs until interrupted."""
     from prefect import serve
+    from prefect.settings import PREFECT_API_URL
 
-    serve(*build_deployments(cfg), limit=limit)
+    if not PREFECT_API_URL.value():  # from the environment or the active Prefect profile
+        raise InputError("situate serve needs a running Prefect server: start one with `prefect "
+                         "server start` and set PREFECT_API_URL=http://127.0.0.1:4200/api")
+    serve(*build_deployments(resolve_paths(cfg)), limit=limit)

@@ -12,16 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from flows.ingest import artifact_key
-from flows.settings import get_settings
-from storage.milvus import open_existing_store
-from tasks.embed import release_embedders
-from tasks.errors import InputError
-from tasks.metrics import load_eval_set, mean_pass_at_k, parse_ks
-from tasks.retrieve import check_modes, default_modes, retrieve_task
+from situate.core.errors import InputError
+from situate.core.records import Hit
+from situate.core.settings import get_settings
+from situate.flows.ingest import artifact_key
+from situate.flows.options import check_evaluate_options
+from situate.storage.milvus import open_existing_store, open_store
+from situate.tasks.embed import release_embedders
+from situate.tasks.metrics import load_eval_set, mean_pass_at_k
+from situate.tasks.retrieve import retrieve
 
 
 def pass_at_k_table(result: dict[str, Any]) -> pl.DataFrame:
@@ -65,6 +67,14 @@ def markdown_report(result: dict[str, Any], previous: dict[str, Any] | None) -> 
     return "\n".join(lines)
 
 
+@task(task_run_name="retrieve-{mode}", persist_result=False)
+def retrieve_task(uri: str, token: str, collection: str, embedder_spec: str,
+                  queries: list[str], mode: str, limit: int) -> list[list[Hit]]:
+    """One mode's hits for every query, as a Prefect task; opens the store by URI on the
+    process's shared client, so it can run in any worker."""
+    return retrieve(open_store(uri, token), collection, embedder_spec, queries, mode, limit)
+
+
 @flow(name="evaluate", log_prints=False)
 def evaluate_flow(
     eval_set: str,
@@ -78,8 +88,7 @@ def evaluate_flow(
     """Measure Pass@k of COLLECTION on EVAL_SET for each retrieval mode."""
     s = get_settings()
     logger = get_run_logger()
-    ks = parse_ks(k)
-    mode_list = check_modes([m.strip() for m in (modes or default_modes()).split(",") if m.strip()])
+    ks, mode_list = check_evaluate_options(collection, k, modes)
     queries = load_eval_set(eval_set)
     uri = milvus_uri or s.milvus_uri
     token = s.milvus_token.get_secret_value()
@@ -130,3 +139,19 @@ def evaluate_flow(
     logger.info(f"{collection}: " + ", ".join(
         f"{m} pass@{ks[-1]}={v[str(ks[-1])]:.2f}" for m, v in scores.items()))
     return result
+
+
+def search(query: str, collection: str, mode: str = "hybrid", k: int = 10,
+           milvus_uri: str | None = None) -> list[Hit]:
+    """The top `k` chunks of COLLECTION for one query (`situate search`): a plain function, not a
+    flow, since one query needs no orchestration. The query is cleaned and bounded first
+    (`clean_query`): an empty one fails before the store is opened."""
+    from situate.tasks.retrieve import clean_query
+
+    query = clean_query(query)
+    check_evaluate_options(collection, "1", mode)
+    s = get_settings()
+    store = open_existing_store(milvus_uri or s.milvus_uri, collection,
+                                s.milvus_token.get_secret_value())
+    embedder = store.describe(collection)["embedder"] or s.embedder
+    return retrieve(store, collection, embedder, [query], mode, k)[0]

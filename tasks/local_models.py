@@ -140,10 +140,16 @@ class ModelProcess:
         """Let the worker go: it exits once its current call (if any) is done, or at once with
         `kill` (a run that ends before it needed the model must not wait for it to load)."""
         if kill:
-            terminate = getattr(self._pool, "terminate_workers", None)  # Python 3.14+
+            terminate = getattr(self._pool, "kill_workers", None)  # Python 3.14+
             if terminate is not None:
                 terminate()
                 return
             for process in list(getattr(self._pool, "_processes", {}).values()):
-                process.terminate()
+                process.kill()
+            # Wait for the pool's manager thread to notice and close its wake-up pipe now (the
+            # worker is dead, so this is quick): on Python 3.11 the exit hook of
+            # concurrent.futures can race that thread closing the pipe and print an OSError
+            # traceback (EBADF) after the command's last line.
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            return
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.errors import InputError
-from tasks.load import iter_jsonl
+from situate.core.errors import InputError
+from situate.tasks.load import iter_jsonl
+from situate.tasks.retrieve import clean_query
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ def load_eval_set(path: str | Path) -> list[EvalQuery]:
     """Read an evaluation JSONL; every problem is one InputError naming the file and the line.
 
     Each line needs `query` and its golden chunks: `golden_chunks` (objects with `content`, the
-    benchmark's format) or `golden_quotes` (objects with `doc_id` and `quote`).
+    benchmark's format) or `golden_quotes` (objects with `doc_id` and `quote`). A query is cleaned
+    and bounded as `situate search` does it (`clean_query`); a blank one is an error.
     """
     p = Path(path)
     if not p.exists():
@@ -52,8 +54,12 @@ def load_eval_set(path: str | Path) -> list[EvalQuery]:
     queries: list[EvalQuery] = []
     for number, item in iter_jsonl(p):
         query = item.get("query")
-        if not isinstance(query, str) or not query.strip():
+        if not isinstance(query, str):
             raise InputError(f"{p}: line {number} has no 'query' string")
+        try:
+            query = clean_query(query)
+        except InputError as e:
+            raise InputError(f"{p}: line {number}: {e}") from None
         golden: list[Golden] = []
         if isinstance(item.get("golden_chunks"), list):
             for g in item["golden_chunks"]:

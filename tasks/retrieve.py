@@ -1,27 +1,43 @@
-"""Retrieval variants over the chunk store: dense, BM25, hybrid (RRF), and hybrid reranked by
-Cohere, for many queries."""
+"""Retrieval variants over a chunk store: dense, BM25, hybrid (RRF), and hybrid reranked (Cohere),
+for many queries. The store is given (any `situate.core.protocols.ChunkStore`); the flows open it."""
 
 from __future__ import annotations
 
-import os
+import logging
 from collections.abc import Sequence
 
-from prefect import task
+from situate.core.errors import InputError
+from situate.core.protocols import SEARCH_MODES, ChunkStore
+from situate.core.records import Hit
+from situate.core.secrets import has_key
+from situate.tasks.clean import clean_text
+from situate.tasks.embed import get_embedder
 
-from storage.milvus import MODES as STORE_MODES
-from storage.milvus import ChunkStore, open_store
-from tasks.embed import get_embedder
-from tasks.errors import InputError
-from tasks.records import Hit
-
-MODES = (*STORE_MODES, "rerank")
+MODES = (*SEARCH_MODES, "rerank")
 # Hybrid candidates handed to the reranker: one Cohere request (one search unit) per query.
 RERANK_DEPTH = 100
+# Characters of a query kept for embedding and BM25: ten times a chunk, and far more than any
+# embedder reads (MiniLM reads 256 word pieces); a longer query is cut, not refused.
+MAX_QUERY_CHARS = 8_192
+
+log = logging.getLogger("situate.retrieve")
+
+
+def clean_query(text: str) -> str:
+    """A query as it is searched: NUL bytes removed, lone surrogates replaced (as the loaders
+    clean documents), cut to MAX_QUERY_CHARS; InputError if nothing is left to search for."""
+    text, _ = clean_text(text)
+    if not text.strip():
+        raise InputError("empty query: give words to search for")
+    if len(text) > MAX_QUERY_CHARS:
+        log.warning(f"query of {len(text)} characters cut to its first {MAX_QUERY_CHARS}")
+        text = text[:MAX_QUERY_CHARS]
+    return text
 
 
 def default_modes() -> str:
     """Every mode this configuration can run: `rerank` joins when a Cohere key is set."""
-    return ",".join(MODES if os.environ.get("COHERE_API_KEY") else STORE_MODES)
+    return ",".join(MODES if has_key("cohere") else SEARCH_MODES)
 
 
 def check_modes(modes: Sequence[str]) -> list[str]:
@@ -45,15 +61,9 @@ def retrieve(store: ChunkStore, collection: str, embedder_spec: str, queries: Se
     if mode != "rerank":
         return [store.search(collection, mode, q, v, limit)
                 for q, v in zip(queries, vectors, strict=True)]
-    from tasks.rerank import get_reranker
+    from situate.tasks.rerank import get_reranker
 
     reranker = get_reranker(reranker_spec)
     return [reranker.rerank(q, store.search(collection, "hybrid", q, v, max(limit, RERANK_DEPTH)), limit)
             for q, v in zip(queries, vectors, strict=True)]
 
-
-@task(task_run_name="retrieve-{mode}", persist_result=False)
-def retrieve_task(uri: str, token: str, collection: str, embedder_spec: str,
-                  queries: list[str], mode: str, limit: int) -> list[list[Hit]]:
-    """Prefect task over `retrieve`; uses the process's client so it can run in any worker."""
-    return retrieve(open_store(uri, token), collection, embedder_spec, queries, mode, limit)

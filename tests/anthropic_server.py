@@ -43,7 +43,9 @@ CHARS_PER_TOKEN = 4
 FAULT_KINDS = ("429", "529", "500", "drop", "slow")
 _CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _ASKED_IDS = re.compile(r"chunks ((?:\d+, )*\d+)")
-_CHUNK_TAG = re.compile(r"<chunk>\n?(.*?)\n?</chunk>", re.DOTALL)
+# The per-chunk prompt's fenced chunk block (`<chunk-F>` ... `</chunk-F>`); the fence is found in
+# no chunk text, so the first closing tag with the same fence ends the chunk.
+_CHUNK_TAG = re.compile(r"<(chunk-[0-9a-f]+)>\n(.*?)\n</\1>", re.DOTALL)
 _FILLER = ("situates this chunk within the overall document for search retrieval; it names the "
            "module, the surrounding definitions and the purpose of the code it belongs to. ")
 
@@ -333,7 +335,7 @@ class FakeAnthropic(LoopbackServer):
             ids = [int(x) for x in re.findall(r"\d+", asked.group(1))] if asked else []
             return json.dumps(self._from_schema(fmt.get("schema") or {}, None, ids))
         m = _CHUNK_TAG.search(last)
-        digest = hashlib.sha256((m.group(1) if m else last).encode()).hexdigest()[:12]
+        digest = hashlib.sha256((m.group(2) if m else last).encode()).hexdigest()[:12]
         return self._context(f"[ctx {digest}] ")
 
     def _context(self, head: str) -> str:

@@ -51,11 +51,11 @@ class HashEmbedding:
 
 @pytest.fixture(scope="session", autouse=True)
 def _register_hash_embedder():
-    from tasks.embed import EMBEDDERS, EmbedderSpec
+    from situate.tasks.embed import EMBEDDERS, EmbedderSpec
 
-    EMBEDDERS["hash"] = EmbedderSpec("bow-64", "math", "", "", lambda model, key: HashEmbedding())
+    EMBEDDERS.register("hash", EmbedderSpec("bow-64", "math", "", "", lambda model, key: HashEmbedding()))
     yield
-    EMBEDDERS.pop("hash", None)
+    EMBEDDERS.unregister("hash")
 
 
 @pytest.fixture(scope="session")
@@ -70,8 +70,8 @@ def prefect_harness():
 @pytest.fixture
 def state(tmp_path, monkeypatch):
     """Every place situate keeps state, under this test's tmp dir; settings re-read."""
-    from flows.settings import get_settings
-    from storage.milvus import close_stores
+    from situate.core.settings import get_settings
+    from situate.storage.milvus import close_stores
 
     paths = {
         "milvus_uri": str(tmp_path / "milvus.db"),

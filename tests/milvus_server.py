@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -59,22 +60,65 @@ def milvus_lite_command() -> str:
     return str(exe) if exe.exists() else (shutil.which("milvus-lite") or "milvus-lite")
 
 
+class MilvusServer:
+    """`milvus-lite server` on one data dir and port, which a test can kill and start again: the
+    same URI before and after, the same rows (what was acknowledged survives a SIGKILL)."""
+
+    def __init__(self, data_dir: Path, log: Path | None = None, port: int | None = None,
+                 timeout: float = 60) -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.log = log or data_dir.parent / f"milvus-{self.port}.log"
+        self.timeout = timeout
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> str:
+        """Start the server (it must not be running) and wait until it listens; returns its URI."""
+        assert not self.running, "milvus-lite server already running"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [milvus_lite_command(), "server", "--data-dir", str(self.data_dir), "--host",
+                 "127.0.0.1", "--port", str(self.port)],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_for_port(self.port, self.proc, self.timeout, "milvus-lite server")
+        return self.uri
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop it (and its children): SIGTERM by default, SIGKILL to kill it mid-write."""
+        if self.proc is not None:
+            stop_process(self.proc, sig=sig)
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def restart_later(self, delay: float) -> threading.Thread:
+        """Start the server again after `delay` seconds, from another thread (join it)."""
+        def run() -> None:
+            time.sleep(delay)
+            self.start()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+
 @contextmanager
 def milvus_server(data_dir: Path, log: Path | None = None, timeout: float = 60) -> Iterator[str]:
     """Run `milvus-lite server` on DATA_DIR; yields its URI and stops it (and its children) on exit."""
-    port = free_port()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    log = log or data_dir.parent / f"milvus-{port}.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [milvus_lite_command(), "server", "--data-dir", str(data_dir), "--host", "127.0.0.1",
-             "--port", str(port)],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    server = MilvusServer(data_dir, log, timeout=timeout)
     try:
-        wait_for_port(port, proc, timeout, "milvus-lite server")
-        yield f"http://127.0.0.1:{port}"
+        yield server.start()
     finally:
-        stop_process(proc)
+        server.stop()
 
 
 ROW_FIELDS = ("id", "doc_id", "chunk_index", "text", "context", "doc_hash", "chunk_hash")
@@ -82,7 +126,7 @@ ROW_FIELDS = ("id", "doc_id", "chunk_index", "text", "context", "doc_hash", "chu
 
 def snapshot(uri: str, collection: str, token: str = "") -> list[tuple]:
     """Every stored row of COLLECTION as sorted tuples of ROW_FIELDS: what 'same rows' means."""
-    from storage.milvus import open_store
+    from situate.storage.milvus import open_store
 
     rows = open_store(uri, token).rows(collection, fields=ROW_FIELDS)
     return sorted(tuple(r[f] for f in ROW_FIELDS) for r in rows)

@@ -11,9 +11,9 @@ pytestmark = pytest.mark.e2e
 
 
 def test_exported_bulk_files_read_back_to_the_same_rows(prefect_harness, state, tmp_path):
-    from flows.ingest import ingest_flow
-    from storage.bulk import collection_schema, export_collection, input_fields, read_rows
-    from storage.milvus import open_store
+    from situate.flows.ingest import ingest_flow
+    from situate.storage.bulk import collection_schema, export_collection, input_fields, read_rows
+    from situate.storage.milvus import open_store
 
     ingest_flow(corpus=str(SAMPLE_CORPUS), collection="bulk_src", embedder="hash", context="structural")
     store = open_store(state["milvus_uri"])
@@ -51,9 +51,9 @@ def test_exported_bulk_files_read_back_to_the_same_rows(prefect_harness, state, 
 
 
 def test_a_row_missing_a_field_is_refused(state, tmp_path):
-    from storage.bulk import collection_schema, write_rows
-    from storage.milvus import open_store
-    from tasks.errors import StoreError
+    from situate.core.errors import StoreError
+    from situate.storage.bulk import collection_schema, write_rows
+    from situate.storage.milvus import open_store
 
     store = open_store(state["milvus_uri"])
     store.ensure_collection("bulk_bad", HashEmbedding.dim, "hash:bow-64")

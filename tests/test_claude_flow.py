@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.anthropic_server import FakeAnthropic
 from tests.conftest import SAMPLE_CORPUS
+from tests.openai_server import FakeOpenAI
 from tests.test_flows import _artifact, _cli
 
 KEY = "sk-ant-flow-test-secret"
@@ -23,9 +31,9 @@ def fake(monkeypatch):
 
 @pytest.mark.parametrize("batch", [False, True])
 def test_ingest_with_claude_contexts_pays_once(prefect_harness, state, fake, batch):
-    from flows.ingest import ingest_flow
-    from storage.milvus import open_store
-    from tasks.load import load_corpus
+    from situate.flows.ingest import ingest_flow
+    from situate.storage.milvus import open_store
+    from situate.tasks.load import load_corpus
 
     chunks = load_corpus(SAMPLE_CORPUS).chunk_count
     collection = "claude_batch" if batch else "claude"
@@ -49,14 +57,14 @@ def test_ingest_with_claude_contexts_pays_once(prefect_harness, state, fake, bat
 def _one_line_failure(r, tmp_path, secret: str) -> str:
     """The CLI said one thing, with exit 2: no traceback, no Prefect ERROR line, no secret, and
     no collection."""
-    from storage.milvus import ChunkStore
+    from situate.storage.milvus import MilvusStore
 
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and "| ERROR" not in r.stderr, r.stderr
     assert secret not in r.stderr + r.stdout
     errors = [line for line in r.stderr.splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and errors[0].startswith("situate ingest: error:"), r.stderr
-    s = ChunkStore(str(tmp_path / "m.db"))
+    s = MilvusStore(str(tmp_path / "m.db"))
     assert not s.exists("c")
     s.close()
     return errors[0]
@@ -93,3 +101,73 @@ def test_cli_document_too_long_stops_the_others_cleanly(tmp_path):
                  env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.base_url})
     line = _one_line_failure(r, tmp_path, KEY)
     assert "prompt is too long" in line and "a_huge.md" in line, line
+
+
+def _long_documents(corpus: Path, count: int) -> None:
+    """`count` Markdown documents of about 24 chunks each (over Haiku 4.5's cache floor, so the
+    first request of each goes alone and the rest concurrently), every paragraph distinct."""
+    corpus.mkdir()
+    for n in range(count):
+        (corpus / f"doc_{n:02}.md").write_text(f"# Document {n}\n\n" + "\n\n".join(
+            f"## Part {i}\n\n" + " ".join(f"doc{n} part{i} word{w}" for w in range(40))
+            for i in range(40)))
+
+
+@pytest.mark.slow
+def test_a_killed_ingest_pays_again_for_no_more_than_the_answers_in_flight(tmp_path):
+    """`situate ingest` SIGKILLed (with every process it started) in the middle of its context
+    phase, then run again to the end: every answer that had arrived was kept, so over both runs
+    the service billed at most one answer per chunk plus the `concurrency` still on the wire;
+    and the collection holds every chunk exactly once, each with its context."""
+    from situate.storage.milvus import MilvusStore
+    from situate.tasks.load import load_corpus
+
+    concurrency = 8
+    corpus = tmp_path / "corpus"
+    _long_documents(corpus, 12)
+    chunks = load_corpus(corpus).chunk_count
+    assert chunks > 250
+    situate = Path(sys.executable).with_name("situate")
+    command = [str(situate), "ingest", str(corpus), "--collection", "killed", "--context",
+               "anthropic", "--embedder", "openai", "--concurrency", str(concurrency)]
+    with FakeAnthropic(api_key=KEY, latency=0.05, output_tokens=40) as claude, \
+            FakeOpenAI() as embeddings:
+        env = {**os.environ, "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": claude.base_url,
+               "OPENAI_API_KEY": embeddings.api_key, "OPENAI_BASE_URL": embeddings.base_url + "/v1",
+               "SITUATE_MILVUS_URI": str(tmp_path / "m.db"),
+               "SITUATE_CACHE_DIR": str(tmp_path / "cache"),
+               "SITUATE_RESULTS_DIR": str(tmp_path / "results")}
+        proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline = time.monotonic() + 240
+        while claude.messages_ok < chunks // 3:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the run never got a third of its answers"
+            time.sleep(0.005)
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        os.killpg(proc.pid, signal.SIGKILL)
+        for child in tree:  # any that left the process group
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+        proc.communicate(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+        killed_at = claude.messages_ok
+        assert killed_at < chunks, "the first run finished before it was killed"
+
+        again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                               timeout=600)
+        assert again.returncode == 0, again.stderr[-3000:]
+        paid = claude.messages_ok
+        assert claude.max_in_flight <= concurrency  # what the bound below counts on
+    print(f"\nkilled after {killed_at} answers; paid {paid} over both runs for {chunks} chunks "
+          f"at concurrency {concurrency}")
+    assert chunks <= paid <= chunks + concurrency
+    store = MilvusStore(str(tmp_path / "m.db"))
+    try:
+        rows = list(store.rows("killed"))
+    finally:
+        store.close()
+    assert len(rows) == len({r["id"] for r in rows}) == chunks  # exact: none lost, none twice
+    assert all(r["context"].strip() for r in rows)

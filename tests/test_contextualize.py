@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from storage.cache import ContextCache
-from tasks.contextualize import (
+from situate.core.errors import InputError, ProviderError
+from situate.core.records import Chunk, Document, Situated, Usage
+from situate.storage.cache import ContextCache
+from situate.tasks.contextualize import (
     ContextConfig,
     ContextResult,
     Contextualizer,
-    StructuralContextualizer,
+    context_key,
     get_contextualizer,
-    leading_comment,
-    outline,
     situate_document,
 )
-from tasks.errors import InputError
-from tasks.load import load_corpus, make_chunks
-from tasks.records import Chunk, Document, Situated, Usage
+from situate.tasks.load import load_corpus, make_chunks
+from situate.tasks.structural import StructuralContextualizer, leading_comment, outline
 from tests.conftest import CODEBASE
 
 RUST = '''//! Executor for differential fuzzing.
@@ -146,19 +145,42 @@ def test_registry_knows_names_and_rejects_unknown():
 
 
 class Scripted(Contextualizer):
-    """A paid provider stand-in: counts what it is asked for."""
+    """A paid provider stand-in: counts what it is asked for, keeps each context as it is
+    "answered" (unless `keeps` is off), and fails at answer number `fail_at` when set."""
 
     name = "scripted"
 
-    def __init__(self) -> None:
+    def __init__(self, keeps: bool = True, fail_at: int | None = None) -> None:
         self.asked: list[int] = []
+        self.keeps = keeps
+        self.fail_at = fail_at
 
     def cache_identity(self):
-        return ("scripted", "m1", "v1")
+        return {"provider": "scripted", "model": "m1", "prompt": "v1", "max_tokens": 100}
 
-    def situate(self, doc, chunks):
-        self.asked.extend(c.index for c in chunks)
-        return ContextResult([Situated(c, f"ctx {c.index}") for c in chunks], Usage(requests=len(chunks)))
+    def situate(self, doc, chunks, keep=None):
+        situated = []
+        for n, c in enumerate(chunks):
+            if n == self.fail_at:
+                raise ProviderError("the service went away")
+            self.asked.append(c.index)
+            situated.append(Situated(c, f"ctx {c.index}"))
+            if keep is not None and self.keeps:
+                keep(doc, c, f"ctx {c.index}")
+        usage = Usage(requests=len(chunks), contexts_generated=len(chunks))
+        return ContextResult(situated, usage)
+
+
+class CountingCache(ContextCache):
+    """The disk cache, counting writes."""
+
+    def __init__(self, directory) -> None:
+        super().__init__(directory)
+        self.puts = 0
+
+    def put(self, key: str, context: str) -> None:
+        self.puts += 1
+        super().put(key, context)
 
 
 def test_driver_pays_only_for_chunks_not_in_the_cache(tmp_path):
@@ -179,3 +201,70 @@ def test_driver_pays_only_for_chunks_not_in_the_cache(tmp_path):
     changed = _doc("q.py", doc.text + "\n# edit\n", size=200)
     situate_document(p, changed, cache)
     assert len(p.asked) == len(changed.chunks)
+
+
+def test_each_context_is_kept_as_it_arrives_so_a_failed_document_pays_only_the_rest(tmp_path):
+    """A document that fails (or a run killed) half-way keeps every context already answered:
+    the next run pays only for the chunks that had no answer, and counts the rest as cached."""
+    doc = _doc("q.py", "".join(f"def step_{i}(x):\n    return x * {i}\n\n" for i in range(60)),
+               size=200)
+    n = len(doc.chunks)
+    cache = CountingCache(tmp_path / "cache")
+    with pytest.raises(ProviderError):
+        situate_document(Scripted(fail_at=3), doc, cache)
+    assert len(cache) == cache.puts == 3
+    again = Scripted()
+    result = situate_document(again, doc, cache)
+    assert again.asked == [c.index for c in doc.chunks[3:]]
+    assert (result.usage.contexts_generated, result.usage.contexts_from_cache) == (n - 3, 3)
+    assert result.usage.requests == n - 3
+    assert [s.context for s in result.situated] == [f"ctx {c.index}" for c in doc.chunks]
+    assert [s.source for s in result.situated] == ["cache"] * 3 + ["generated"] * (n - 3)
+    assert len(cache) == cache.puts == n  # each context written once
+
+
+def test_the_driver_keeps_what_a_provider_returns_without_keeping(tmp_path):
+    doc = _doc("q.py", "".join(f"def step_{i}(x):\n    return x * {i}\n\n" for i in range(30)),
+               size=200)
+    cache = CountingCache(tmp_path / "cache")
+    situate_document(Scripted(keeps=False), doc, cache)
+    assert len(cache) == cache.puts == len(doc.chunks)
+    again = Scripted()
+    assert situate_document(again, doc, cache).usage.contexts_from_cache == len(doc.chunks)
+    assert again.asked == []
+
+
+def test_free_providers_are_never_cached(tmp_path):
+    doc = _doc("r.rs", RUST, size=200)
+    cache = CountingCache(tmp_path / "cache")
+    for provider in (StructuralContextualizer(), get_contextualizer(ContextConfig(name="none"))):
+        result = situate_document(provider, doc, cache)
+        assert len(result.situated) == len(doc.chunks)
+        assert result.usage.contexts_from_cache == 0
+    assert cache.puts == 0 and len(cache) == 0
+
+
+def test_the_cache_key_covers_every_identity_field_and_nothing_else():
+    identity = {"provider": "anthropic", "model": "m", "prompt": "v1", "max_tokens": 100}
+    key = context_key(identity, "doc", "chunk")
+    assert context_key(dict(reversed(list(identity.items()))), "doc", "chunk") == key  # order-free
+    for field, other in (("provider", "x"), ("model", "m2"), ("prompt", "v2"), ("max_tokens", 101)):
+        assert context_key({**identity, field: other}, "doc", "chunk") != key, field
+    assert context_key({**identity, "group_size": 4}, "doc", "chunk") != key
+    assert context_key(identity, "doc2", "chunk") != key
+    assert context_key(identity, "doc", "chunk2") != key
+
+
+
+def test_the_default_provider_follows_the_anthropic_key(monkeypatch):
+    # Decided through situate.core.secrets (the one place keys are read): a blank key is no key.
+    from situate.core.settings import Settings
+
+    monkeypatch.delenv("SITUATE_CONTEXT", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    assert Settings(_env_file=None).default_context() == "structural"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "   ")
+    assert Settings(_env_file=None).default_context() == "structural"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    assert Settings(_env_file=None).default_context() == "anthropic"
+    assert Settings(_env_file=None, context="none").default_context() == "none"

@@ -15,15 +15,15 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 def _register_hash_embedder() -> int:
     """Runs in each Dask worker: the session fixture registered `hash` in this process only."""
-    from tasks.embed import EMBEDDERS, EmbedderSpec
+    from situate.tasks.embed import EMBEDDERS, EmbedderSpec
     from tests.conftest import HashEmbedding
 
-    EMBEDDERS["hash"] = EmbedderSpec("bow-64", "math", "", "", lambda model, key: HashEmbedding())
+    EMBEDDERS.register("hash", EmbedderSpec("bow-64", "math", "", "", lambda model, key: HashEmbedding()))
     return os.getpid()
 
 
 def _embedded_here() -> bool:
-    from tasks import embed
+    from situate.tasks import embed
 
     return any(key.startswith("hash:") for key in embed._LOADED)
 
@@ -31,8 +31,8 @@ def _embedded_here() -> bool:
 def test_dask_ingest_matches_threads(prefect_harness, state, tmp_path):
     from distributed import Client, LocalCluster
 
-    from flows.cli import main
-    from flows.ingest import ingest_flow, make_task_runner
+    from situate.flows.cli import main
+    from situate.flows.ingest import ingest_flow, make_task_runner
 
     common = {"corpus": str(CODEBASE / "codebase_chunks.json"), "collection": "dask_rows", "embedder": "hash",
               "context": "structural"}
@@ -61,8 +61,8 @@ def test_dask_ingest_matches_threads(prefect_harness, state, tmp_path):
 
 
 def test_dask_refuses_a_milvus_lite_file():
-    from flows.ingest import make_task_runner
-    from tasks.errors import InputError
+    from situate.core.errors import InputError
+    from situate.flows.ingest import make_task_runner
 
     with pytest.raises(InputError, match="Milvus server"):
         make_task_runner("dask", None, "data/milvus.db")

@@ -28,10 +28,10 @@ def _artifact(key: str) -> dict:
 
 @pytest.mark.slow
 def test_ingest_twice_then_evaluate_with_minilm(prefect_harness, state):
-    from flows.evaluate import evaluate_flow
-    from flows.ingest import ingest_flow
-    from storage.milvus import open_store
-    from tasks.load import load_corpus
+    from situate.flows.evaluate import evaluate_flow
+    from situate.flows.ingest import ingest_flow
+    from situate.storage.milvus import open_store
+    from situate.tasks.load import load_corpus
 
     corpus = load_corpus(SAMPLE_CORPUS)
     first = ingest_flow(corpus=str(SAMPLE_CORPUS), collection="sample", context="structural")
@@ -70,8 +70,8 @@ def test_ingest_twice_then_evaluate_with_minilm(prefect_harness, state):
 
 
 def test_ingest_prunes_and_replaces_changed_documents(prefect_harness, state, tmp_path):
-    from flows.ingest import ingest_flow
-    from storage.milvus import open_store
+    from situate.flows.ingest import ingest_flow
+    from situate.storage.milvus import open_store
 
     corpus = tmp_path / "docs"
     corpus.mkdir()
@@ -96,7 +96,7 @@ def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess
             "SITUATE_CACHE_DIR": str(cwd / "cache"), "SITUATE_RESULTS_DIR": str(cwd / "results")}
     base.pop("ANTHROPIC_API_KEY", None)
     env = {**base, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "situate.flows.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -114,13 +114,29 @@ def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess
         (["evaluate", "{tmp}/bad.jsonl", "--collection", "c"], "has no 'query'"),
         (["evaluate", str(SAMPLE_EVAL), "--collection", "c", "--k", "x"], "--k must be"),
         (["evaluate", str(SAMPLE_EVAL), "--collection", "c", "--modes", "sparse"], "unknown retrieval mode"),
+        # Every other row of the README's bad-input table that needs no provider.
+        (["ingest", "{tmp}/notext.jsonl", "--collection", "c"], "line 1 (a) has no 'text' string"),
+        (["ingest", "{tmp}/dup.jsonl", "--collection", "c"], "line 2: duplicate id 'a' (first on line 1)"),
+        (["ingest", "{tmp}/shape.json", "--collection", "c"], "expected a JSON list of documents"),
+        (["ingest", "{tmp}/nothing", "--collection", "c"], "no text, Markdown or source files"),
+        (["evaluate", "{tmp}/missing.jsonl", "--collection", "c"], "missing.jsonl"),
+        (["evaluate", str(SAMPLE_EVAL), "--collection", "c", "--modes", "rerank"],
+         "reranker 'cohere' needs an API key"),
+        (["evaluate", str(SAMPLE_EVAL), "--collection", "c"], "collection 'c' not found"),
+        (["search", "lease", "--collection", "c"], "collection 'c' not found"),
+        (["search", "  ", "--collection", "c"], "empty query"),
     ],
 )
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     (tmp_path / "bad.jsonl").write_text('{"id": "a", "text": "x"}\n{"id": \n')
     (tmp_path / "empty.json").write_text("")
     (tmp_path / "notes.pdf").write_text("%PDF")
-    r = _cli(*[a.format(tmp=tmp_path) for a in args], cwd=tmp_path)
+    (tmp_path / "notext.jsonl").write_text('{"id": "a", "body": "x"}\n')
+    (tmp_path / "dup.jsonl").write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n')
+    (tmp_path / "shape.json").write_text('{"documents": []}')
+    (tmp_path / "nothing").mkdir()
+    (tmp_path / "nothing" / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    r = _cli(*[a.format(tmp=tmp_path) for a in args], cwd=tmp_path, env={"COHERE_API_KEY": ""})
     assert r.returncode == 2, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(lines) == 1, r.stderr
@@ -131,13 +147,13 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
 
 @pytest.mark.slow
 def test_cli_failure_inside_a_flow_is_one_clean_line_and_writes_nothing(tmp_path):
-    from storage.milvus import ChunkStore
+    from situate.storage.milvus import MilvusStore
 
     r = _cli("evaluate", str(SAMPLE_EVAL), "--collection", "never_ingested", cwd=tmp_path)
     assert r.returncode == 2
     assert "collection 'never_ingested' not found" in r.stderr
     assert "Traceback" not in r.stderr and "| ERROR" not in r.stderr
     assert not (tmp_path / "m.db").exists()  # reading never creates a Milvus Lite file
-    s = ChunkStore(str(tmp_path / "m.db"))
+    s = MilvusStore(str(tmp_path / "m.db"))
     assert not s.exists("never_ingested")
     s.close()

@@ -27,15 +27,16 @@ class CountingEmbedding(HashEmbedding):
 
 @pytest.fixture
 def counting(monkeypatch):
-    from tasks.embed import EMBEDDERS, EmbedderSpec
+    from situate.tasks.embed import EMBEDDERS, EmbedderSpec
 
     model = CountingEmbedding()
-    monkeypatch.setitem(EMBEDDERS, "counting", EmbedderSpec("bow-64", "math", "", "", lambda m, k: model))
-    return model
+    EMBEDDERS.register("counting", EmbedderSpec("bow-64", "math", "", "", lambda m, k: model))
+    yield model
+    EMBEDDERS.unregister("counting")
 
 
 def test_reingest_does_only_what_changed(prefect_harness, state, tmp_path, counting):
-    from flows.ingest import ingest_flow
+    from situate.flows.ingest import ingest_flow
 
     original = json.loads((CODEBASE / "codebase_chunks.json").read_text())
     corpus = tmp_path / "codebase_chunks.json"

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from tasks.errors import InputError
-from tasks.load import chunk_text, load_corpus
+from situate.core.errors import InputError
+from situate.tasks.chunking import chunk_text
+from situate.tasks.load import load_corpus
 from tests.conftest import CODEBASE, SAMPLE_CORPUS
 
 

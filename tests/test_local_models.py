@@ -30,18 +30,19 @@ def build_broken_model(model: str, api_key: str) -> object:
 
 @pytest.fixture
 def local_specs(monkeypatch):
-    from tasks.embed import EMBEDDERS, EmbedderSpec, release_embedders
+    from situate.tasks.embed import EMBEDDERS, EmbedderSpec, release_embedders
 
-    monkeypatch.setitem(EMBEDDERS, "pid", EmbedderSpec("pid-1", "math", "", "", build_pid_model,
-                                                       local=True))
-    monkeypatch.setitem(EMBEDDERS, "broken", EmbedderSpec("broken-1", "math", "", "",
-                                                          build_broken_model, local=True))
+    EMBEDDERS.register("pid", EmbedderSpec("pid-1", "math", "", "", build_pid_model, local=True))
+    EMBEDDERS.register("broken", EmbedderSpec("broken-1", "math", "", "", build_broken_model,
+                                              local=True))
     yield
     release_embedders()
+    EMBEDDERS.unregister("pid")
+    EMBEDDERS.unregister("broken")
 
 
 def test_local_model_embeds_in_another_process_and_exits_when_released(local_specs):
-    from tasks.embed import get_embedder, release_embedders
+    from situate.tasks.embed import get_embedder, release_embedders
 
     emb = get_embedder("pid")
     assert emb.dim == 2
@@ -66,9 +67,28 @@ def test_local_model_embeds_in_another_process_and_exits_when_released(local_spe
     assert again is not emb and again.embed_documents(["x"])[0][0] not in pids
 
 
+def test_killed_model_leaves_no_thread_for_the_exit_hook(local_specs):
+    """A failed command releases its models with kill=True and exits. On Python 3.11 the exit
+    hook of concurrent.futures wakes every live pool's manager thread through a pipe which that
+    thread may be closing at the same moment (EBADF, a traceback after the command's last line).
+    So killing must leave no manager thread and no open wake-up pipe behind."""
+    import concurrent.futures.process as cfp
+
+    from situate.tasks.embed import get_embedder, release_embedders
+
+    emb = get_embedder("pid")
+    assert emb.dim == 2
+    pool = emb._function._pool
+    workers, manager = list(pool._processes.values()), pool._executor_manager_thread
+    wakeup = cfp._threads_wakeups[manager]
+    release_embedders(kill=True)
+    assert not manager.is_alive() and wakeup._closed  # the exit hook's wakeup() is a no-op
+    assert all(p.exitcode is not None for p in workers)
+
+
 def test_failed_load_is_one_provider_error(local_specs):
-    from tasks.embed import get_embedder
-    from tasks.errors import ProviderError
+    from situate.core.errors import ProviderError
+    from situate.tasks.embed import get_embedder
 
     emb = get_embedder("broken")  # returns at once: the load runs in the other process
     with pytest.raises(ProviderError, match=r"embedder broken:broken-1 could not be loaded: "
@@ -79,9 +99,9 @@ def test_failed_load_is_one_provider_error(local_specs):
 
 
 def _pid_in_daemon(queue) -> None:
-    from tasks.embed import EMBEDDERS, EmbedderSpec, get_embedder
+    from situate.tasks.embed import EMBEDDERS, EmbedderSpec, get_embedder
 
-    EMBEDDERS["pid"] = EmbedderSpec("pid-1", "math", "", "", build_pid_model, local=True)
+    EMBEDDERS.register("pid", EmbedderSpec("pid-1", "math", "", "", build_pid_model, local=True))
     queue.put((os.getpid(), get_embedder("pid").embed_documents(["x"])[0][0]))
 
 

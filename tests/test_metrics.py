@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tasks.errors import InputError
-from tasks.metrics import Golden, load_eval_set, mean_pass_at_k, parse_ks, pass_at_k
+from situate.core.errors import InputError
+from situate.tasks.metrics import Golden, load_eval_set, mean_pass_at_k, parse_ks, pass_at_k
 from tests.conftest import CODEBASE, SAMPLE_EVAL
 
 
@@ -60,6 +60,7 @@ def test_sample_eval_set_loads():
         ("", "is empty"),
         ('{"query": "q", "golden_chunks": [{"content": "x"}]}\n{"query": \n', "bad JSON at line 2"),
         ('{"golden_chunks": [{"content": "x"}]}\n', "line 1 has no 'query'"),
+        ('{"query": " ", "golden_chunks": [{"content": "x"}]}\n', "line 1: empty query"),
         ('{"query": "q"}\n', "line 1 has no golden chunks"),
         ('{"query": "q", "golden_quotes": [{"doc_id": "a"}]}\n', "needs 'doc_id' and a non-empty"),
     ],

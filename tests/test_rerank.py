@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 import cohere
 import pytest
 
-from tasks.errors import InputError, ProviderError
-from tasks.records import Hit
-from tasks.rerank import Reranker, get_reranker
+from situate.core.errors import InputError, ProviderError
+from situate.core.records import Hit
+from situate.tasks.rerank import Reranker, get_reranker
 
 try:  # tests/ is on sys.path when it is not a package (pytest's rootdir-less import mode)
     from cohere_server import FakeCohere
@@ -167,12 +167,13 @@ def test_missing_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COHERE_API_KEY", raising=False)
     with pytest.raises(ProviderError) as info:
         get_reranker("cohere")
-    assert str(info.value) == "reranker 'cohere' needs an API key: set COHERE_API_KEY"
+    assert str(info.value) == ("reranker 'cohere' needs an API key: set COHERE_API_KEY (or store it in a "
+                               "Prefect Secret block named 'cohere-api-key')")
 
 
 def test_unknown_name_lists_the_known_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COHERE_API_KEY", KEY)
-    with pytest.raises(InputError, match=r"unknown reranker 'voyage'.*known rerankers are cohere"):
+    with pytest.raises(InputError, match=r"unknown reranker 'voyage': use one of cohere"):
         get_reranker("voyage:rerank-2")
 
 

@@ -1,5 +1,6 @@
-"""Ingest and evaluate against a real Milvus server over gRPC (`milvus-lite server`), the client path
-of Milvus Standalone, Distributed and Zilliz Cloud, and compare with the default Milvus Lite run."""
+"""Against a real Milvus server over gRPC (`milvus-lite server`), the client path of Milvus
+Standalone, Distributed and Zilliz Cloud: the ChunkStore contract, and ingest and evaluate compared
+with the default Milvus Lite run."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from tests.conftest import SAMPLE_CORPUS, SAMPLE_EVAL
 from tests.milvus_server import milvus_server, snapshot
+from tests.store_contract import StoreContract
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -20,9 +22,27 @@ def server_uri(tmp_path_factory):
         yield uri
 
 
+class TestMilvusServer(StoreContract):
+    @pytest.fixture
+    def store(self, server_uri):
+        from situate.storage.milvus import MilvusStore
+
+        s = MilvusStore(server_uri)
+
+        def drop_contract_collections() -> None:
+            for name in s.client.list_collections():
+                if name.startswith("contract_"):
+                    s.drop(name)
+
+        drop_contract_collections()
+        yield s
+        drop_contract_collections()
+        s.close()
+
+
 def test_ingest_and_evaluate_on_server_match_lite(prefect_harness, state, server_uri, tmp_path):
-    from flows.evaluate import evaluate_flow
-    from flows.ingest import ingest_flow
+    from situate.flows.evaluate import evaluate_flow
+    from situate.flows.ingest import ingest_flow
 
     common = {"corpus": str(SAMPLE_CORPUS), "collection": "server_mode", "embedder": "hash",
               "context": "structural"}
@@ -49,7 +69,7 @@ def test_ingest_and_evaluate_on_server_match_lite(prefect_harness, state, server
 
 def test_cli_with_server_uri_and_token(prefect_harness, state, server_uri, tmp_path, monkeypatch, capsys):
     """The CLI flags a server user types, token included (it travels by environment, not parameter)."""
-    from flows.cli import main
+    from situate.flows.cli import main
 
     monkeypatch.setenv("SITUATE_MILVUS_TOKEN", "")  # restored after main() sets it
     args = ["--collection", "cli_server", "--milvus-uri", server_uri, "--milvus-token", "root:Milvus"]

@@ -5,11 +5,12 @@ import time.
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from situate.core.secrets import has_key
 
 
 class Settings(BaseSettings):
@@ -29,11 +30,13 @@ class Settings(BaseSettings):
     chunk_overlap: int = Field(100, ge=0, description="characters shared by consecutive chunks")
     embed_batch: int = Field(64, ge=1, description="texts per embedding call")
     write_batch: int = Field(512, ge=1, description="rows per Milvus upsert")
+    max_file_bytes: int = Field(10_000_000, ge=1, description="a directory corpus's files over "
+                                "this size are skipped unread (and logged)")
 
     def default_context(self) -> str:
         if self.context:
             return self.context
-        return "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "structural"
+        return "anthropic" if has_key("anthropic") else "structural"
 
 
 @lru_cache(maxsize=1)

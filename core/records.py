@@ -124,3 +124,14 @@ def batched(items, n: int):
     it = iter(items)
     while batch := tuple(islice(it, n)):
         yield batch
+
+
+@dataclass(frozen=True)
+class EmbeddedDocument:
+    """What the store writes for one document: its situated chunks and their vectors, in chunk
+    order, and the fingerprint of what they were built from (text, context provider, chunking)."""
+
+    doc: Document
+    fingerprint: str
+    situated: tuple[Situated, ...]
+    vectors: tuple[tuple[float, ...], ...] | list[list[float]]

@@ -1,0 +1,184 @@
+"""Ingest at scale: wall time, chunks/s and peak memory of the whole process tree, by corpus size.
+
+For each size (chunks) it generates a corpus deterministically (JSONL documents of 8 chunks of
+about 780 characters, words drawn by a seeded generator from a fixed vocabulary, so every run and
+machine sees the same text), then runs the real command
+
+    situate ingest CORPUS --collection scale --context structural --embedder openai
+
+in a fresh process into a new Milvus Lite file, with OPENAI_BASE_URL pointing at a loopback fake
+of OpenAI's embeddings API (tests/openai_server.py: 1536-d vectors computed at once), so the
+figures measure situate, Prefect and Milvus, not a model. Memory is the summed RSS of the command
+and every process it starts (Prefect's temporary server, Milvus Lite, a model process), sampled
+every 0.25 s; the peak is reported. The time per chunk against size is fitted as time ∝ size^b
+(least squares on logs) and b printed: 1.0 is linear. `--minilm` adds one run at the smallest size
+with the real default embedder (MiniLM in its own process).
+
+    .venv/bin/python benchmarks/bench_scale.py 10000 100000 [1000000] [--minilm] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.openai_server import FakeOpenAI  # noqa: E402
+
+CHUNKS_PER_DOC = 8
+CHUNK_CHARS = 780
+_VOCABULARY = (
+    "lease queue worker retry backoff shard replica index vector segment commit flush compact "
+    "schema field tensor batch token cache prompt context chunk document corpus embed search rank "
+    "fusion score cluster node pool thread process signal timeout deadline budget window stream "
+    "record offset cursor page table column row partition bucket hash digest manifest snapshot "
+    "restore migrate upgrade deploy schedule cron flow task runner future result state event log "
+    "metric trace span sample latency throughput memory disk network socket packet frame buffer "
+    "parse lex token grammar syntax module package import export symbol scope closure binding"
+).split()
+
+
+def write_corpus(path: Path, chunks: int, seed: int = 7) -> int:
+    """A JSONL corpus of about `chunks` chunks; returns the number of documents."""
+    rng = random.Random(seed)
+    docs = math.ceil(chunks / CHUNKS_PER_DOC)
+    with path.open("w") as f:
+        for d in range(docs):
+            paragraphs = []
+            for _ in range(CHUNKS_PER_DOC):
+                words: list[str] = []
+                size = 0
+                while size < CHUNK_CHARS - 20:
+                    w = rng.choice(_VOCABULARY)
+                    words.append(w)
+                    size += len(w) + 1
+                paragraphs.append(" ".join(words) + ".")
+            f.write(json.dumps({"id": f"doc-{d:07d}", "text": "\n\n".join(paragraphs),
+                                "metadata": {"title": f"generated document {d}"}}) + "\n")
+    return docs
+
+
+class TreeMemory:
+    """Peak summed RSS of a process and all its descendants, sampled in a thread."""
+
+    def __init__(self, pid: int, interval: float = 0.25) -> None:
+        self.root = psutil.Process(pid)
+        self.interval = interval
+        self.peak = 0
+        self.peak_processes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> TreeMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+            except psutil.Error:
+                return
+            total = 0
+            for p in procs:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            if total > self.peak:
+                self.peak, self.peak_processes = total, len(procs)
+            self._stop.wait(self.interval)
+
+
+def run_ingest(corpus: Path, work: Path, embedder: str, env: dict[str, str]) -> dict:
+    situate = Path(sys.executable).with_name("situate")
+    cmd = [str(situate), "ingest", str(corpus), "--collection", "scale", "--context", "structural",
+           "--embedder", embedder]
+    run_env = {**env, "SITUATE_MILVUS_URI": str(work / "milvus.db"),
+               "SITUATE_CACHE_DIR": str(work / "cache"), "SITUATE_RESULTS_DIR": str(work / "results"),
+               "PREFECT_HOME": str(work / "prefect")}
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=work, env=run_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    with TreeMemory(proc.pid) as memory:
+        out, err = proc.communicate()
+    seconds = time.perf_counter() - t
+    if proc.returncode != 0:
+        sys.exit(f"situate ingest failed ({proc.returncode}):\n{err[-3000:]}")
+    chunks = next((int(line.split()[-1]) for line in out.splitlines()
+                   if line.strip().startswith("chunks_written")), 0)
+    return {"embedder": embedder, "seconds": round(seconds, 2), "chunks": chunks,
+            "chunks_per_second": round(chunks / seconds, 1),
+            "peak_rss_mib": round(memory.peak / 2**20, 1), "processes_at_peak": memory.peak_processes,
+            "tracebacks_in_output": (out + err).count("Traceback")}
+
+
+def exponent(points: list[tuple[int, float]]) -> float | None:
+    """b in seconds ∝ chunks^b, least squares on logs; None for fewer than two sizes."""
+    if len(points) < 2:
+        return None
+    xs = [math.log(c) for c, _ in points]
+    ys = [math.log(s) for _, s in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000])
+    p.add_argument("--minilm", action="store_true", help="also the smallest size with MiniLM")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "scale.json"))
+    args = p.parse_args()
+    runs = []
+    with FakeOpenAI(api_key="sk-bench-scale") as fake, tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "OPENAI_API_KEY": fake.api_key, "OPENAI_BASE_URL": fake.base_url + "/v1"}
+        env.pop("ANTHROPIC_API_KEY", None)
+        jobs = [(n, "openai") for n in sorted(args.sizes)]
+        if args.minilm:
+            jobs.append((min(args.sizes), "minilm"))
+        for size, embedder in jobs:
+            work = Path(tmp) / f"{embedder}-{size}"
+            work.mkdir()
+            corpus = work / "corpus.jsonl"
+            docs = write_corpus(corpus, size)
+            run = {"size": size, "documents": docs, **run_ingest(corpus, work, embedder, env)}
+            runs.append(run)
+            print(json.dumps(run), flush=True)
+            for item in work.iterdir():  # the next size needs the disk
+                if item.is_file():
+                    item.unlink()
+    openai_runs = [(r["chunks"], r["seconds"]) for r in runs if r["embedder"] == "openai"]
+    b = exponent(openai_runs)
+    result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+              "runs": runs, "time_exponent": None if b is None else round(b, 3)}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{'size':>9} {'embedder':>8} {'chunks':>9} {'seconds':>9} {'chunks/s':>9} {'peak MiB':>9}")
+    for r in runs:
+        print(f"{r['size']:>9} {r['embedder']:>8} {r['chunks']:>9} {r['seconds']:>9.1f} "
+              f"{r['chunks_per_second']:>9.1f} {r['peak_rss_mib']:>9.1f}")
+    if b is not None:
+        print(f"time ∝ chunks^{b:.3f} (1.0 is linear)")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

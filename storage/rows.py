@@ -1,0 +1,106 @@
+"""The rows of a chunk collection: the schema's field limits, the BM25 text with split
+identifiers, and one row per situated, embedded chunk, so that every backend writes the same rows."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from situate.core.errors import StoreError
+from situate.core.records import EmbeddedDocument
+
+# VARCHAR limits of the schema, in bytes (a UTF-8 character takes up to 4).
+MAX_TEXT = 65_535
+MAX_CONTEXT = 8_192
+MAX_DOC_ID = 1_024
+MAX_HASH = 64
+# A fixed English stop-word list for the BM25 analyzer: function words that carry no topic.
+STOP_WORDS = (
+    "a an and are as at be but by for from has have how i in is it its of on or that the this to "
+    "was what when where which who why will with does do did can could should would there their "
+    "these those into than then so if not no".split()
+)
+_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]*)+|"
+                         r"[A-Z]{2,}[a-z][A-Za-z0-9]*|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+")
+_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+_COLLECTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
+
+
+def lexical_text(text: str) -> str:
+    """Text for the BM25 field: the text plus the parts of its compound identifiers.
+
+    Milvus's standard analyzer keeps `run_target` and `DiffExecutor` as single tokens, so a query
+    saying "diff executor" would miss them. Appending the split parts (`run target`, `diff
+    executor`) lets both spellings match; the original tokens stay, so exact names still win.
+    """
+    parts: list[str] = []
+    for ident in set(_IDENTIFIER.findall(text)):
+        parts.extend(p.lower() for p in _PART.findall(ident) if len(p) > 1)
+    if not parts:
+        return text
+    return text + "\n" + " ".join(parts)
+
+
+def validate_collection_name(name: str) -> str:
+    if not _COLLECTION_NAME.match(name or ""):
+        raise StoreError(
+            f"invalid collection name {name!r}: use letters, digits and underscores, starting with "
+            "a letter or underscore (at most 255 characters)"
+        )
+    return name
+
+
+def document_rows(doc: EmbeddedDocument) -> list[dict[str, Any]]:
+    """The rows of one document, in the collection's schema.
+
+    The context and the BM25 text are cut to their fields' limits (counted in characters at 4
+    bytes each, so any text fits); a chunk's own text is never cut: one too long for its field is
+    refused (the loaders already leave such a chunk out, with a warning), rather than stored and
+    returned incomplete.
+    """
+    if len(doc.situated) != len(doc.vectors):
+        raise StoreError(f"document {doc.doc.id!r}: {len(doc.situated)} chunks but "
+                         f"{len(doc.vectors)} vectors; nothing of it was written")
+    if len(doc.doc.id.encode()) > MAX_DOC_ID:
+        raise StoreError(f"document id {doc.doc.id[:80]!r}... is longer than the {MAX_DOC_ID} bytes "
+                         "a stored document id can hold: give the document a shorter id")
+    if len(doc.fingerprint) > MAX_HASH:
+        raise StoreError(f"document {doc.doc.id!r}: fingerprint {doc.fingerprint[:80]!r} is longer "
+                         f"than {MAX_HASH} characters: store a hash of it")
+    metadata = {**doc.doc.metadata, "title": doc.doc.title}
+    rows = []
+    for s, vector in zip(doc.situated, doc.vectors, strict=True):
+        size = len(s.chunk.text.encode())
+        if size > MAX_TEXT:
+            raise StoreError(f"document {doc.doc.id!r}, chunk {s.chunk.index} is {size} bytes, more "
+                             f"than the {MAX_TEXT} a stored chunk can hold: split it; nothing of the "
+                             "document was written")
+        rows.append({
+            "id": s.chunk.id,
+            "doc_id": doc.doc.id,
+            "chunk_index": s.chunk.index,
+            "text": s.chunk.text,
+            "context": s.context[:MAX_CONTEXT // 4],
+            "doc_hash": doc.fingerprint,
+            "chunk_hash": s.chunk.hash,
+            "metadata": metadata,
+            "lexical": lexical_text(s.indexed_text)[:MAX_TEXT // 4],
+            "dense": list(vector),
+        })
+    return rows
+
+
+def groups_of_documents(documents: Iterable[EmbeddedDocument],
+                         size: int) -> Iterator[list[EmbeddedDocument]]:
+    """Whole documents in groups of about `size` chunks (a larger document alone), lazily."""
+    group: list[EmbeddedDocument] = []
+    count = 0
+    for doc in documents:
+        if group and count + len(doc.situated) > size:
+            yield group
+            group, count = [], 0
+        group.append(doc)
+        count += len(doc.situated)
+    if group:
+        yield group

@@ -1,0 +1,166 @@
+"""Which Messages requests situate a document's chunks: one per chunk or one per group, the
+document whole or in windows when it exceeds the context window, grouped into units that share
+(and may cache) one document prefix."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from situate.core.errors import ProviderError
+from situate.core.records import Chunk, Document, sha256
+from situate.tasks.claude.pricing import ModelInfo, estimate_tokens
+from situate.tasks.claude.prompts import (
+    chunk_prompt,
+    document_block,
+    fence_of,
+    group_prompt,
+    group_schema,
+    mark_chunks,
+)
+
+log = logging.getLogger("situate.claude")
+
+# (text, offset in the document, chunks located in it, requested chunks assigned to it)
+Window = tuple[str, int, list[Chunk], list[Chunk]]
+
+
+@dataclass
+class Job:
+    """One Messages request: the document block (the cacheable prefix) and what follows it."""
+
+    doc: Document
+    chunks: list[Chunk]
+    doc_block: str
+    suffix: str
+    max_tokens: int
+    schema: dict[str, Any] | None = None  # set for a group request (structured output)
+
+    @property
+    def custom_id(self) -> str:
+        """Deterministic, so a resumed batch matches its results to the same jobs."""
+        kind = "g" if self.schema is not None else "c"
+        key = "\x1f".join([self.doc.id, self.doc.hash, *(str(c.index) for c in self.chunks)])
+        return f"{kind}-{sha256(key)[:40]}"
+
+    def params(self, model: str, cache: bool) -> dict[str, Any]:
+        doc_block: dict[str, Any] = {"type": "text", "text": self.doc_block}
+        if cache:
+            doc_block["cache_control"] = {"type": "ephemeral"}
+        params: dict[str, Any] = {
+            "model": model,
+            "max_tokens": self.max_tokens,
+            "messages": [{"role": "user",
+                          "content": [doc_block, {"type": "text", "text": self.suffix}]}],
+        }
+        if self.schema is not None:
+            params["output_config"] = {"format": {"type": "json_schema", "schema": self.schema}}
+        return params
+
+
+@dataclass
+class Unit:
+    """Jobs that share one document prefix: cached (first alone, then the rest) or not."""
+
+    jobs: list[Job]
+    cacheable: bool
+
+
+@dataclass(frozen=True)
+class Planner:
+    """Plans the requests of one model and one set of output limits; shared by every document."""
+
+    model: str
+    info: ModelInfo
+    max_tokens: int
+    context_tokens: int
+    group_size: int
+
+    def plan(self, doc: Document, chunks: Sequence[Chunk], group: bool
+             ) -> tuple[list[Unit], list[str]]:
+        """The requests for `chunks` of `doc`, grouped by the document prefix they share."""
+        units: list[Unit] = []
+        fence = fence_of(doc)
+        windows, notes = self.windows(doc, chunks)
+        for text, offset, members, wanted in windows:
+            if group:
+                spans = []
+                stray: list[Chunk] = []
+                for c in members:
+                    start = locate(doc, c) - offset
+                    if 0 <= start and start + len(c.text) <= len(text):
+                        spans.append((c.index, start, start + len(c.text)))
+                    elif c in wanted:
+                        stray.append(c)
+                doc_block = document_block(mark_chunks(text, spans, fence), fence)
+                groups = [wanted[i:i + self.group_size]
+                          for i in range(0, len(wanted), self.group_size)]
+                jobs = [self._group_job(doc, doc_block, fence, g, stray,
+                                        enumerate_ids=len(groups) == 1) for g in groups]
+            else:
+                doc_block = document_block(text, fence)
+                jobs = [Job(doc, [c], doc_block, chunk_prompt(c.text, fence), self.max_tokens)
+                        for c in wanted]
+            # Caching pays from the second request on; under the floor it is not even possible.
+            cacheable = (len(jobs) >= 2
+                         and estimate_tokens(doc_block) >= self.info.min_cache_tokens)
+            units.append(Unit(jobs, cacheable))
+        return units, notes
+
+    def _group_job(self, doc: Document, doc_block: str, fence: str, chunks: Sequence[Chunk],
+                   stray: Sequence[Chunk], enumerate_ids: bool) -> Job:
+        ids = [c.index for c in chunks]
+        unmarked = [(c.index, c.text) for c in stray if c.index in set(ids)]
+        suffix = group_prompt(ids, fence, unmarked)
+        max_tokens = min(self.info.max_output, 100 + self.context_tokens * len(chunks))
+        return Job(doc, list(chunks), doc_block, suffix, max_tokens,
+                   group_schema(ids if enumerate_ids else None))
+
+    def windows(self, doc: Document, chunks: Sequence[Chunk]) -> tuple[list[Window], list[str]]:
+        """The document, or windows of it when it exceeds the context window.
+
+        Returns (text, offset, chunks located in it, requested chunks assigned to it). Windows are
+        fixed and half-overlapping, so every chunk up to half a window long lies whole in one and
+        the chunks of a window still share (and cache) one prefix.
+        """
+        wanted = list(chunks)
+        longest = max((estimate_tokens(c.text) for c in wanted), default=0)
+        budget = self.info.context_window - self.max_tokens - longest - 600
+        total = estimate_tokens(doc.text)
+        if total <= budget:
+            return [(doc.text, 0, list(doc.chunks), wanted)], []
+        if budget < 1000:
+            raise ProviderError(
+                f"document {doc.id}: a chunk of ~{longest} tokens leaves no room for context in "
+                f"the {self.info.context_window}-token window of {self.model}; use smaller chunks")
+        per_char = total / max(1, len(doc.text))
+        size = int(budget / per_char)
+        stride = max(1, size // 2)
+        count = max(1, math.ceil((len(doc.text) - size) / stride) + 1)
+        assigned: list[list[Chunk]] = [[] for _ in range(count)]
+        for c in wanted:
+            start = locate(doc, c)
+            assigned[min(max(start, 0) // stride, count - 1)].append(c)
+        windows = []
+        for i, members in enumerate(assigned):
+            if not members:
+                continue
+            lo = i * stride
+            text = doc.text[lo:lo + size]
+            located = [c for c in doc.chunks if lo <= locate(doc, c) < lo + size]
+            windows.append((text, lo, located, members))
+        note = (f"document {doc.id} (~{total} tokens) exceeds the {self.info.context_window}-token "
+                f"context window of {self.model}: its chunks were situated within {len(windows)} "
+                f"window(s) of ~{budget} tokens of the document around them")
+        log.warning(note)
+        return windows, [note]
+
+
+def locate(doc: Document, chunk: Chunk) -> int:
+    """Where `chunk` starts in `doc`: its recorded start when it holds, else the first match."""
+    if chunk.start >= 0 and doc.text.startswith(chunk.text, chunk.start):
+        return chunk.start
+    return doc.text.find(chunk.text)

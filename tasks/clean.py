@@ -1,0 +1,106 @@
+"""Cleaning what a corpus brings that Milvus cannot store (NUL bytes, lone surrogates), and the
+tally of what a load cleaned and skipped, said in the `situate.load` log as it happens."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("situate.load")
+
+# Milvus's VARCHAR limit, in bytes: a longer chunk could never be stored.
+MAX_CHUNK_BYTES = 65_535
+# Skipped files and chunks named one by one in the log; beyond these only the total is said.
+LOG_EACH = 20
+
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
+
+
+def clean_text(text: str) -> tuple[str, int]:
+    """`text` with NUL bytes removed and lone surrogates replaced by U+FFFD, and how many
+    characters that changed.
+
+    Both reach Python through JSON escapes (`\\u0000`, `\\ud800`) or files, and Milvus refuses both
+    (a lone surrogate cannot even be encoded as UTF-8, so the text could not be hashed). The JSON
+    decoder joins valid surrogate pairs, so any surrogate left in a str is a lone one.
+    """
+    if text.isascii() and "\x00" not in text:
+        return text, 0
+    return _UNSTORABLE.subn(lambda m: "" if m.group() == "\x00" else "\ufffd", text)
+
+
+def clean_value(value: Any) -> tuple[Any, int]:
+    """`clean_text` over every string in a JSON value (keys included)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        out: dict[Any, Any] = {}
+        total = 0
+        for k, v in value.items():
+            k, a = clean_value(k)
+            v, b = clean_value(v)
+            out[k] = v
+            total += a + b
+        return out, total
+    if isinstance(value, list):
+        items = [clean_value(v) for v in value]
+        return [v for v, _ in items], sum(n for _, n in items)
+    return value, 0
+
+
+def id_problem(doc_id: str) -> str:
+    """What makes a document id unstorable, or ''. Ids are never cleaned: an id must be exact."""
+    if "\x00" in doc_id:
+        return "a NUL byte"
+    if not doc_id.isascii() and any("\ud800" <= ch <= "\udfff" for ch in doc_id):
+        return "a lone surrogate"
+    return ""
+
+
+@dataclass
+class Tally:
+    """What one load cleaned, skipped and dropped; each said in the log as it happens."""
+
+    path: str
+    limit: int
+    empty: int = 0
+    large_files: int = 0
+    skipped_chunks: int = 0
+    cleaned_chars: int = 0
+    cleaned_docs: int = 0
+
+    def large_file(self, f: Path, size: int) -> None:
+        self.large_files += 1
+        if self.large_files <= LOG_EACH:
+            log.warning(f"skipped {f}: {size} bytes, over the {self.limit}-byte limit for one file "
+                        "(SITUATE_MAX_FILE_BYTES)")
+
+    def oversize_chunk(self, doc_id: str, index: int, size: int) -> None:
+        self.skipped_chunks += 1
+        if self.skipped_chunks <= LOG_EACH:
+            log.warning(f"skipped document {doc_id!r}, chunk {index} of {self.path}: {size} bytes, "
+                        f"more than the {MAX_CHUNK_BYTES} a stored chunk can hold")
+
+    def cleaned(self, doc_id: str, count: int) -> None:
+        if not count:
+            return
+        self.cleaned_chars += count
+        self.cleaned_docs += 1
+        if self.cleaned_docs <= LOG_EACH:
+            log.warning(f"document {doc_id!r} of {self.path}: removed or replaced {count} NUL "
+                        "byte(s) and lone surrogate(s)")
+
+    def summarize(self) -> None:
+        if self.large_files:
+            log.warning(f"skipped {self.large_files} file(s) over {self.limit} "
+                        f"bytes in {self.path} (SITUATE_MAX_FILE_BYTES)")
+        if self.skipped_chunks:
+            log.warning(f"skipped {self.skipped_chunks} chunk(s) over {MAX_CHUNK_BYTES} bytes in "
+                        f"{self.path}; the other chunks are ingested")
+        if self.cleaned_chars:
+            log.warning(f"cleaned {self.cleaned_chars} character(s) in {self.cleaned_docs} "
+                        f"document(s) of {self.path}: NUL bytes removed, lone surrogates replaced "
+                        "with U+FFFD")

@@ -1,0 +1,226 @@
+"""The `ChunkStore` contract: what every store backend does, as one class of tests.
+
+A backend's test module subclasses `StoreContract` and gives it a `store` fixture: an open store
+in which no collection named `contract_*` exists yet (the subclass cleans up after itself). pytest
+collects the subclasses only: this class's name does not start with `Test`.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from situate.core.errors import StoreError
+from situate.core.protocols import SEARCH_MODES, ChunkStore
+from situate.core.records import Chunk, Document, EmbeddedDocument, Hit, Situated, chunk_id, sha256
+from tests.conftest import HashEmbedding
+
+EMB = HashEmbedding()
+EMBEDDER = "hash:bow-64"
+C = "contract_chunks"
+CORPUS = {
+    "a.py": ["def lease(queue): take the oldest visible job and hide it",
+             "def ack(job): delete the job for good after success"],
+    "b.md": ["Backups: copy the sqlite file with the backup command",
+             "Alerts: queue depth above its usual level means stuck workers"],
+    "c.rs": ["fn next_delay(attempt) computes DiffExecutor backoff with full jitter"],
+}
+ROWS = sum(len(t) for t in CORPUS.values())
+
+
+def embedded(doc_id: str, texts: list[str], context: str = "ctx", pipeline: str = "p1",
+             indexes: list[int] | None = None, title: str = "") -> EmbeddedDocument:
+    """One document as the ingest flow hands it to a store: chunks, contexts, vectors, fingerprint."""
+    chunks = tuple(Chunk(doc_id, i, t) for i, t in zip(indexes or range(len(texts)), texts, strict=True))
+    doc = Document(doc_id, "".join(texts), chunks, title, {"k": doc_id})
+    situated = tuple(Situated(c, context) for c in chunks)
+    return EmbeddedDocument(doc, sha256(f"{pipeline}\x1f{doc.hash}"), situated,
+                            [EMB._one(s.indexed_text) for s in situated])
+
+
+def corpus(**kwargs) -> list[EmbeddedDocument]:
+    return [embedded(d, texts, **kwargs) for d, texts in CORPUS.items()]
+
+
+def stored(store: ChunkStore, collection: str = C) -> dict[str, dict]:
+    """id -> row, every field a reader of the collection sees."""
+    fields = ("id", "doc_id", "chunk_index", "text", "context", "doc_hash", "chunk_hash", "metadata")
+    return {r["id"]: r for r in store.rows(collection, fields=fields)}
+
+
+class StoreContract:
+    """Tests every `ChunkStore` passes; subclasses provide the `store` fixture."""
+
+    @pytest.fixture
+    def loaded(self, store):
+        """The store with collection C holding CORPUS."""
+        store.ensure_collection(C, EMB.dim, EMBEDDER)
+        assert store.write(C, corpus()) == ROWS
+        return store
+
+    # --- the interface ---------------------------------------------------------------------------
+
+    def test_implements_every_protocol_method_with_its_signature(self, store):
+        assert isinstance(store, ChunkStore) and isinstance(store.uri, str)
+        for name, member in vars(ChunkStore).items():
+            if name.startswith("_") or not callable(member):
+                continue
+            want = list(inspect.signature(member).parameters.values())[1:]  # without self
+            got = list(inspect.signature(getattr(store, name)).parameters.values())
+            assert [p.name for p in got[:len(want)]] == [p.name for p in want], name
+            assert [p.default is p.empty for p in got[:len(want)]] == [
+                p.default is p.empty for p in want], name
+            assert all(p.default is not p.empty for p in got[len(want):]), name
+
+    # --- collections -----------------------------------------------------------------------------
+
+    def test_ensure_collection_creates_once_and_describes_it(self, store):
+        assert not store.exists(C)
+        store.ensure_collection(C, EMB.dim, EMBEDDER)
+        assert store.exists(C)
+        assert store.describe(C) == {"dim": EMB.dim, "embedder": EMBEDDER}
+        assert store.count(C) == 0 and store.fingerprints(C) == {}
+        store.ensure_collection(C, EMB.dim, EMBEDDER)  # again: a no-op
+        store.check_embedder(C, EMBEDDER)
+        assert store.count(C) == 0
+
+    def test_a_collection_from_another_embedder_is_refused(self, loaded):
+        with pytest.raises(StoreError, match="holds 64-d vectors from hash:bow-64"):
+            loaded.ensure_collection(C, 384, "minilm:all-MiniLM-L6-v2")
+        with pytest.raises(StoreError, match="from hash:bow-64, not 64-d from other:model"):
+            loaded.ensure_collection(C, EMB.dim, "other:model")
+        with pytest.raises(StoreError, match="holds vectors from hash:bow-64, not other:model"):
+            loaded.check_embedder(C, "other:model")
+        assert loaded.count(C) == ROWS
+
+    def test_missing_collection_and_bad_names(self, store):
+        with pytest.raises(StoreError, match="run `situate ingest CORPUS --collection contract_nope` first"):
+            store.require("contract_nope")
+        with pytest.raises(StoreError, match="invalid collection name"):
+            store.exists("bad-name!")
+        assert not store.exists("contract_nope")
+
+    def test_drop_removes_the_collection(self, loaded):
+        loaded.drop(C)
+        assert not loaded.exists(C)
+        with pytest.raises(StoreError, match="not found"):
+            loaded.require(C)
+
+    # --- writes ----------------------------------------------------------------------------------
+
+    def test_write_builds_every_field_of_the_rows(self, loaded):
+        rows = stored(loaded)
+        assert loaded.count(C) == len(rows) == ROWS
+        for doc in corpus():
+            for s in doc.situated:
+                row = rows[chunk_id(doc.doc.id, s.chunk.index)]
+                assert (row["doc_id"], row["chunk_index"], row["text"], row["context"]) == (
+                    doc.doc.id, s.chunk.index, s.chunk.text, "ctx")
+                assert row["doc_hash"] == doc.fingerprint and row["chunk_hash"] == sha256(s.chunk.text)
+                assert row["metadata"] == {"k": doc.doc.id, "title": ""}
+
+    def test_rewriting_the_same_documents_changes_nothing(self, loaded):
+        before = stored(loaded)
+        assert loaded.write(C, corpus()) == ROWS
+        after = stored(loaded)
+        assert after == before and loaded.count(C) == ROWS
+        ids = [r["id"] for r in loaded.rows(C, fields=("id",))]
+        assert len(ids) == len(set(ids)) == ROWS
+
+    def test_a_changed_document_replaces_its_rows_and_loses_its_stale_chunks(self, loaded):
+        before = stored(loaded)
+        new = embedded("a.py", ["def lease(queue): changed text"], context="new ctx", pipeline="p2")
+        assert loaded.write(C, [new]) == 1
+        after = stored(loaded)
+        assert loaded.count(C) == len(after) == ROWS - 1
+        row = after[chunk_id("a.py", 0)]
+        assert (row["text"], row["context"], row["doc_hash"]) == (
+            "def lease(queue): changed text", "new ctx", new.fingerprint)
+        assert chunk_id("a.py", 1) not in after
+        # The other documents keep their rows field for field.
+        assert {k: v for k, v in after.items() if v["doc_id"] != "a.py"} == {
+            k: v for k, v in before.items() if v["doc_id"] != "a.py"}
+        # Chunk indexes need not be contiguous (pre-chunked input keeps its original indexes).
+        loaded.write(C, [embedded("d.txt", ["one", "two", "three"], indexes=[0, 5, 9])])
+        loaded.write(C, [embedded("d.txt", ["one", "seven"], indexes=[0, 7], pipeline="p2")])
+        assert set(loaded.fingerprints(C)["d.txt"]) == {chunk_id("d.txt", 0), chunk_id("d.txt", 7)}
+
+    def test_a_document_larger_than_a_batch_is_written_and_replaced_whole(self, loaded):
+        big = [f"chunk number {i} of the long document" for i in range(1_100)]
+        assert loaded.write(C, [embedded("big.txt", big)], batch_size=256) == 1_100
+        ids = [r["id"] for r in loaded.rows(C, fields=("id",))]  # more rows than one page
+        assert len(ids) == len(set(ids)) == ROWS + 1_100
+        assert loaded.write(C, [*corpus(), embedded("big.txt", big[:600], pipeline="p2")],
+                            batch_size=256) == ROWS + 600
+        assert loaded.count(C) == ROWS + 600
+        fps = loaded.fingerprints(C)["big.txt"]
+        assert set(fps) == {chunk_id("big.txt", i) for i in range(600)}
+        assert set(fps.values()) == {embedded("big.txt", big[:600], pipeline="p2").fingerprint}
+
+    def test_over_long_fields_are_cut_to_fit_and_an_over_long_chunk_is_refused(self, loaded):
+        long_text = "zebrafinch opens the chunk " + "filler words " * 1_500 + "quokka closes it"
+        long_context = "walrus context " + "x" * 9_000 + " narwhal"
+        loaded.write(C, [embedded("long.txt", [long_text], context=long_context)])
+        row = stored(loaded)[chunk_id("long.txt", 0)]
+        assert row["text"] == long_text  # the chunk itself is never cut
+        assert long_context.startswith(row["context"]) and 0 < len(row["context"].encode()) <= 8_192
+        assert len(row["context"]) < len(long_context)
+        # The BM25 text (chunk, then context) is cut too: its start is indexed, its end is not.
+        hits = loaded.search(C, "bm25", "zebrafinch", None, 3)
+        assert [h.doc_id for h in hits] == ["long.txt"]
+        assert loaded.search(C, "bm25", "narwhal", None, 3) == []
+
+        too_long = embedded("huge.txt", ["short chunk", "é" * 40_000])  # 80,000 bytes
+        with pytest.raises(StoreError, match=r"huge.txt', chunk 1 is 80000 bytes.*split it"):
+            loaded.write(C, [too_long])
+        assert "huge.txt" not in loaded.fingerprints(C)
+        assert loaded.count(C) == ROWS + 1
+
+    def test_a_document_with_more_chunks_than_vectors_is_refused(self, loaded):
+        doc = embedded("odd.txt", ["one", "two"])
+        bad = EmbeddedDocument(doc.doc, doc.fingerprint, doc.situated, doc.vectors[:1])
+        with pytest.raises(StoreError, match="2 chunks but 1 vectors"):
+            loaded.write(C, [bad])
+        assert loaded.count(C) == ROWS
+
+    def test_fingerprints_are_per_document_and_chunk(self, loaded):
+        assert loaded.fingerprints(C) == {
+            d.doc.id: {s.chunk.id: d.fingerprint for s in d.situated} for d in corpus()}
+
+    def test_delete_by_document_and_by_id(self, loaded):
+        assert loaded.delete_documents(C, ["b.md"]) == 2
+        assert sorted({r["doc_id"] for r in loaded.rows(C)}) == ["a.py", "c.rs"]
+        assert loaded.delete_ids(C, [chunk_id("a.py", 1)]) == 1
+        assert loaded.count(C) == 2
+        assert loaded.delete_documents(C, []) == loaded.delete_ids(C, []) == 0
+        assert set(loaded.fingerprints(C)) == {"a.py", "c.rs"}
+
+    # --- reads -----------------------------------------------------------------------------------
+
+    def test_rows_yields_the_fields_asked_for(self, loaded):
+        rows = list(loaded.rows(C, fields=("id", "doc_id")))
+        assert len(rows) == ROWS and all({"id", "doc_id"} <= set(r) for r in rows)
+        assert {r["doc_id"] for r in rows} == set(CORPUS)
+
+    @pytest.mark.parametrize("mode", SEARCH_MODES)
+    def test_each_mode_finds_the_chunk_sharing_the_query_words(self, loaded, mode):
+        query = "how is a job deleted after success"
+        hits = loaded.search(C, mode, query, EMB._one(query), 3)
+        assert all(isinstance(h, Hit) for h in hits)
+        top = hits[0]
+        assert (top.id, top.doc_id, top.index) == (chunk_id("a.py", 1), "a.py", 1)
+        assert top.text == CORPUS["a.py"][1] and top.context == "ctx"
+        assert top.metadata == {"k": "a.py", "title": ""} and top.score > 0
+        # BM25 returns only chunks sharing a term ("job"); the others rank every chunk.
+        assert len(hits) == (2 if mode == "bm25" else 3)
+
+    def test_bm25_matches_the_parts_of_compound_identifiers_and_the_context(self, loaded):
+        assert loaded.search(C, "bm25", "diff executor", None, 1)[0].doc_id == "c.rs"
+        assert loaded.search(C, "bm25", "next delay", None, 1)[0].doc_id == "c.rs"
+        loaded.write(C, [embedded("e.md", ["plain words only"], context="about the walrus")])
+        assert [h.doc_id for h in loaded.search(C, "bm25", "walrus", None, 3)] == ["e.md"]
+
+    def test_an_unknown_mode_is_refused(self, loaded):
+        with pytest.raises(StoreError, match="unknown search mode 'fuzzy'"):
+            loaded.search(C, "fuzzy", "job", None, 3)
