@@ -22,8 +22,10 @@ import platform
 import statistics
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -70,14 +72,30 @@ def mutate(corpus: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str
     return data, {"changed": sorted(changed), "deleted": sorted(deleted), "added": [NEW_DOC]}
 
 
-def processed_documents(flow_run_id: Any) -> list[str]:
-    """Document ids the flow run situated, from its `situate-<doc id>` task runs in Prefect's API."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+@contextmanager
+def processed_documents() -> Iterator[list[str]]:
+    """The ids of the documents the ingest flow situates while in the block, sorted at the end.
 
-    with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-    return sorted(r.name.removeprefix("situate-") for r in runs if r.name.startswith("situate-"))
+    A window task situates its documents through `situate.flows.ingest.situate_document`; this
+    wraps it for the block (in-process runs with the thread runner, as here).
+    """
+    import situate.flows.ingest as ingest
+
+    seen: list[str] = []
+    lock = threading.Lock()
+    real = ingest.situate_document
+
+    def recording(contextualizer: Any, doc: Any, cache: Any) -> Any:
+        with lock:
+            seen.append(doc.id)
+        return real(contextualizer, doc, cache)
+
+    ingest.situate_document = recording
+    try:
+        yield seen
+    finally:
+        ingest.situate_document = real
+        seen.sort()
 
 
 def expected_rows(corpus_path: Path) -> dict[str, list[tuple[str, int, str]]]:
@@ -183,10 +201,10 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     def ingest() -> tuple[float, dict[str, Any], list[str], dict[str, int]]:
         t = time.perf_counter()
-        state = ingest_flow(**params, return_state=True)
+        with processed_documents() as docs:
+            summary = ingest_flow(**params)
         seconds = time.perf_counter() - t
-        summary = state.result()
-        return seconds, summary, processed_documents(state.state_details.flow_run_id), counters.take()
+        return seconds, summary, docs, counters.take()
 
     out: dict[str, Any] = {}
     with prefect_test_harness(server_startup_timeout=180):

@@ -14,17 +14,24 @@ every 0.25 s; the peak is reported. The time per chunk against size is fitted as
 (least squares on logs) and b printed: 1.0 is linear. `--minilm` adds one run at the smallest size
 with the real default embedder (MiniLM in its own process).
 
+The reference, measured in the same run at each size: the same rows written straight into a new
+Milvus Lite file by situate's store in a process of their own (no Prefect, no contexts, no
+embedding service), so each figure has a ratio: situate's time over Milvus Lite's alone, and the
+tree's peak memory beside Lite's alone (Milvus Lite 3 keeps every segment it writes in memory).
+
     .venv/bin/python benchmarks/bench_scale.py 10000 100000 [1000000] [--minilm] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
 import platform
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -131,6 +138,48 @@ def run_ingest(corpus: Path, work: Path, embedder: str, env: dict[str, str]) -> 
             "tracebacks_in_output": (out + err).count("Traceback")}
 
 
+def lite_alone(corpus: Path, db: Path, dim: int = 1536) -> None:
+    """The reference: the same rows (the corpus's chunks, structural-free, random unit vectors)
+    written straight into a new Milvus Lite file by situate's store, with no Prefect, no contexts
+    and no embedding service: the speed and memory of Milvus Lite itself at this size."""
+    import numpy as np
+
+    from situate.core.records import EmbeddedDocument, Situated
+    from situate.storage.milvus import MilvusStore
+    from situate.tasks.load import stream_corpus
+
+    rng = np.random.default_rng(7)
+    store = MilvusStore(str(db))
+    store.ensure_collection("scale", dim, "reference:random")
+    written = 0
+    docs_iter = stream_corpus(corpus)
+    while docs := list(itertools.islice(docs_iter, 250)):
+        batch = []
+        for doc in docs:
+            v = rng.standard_normal((len(doc.chunks), dim), dtype=np.float32)
+            v /= np.linalg.norm(v, axis=1, keepdims=True)
+            batch.append(EmbeddedDocument(doc, "reference", tuple(Situated(c, "", "none")
+                                                                  for c in doc.chunks), list(v)))
+        written += store.write("scale", batch, absent={d.id for d in docs})
+    print(f"rows {store.count('scale')} written {written}")
+    store.close()
+
+
+def run_reference(corpus: Path, work: Path) -> dict:
+    db = work / "reference.db"
+    t = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, __file__, "--lite-alone", str(corpus), str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with TreeMemory(proc.pid) as memory:
+        out, err = proc.communicate()
+    seconds = time.perf_counter() - t
+    if proc.returncode != 0:
+        sys.exit(f"the Milvus Lite reference failed ({proc.returncode}):\n{err[-3000:]}")
+    rows = int(out.split()[1])
+    return {"lite_alone_seconds": round(seconds, 2), "lite_alone_rows": rows,
+            "lite_alone_peak_rss_mib": round(memory.peak / 2**20, 1)}
+
+
 def exponent(points: list[tuple[int, float]]) -> float | None:
     """b in seconds ∝ chunks^b, least squares on logs; None for fewer than two sizes."""
     if len(points) < 2:
@@ -146,7 +195,13 @@ def main() -> None:
     p.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000])
     p.add_argument("--minilm", action="store_true", help="also the smallest size with MiniLM")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "scale.json"))
+    p.add_argument("--no-reference", action="store_true",
+                   help="skip the Milvus-Lite-alone reference run at each size")
+    p.add_argument("--lite-alone", nargs=2, metavar=("CORPUS", "DB"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.lite_alone:
+        lite_alone(Path(args.lite_alone[0]), Path(args.lite_alone[1]))
+        return
     runs = []
     with FakeOpenAI(api_key="sk-bench-scale") as fake, tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "OPENAI_API_KEY": fake.api_key, "OPENAI_BASE_URL": fake.base_url + "/v1"}
@@ -160,21 +215,29 @@ def main() -> None:
             corpus = work / "corpus.jsonl"
             docs = write_corpus(corpus, size)
             run = {"size": size, "documents": docs, **run_ingest(corpus, work, embedder, env)}
+            if embedder == "openai" and not args.no_reference:
+                shutil.rmtree(work / "milvus.db", ignore_errors=True)
+                run.update(run_reference(corpus, work))
+                run["time_vs_lite_alone"] = round(run["seconds"] / run["lite_alone_seconds"], 2)
+                run["rss_over_lite_alone_mib"] = round(run["peak_rss_mib"]
+                                                       - run["lite_alone_peak_rss_mib"], 1)
             runs.append(run)
             print(json.dumps(run), flush=True)
-            for item in work.iterdir():  # the next size needs the disk
-                if item.is_file():
-                    item.unlink()
+            shutil.rmtree(work)  # the next size needs the disk
     openai_runs = [(r["chunks"], r["seconds"]) for r in runs if r["embedder"] == "openai"]
     b = exponent(openai_runs)
     result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
               "runs": runs, "time_exponent": None if b is None else round(b, 3)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{'size':>9} {'embedder':>8} {'chunks':>9} {'seconds':>9} {'chunks/s':>9} {'peak MiB':>9}")
+    print(f"{'size':>9} {'embedder':>8} {'chunks':>9} {'seconds':>9} {'chunks/s':>9} {'peak MiB':>9}"
+          f" {'Lite s':>8} {'Lite MiB':>9} {'time/Lite':>9}")
     for r in runs:
         print(f"{r['size']:>9} {r['embedder']:>8} {r['chunks']:>9} {r['seconds']:>9.1f} "
-              f"{r['chunks_per_second']:>9.1f} {r['peak_rss_mib']:>9.1f}")
+              f"{r['chunks_per_second']:>9.1f} {r['peak_rss_mib']:>9.1f} "
+              f"{r.get('lite_alone_seconds', float('nan')):>8.1f} "
+              f"{r.get('lite_alone_peak_rss_mib', float('nan')):>9.1f} "
+              f"{r.get('time_vs_lite_alone', float('nan')):>9.2f}")
     if b is not None:
         print(f"time ∝ chunks^{b:.3f} (1.0 is linear)")
     print(f"wrote {args.out}")

@@ -4,7 +4,7 @@ so tasks and storage never import each other."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from situate.core.records import EmbeddedDocument, Hit
@@ -38,9 +38,12 @@ class ChunkStore(Protocol):
     def drop(self, collection: str) -> None: ...
 
     def write(self, collection: str, documents: Iterable[EmbeddedDocument],
-              batch_size: int = ...) -> int: ...
+              batch_size: int = ..., absent: Collection[str] = ...) -> int: ...
 
-    def fingerprints(self, collection: str) -> dict[str, dict[str, str]]: ...
+    def fingerprints(self, collection: str,
+                     doc_ids: Sequence[str] | None = None) -> dict[str, dict[str, str]]: ...
+
+    def document_ids(self, collection: str) -> set[str]: ...
 
     def delete_documents(self, collection: str, doc_ids: Sequence[str]) -> int: ...
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def sha256(text: str) -> str:
@@ -124,6 +127,22 @@ def batched(items, n: int):
     it = iter(items)
     while batch := tuple(islice(it, n)):
         yield batch
+
+
+def grouped(items: Iterable[T], size: int, weight: Callable[[T], int]) -> Iterator[list[T]]:
+    """Items in groups of about `size` by `weight` (whole documents by their chunks), lazily; an
+    item heavier than `size` forms a group alone. Never splits an item."""
+    group: list[T] = []
+    total = 0
+    for item in items:
+        w = weight(item)
+        if group and total + w > size:
+            yield group
+            group, total = [], 0
+        group.append(item)
+        total += w
+    if group:
+        yield group
 
 
 @dataclass(frozen=True)

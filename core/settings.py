@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     chunk_overlap: int = Field(100, ge=0, description="characters shared by consecutive chunks")
     embed_batch: int = Field(64, ge=1, description="texts per embedding call")
     write_batch: int = Field(512, ge=1, description="rows per Milvus upsert")
+    window: int = Field(2_000, ge=1, description="chunks (whole documents) ingested as one unit: "
+                        "situated, embedded and written by one task; two are in memory at once")
     max_file_bytes: int = Field(10_000_000, ge=1, description="a directory corpus's files over "
                                 "this size are skipped unread (and logged)")
 

@@ -1,8 +1,14 @@
-"""The ingest flow: load → situate (fanned out per document) → embed in batches → upsert to Milvus.
+"""The ingest flow: stream the corpus in windows; per window, situate → embed → upsert to Milvus.
+
+A corpus of any size goes through in bounded memory: a checking pass first (bad input fails before
+anything is written), then the documents are read again lazily and cut into windows of whole
+documents (about `window` chunks each). Each window is planned against the collection, then one
+task situates, embeds and writes it; at most `IN_FLIGHT` windows are in memory, and a window's
+contexts and vectors are gone once it is written. A million chunks make a few hundred task runs.
 
 Incremental by design: a document whose rows already carry the same fingerprint (its text, the
 context provider and the chunking) is skipped; a changed one is rewritten and its stale chunks
-deleted; with `prune`, documents gone from the corpus are deleted.
+deleted; with `prune`, documents gone from the corpus are deleted once the corpus is through.
 """
 
 from __future__ import annotations
@@ -10,21 +16,24 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefect import flow, get_run_logger, task, unmapped
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import (
     create_progress_artifact,
     create_table_artifact,
     update_progress_artifact,
 )
+from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from situate.core.protocols import ChunkStore
-from situate.core.records import Document, EmbeddedDocument, Situated, Usage, sha256
+from situate.core.records import Document, EmbeddedDocument, Usage, grouped, sha256
 from situate.core.settings import get_settings
 from situate.flows.options import check_ingest_options, check_task_runner
 from situate.storage.cache import ContextCache
@@ -35,10 +44,10 @@ from situate.tasks.contextualize import (
     Contextualizer,
     get_contextualizer,
     situate_corpus_cached,
-    situate_task,
+    situate_document,
 )
 from situate.tasks.embed import check_embedder, get_embedder, release_embedders
-from situate.tasks.load import Corpus, load_corpus, load_corpus_task
+from situate.tasks.load import CorpusScan, scan_corpus, scan_corpus_task, stream_corpus
 
 
 def artifact_key(*parts: str) -> str:
@@ -70,15 +79,21 @@ class Plan:
     changed: int = 0
     unchanged: int = 0
     stale_ids: list[str] = field(default_factory=list)  # chunks of changed docs no longer produced
+    new_ids: set[str] = field(default_factory=set)  # documents with no row stored at all
     deleted_docs: list[str] = field(default_factory=list)
 
 
-PROGRESS_INTERVAL = 1.0  # seconds between progress-artifact updates
+PROGRESS_INTERVAL = 1.0  # seconds between progress-artifact updates and progress log lines
+IN_FLIGHT = 2  # windows in memory at once: one written while the next is situated and embedded
+# Message Batches answer a whole window in one batch, which can take an hour: their windows are
+# larger, so a big corpus makes few batches (each well under the API's 100,000 requests).
+BATCH_WINDOW_FACTOR = 25
+SITUATE_THREADS = 16  # documents of a window situated at once by a paid provider
 
 
 def make_task_runner(kind: str = "threads", dask_address: str | None = None,
                      milvus_uri: str = "") -> TaskRunner:
-    """The runner for the per-document and per-batch tasks: threads here, or a Dask cluster.
+    """The runner for the per-window tasks: threads here, or a Dask cluster.
 
     Dask runs tasks in other processes, which cannot share a Milvus Lite file with the flow
     (one process per file), so it needs a Milvus server URI. Without an address it starts a
@@ -86,7 +101,7 @@ def make_task_runner(kind: str = "threads", dask_address: str | None = None,
     """
     check_task_runner(kind, dask_address, milvus_uri)
     if kind == "threads":
-        return ThreadPoolTaskRunner(max_workers=16)
+        return ThreadPoolTaskRunner(max_workers=IN_FLIGHT)
     from prefect_dask import DaskTaskRunner
 
     if dask_address:
@@ -94,30 +109,33 @@ def make_task_runner(kind: str = "threads", dask_address: str | None = None,
     return DaskTaskRunner(cluster_kwargs={"processes": True, "dashboard_address": None})
 
 
-# A corpus the CLI parsed while checking its input, handed to the flow run it starts in this
-# process (taken once): the corpus is parsed once per run. Deployment runs parse it in the flow.
-_PREPARED: dict[tuple[str, int, int], Corpus] = {}
+# A corpus the CLI checked while checking its input, handed to the flow run it starts in this
+# process (taken once): the checking pass runs once per run. Deployment runs check in the flow.
+_PREPARED: dict[tuple[str, int, int], CorpusScan] = {}
 
 
-def prepare_corpus(path: str, chunk_size: int, chunk_overlap: int) -> Corpus:
-    """Parse and check the corpus now (bad input fails before any flow run starts); the next
-    ingest flow run of the same path and chunking in this process uses it instead of parsing."""
-    corpus = load_corpus(path, chunk_size, chunk_overlap)
+def prepare_corpus(path: str, chunk_size: int, chunk_overlap: int) -> CorpusScan:
+    """Check the corpus now (bad input fails before any flow run starts); the next ingest flow
+    run of the same path and chunking in this process uses this check instead of its own."""
+    scan = scan_corpus(path, chunk_size, chunk_overlap)
     _PREPARED.clear()
-    _PREPARED[(str(path), chunk_size, chunk_overlap)] = corpus
-    return corpus
+    _PREPARED[(str(path), chunk_size, chunk_overlap)] = scan
+    return scan
 
 
-def plan_ingest(corpus: Corpus, existing: dict[str, dict[str, str]], pipeline: str, prune: bool,
-                force: bool) -> Plan:
-    """Compare the corpus with the rows already stored (doc_id -> {chunk id: fingerprint})."""
+def plan_ingest(documents: Iterable[Document], existing: dict[str, dict[str, str]], pipeline: str,
+                force: bool, present: Iterable[str] | None = None) -> Plan:
+    """Compare documents with the rows already stored for them (doc_id -> {chunk id:
+    fingerprint}); with `present` (every document id of the corpus), plan deleting the stored
+    documents not among them as well."""
     plan = Plan()
-    for doc in corpus.documents:
+    for doc in documents:
         rows = existing.get(doc.id)
         fp = fingerprint(doc, pipeline)
         wanted = {c.id for c in doc.chunks}
         if rows is None:
             plan.new += 1
+            plan.new_ids.add(doc.id)
         elif not force and set(rows) == wanted and set(rows.values()) == {fp}:
             plan.unchanged += 1
             continue
@@ -125,101 +143,117 @@ def plan_ingest(corpus: Corpus, existing: dict[str, dict[str, str]], pipeline: s
             plan.changed += 1
             plan.stale_ids.extend(sorted(set(rows) - wanted))
         plan.process.append(doc)
-    if prune:
-        present = {d.id for d in corpus.documents}
-        plan.deleted_docs = sorted(set(existing) - present)
+    if present is not None:
+        keep = set(present)
+        plan.deleted_docs = sorted(set(existing) - keep)
     return plan
 
 
-@task(task_run_name="embed-{label}", persist_result=False)
-def embed_task(embedder_spec: str, results: list[ContextResult],
-               label: str = "batch") -> list[list[float]]:
-    """Embed one batch of situated documents (context + chunk of each chunk)."""
-    texts = [x.indexed_text for r in results for x in r.situated]
-    return get_embedder(embedder_spec).embed_documents(texts)
-
-
-@task(task_run_name="write-{label}", persist_result=False)
-def write_task(uri: str, token: str, collection: str, rows_meta: list[tuple[Document, list[Situated]]],
-               vectors: list[list[float]], pipeline: str, label: str = "batch") -> int:
-    """Write one embedded batch (whole documents, so a document is never half-written); the store
-    replaces each document's rows, stale chunks of a changed one included."""
-    documents: list[EmbeddedDocument] = []
-    i = 0
-    for doc, situated in rows_meta:
-        documents.append(EmbeddedDocument(doc, fingerprint(doc, pipeline), tuple(situated),
-                                          vectors[i:i + len(situated)]))
-        i += len(situated)
-    store: ChunkStore = open_store(uri, token)
-    return store.write(collection, documents, batch_size=get_settings().write_batch)
-
-
-def _situate_and_embed(contextualizer: Contextualizer, docs: Sequence[Document],
-                       cache: ContextCache | None, collection: str, embedder_spec: str,
-                       batch_size: int) -> tuple[list[ContextResult], list[Batch]]:
-    """Situate every document and embed them in batches, each batch as soon as it is situated.
-
-    Batches are whole documents (about `batch_size` chunks), fixed before any context exists, so
-    the same corpus always gives the same batches. Per batch, the documents' contexts are mapped
-    (one task each) and the batch's embedding task is submitted right behind them: it waits for
-    those contexts only, so the embedder works while later documents are still being situated.
-    Providers that batch a whole corpus (Message Batches) answer in one call; then every batch
-    is embedded from their answer.
-    """
-    logger = get_run_logger()
-    groups = [[d for d, _ in g] for g in _batches_of_documents([(d, d.chunks) for d in docs],
-                                                                 batch_size)]
-    corpus_results = situate_corpus_cached(contextualizer, docs, cache) if docs else None
-    batches: list[Batch] = []
-    if corpus_results is not None:
-        it = iter(corpus_results)
-        for n, group in enumerate(groups):
-            results = [next(it) for _ in group]
-            batches.append(Batch(group, embed_task.submit(embedder_spec, results, label=str(n))))
-        return corpus_results, batches
-
-    progress = create_progress_artifact(
-        0.0, key=artifact_key("ingest-progress", collection),
-        description=f"documents situated of {len(docs)}")
-    futures: list[Any] = []
-    for n, group in enumerate(groups):
-        mapped = situate_task.map(unmapped(contextualizer), group, unmapped(cache))
-        futures.extend(mapped)
-        batches.append(Batch(group, embed_task.submit(embedder_spec, list(mapped), label=str(n))))
-    results: list[ContextResult] = []
-    step = max(1, len(docs) // 20)
-    last = time.monotonic()
-    try:
-        for n, f in enumerate(futures, start=1):
-            results.append(f.result())
-            # Every 5%, at most once a second: each update is an API call, and a fast corpus
-            # would otherwise spend more time reporting progress than making it.
-            if n == len(docs) or (n % step == 0 and time.monotonic() - last >= PROGRESS_INTERVAL):
-                update_progress_artifact(progress, 100.0 * n / len(docs))
-                last = time.monotonic()
-    except BaseException:
-        # A document failed: the run stops. The other documents' tasks stop too (on threads; on
-        # Dask the workers' own copies finish their documents), and the error goes up only when
-        # every task has ended, so none is still using the contextualizer, the cache or the
-        # model when the flow closes them.
-        contextualizer.abort()
-        wait([*futures, *(b.vectors for b in batches)])
-        raise
-    for r in results:
-        for note in r.notes:
-            logger.warning(note)
-    return results, batches
+def windows(documents: Iterable[Document], size: int) -> Iterator[list[Document]]:
+    """Whole documents in groups of about `size` chunks (a larger document alone)."""
+    return grouped(documents, size, lambda d: len(d.chunks))
 
 
 @dataclass
-class Batch:
-    """One embedding batch: whole documents, and the future of their vectors."""
+class WindowResult:
+    """What one window's task did: its bill, its rows and the notes its providers left."""
 
-    docs: list[Document]
-    vectors: Any  # PrefectFuture[list[list[float]]]
+    usage: Usage
+    written: int
+    chunks: int
+    notes: list[str] = field(default_factory=list)
 
 
-@flow(name="ingest", log_prints=False, task_runner=ThreadPoolTaskRunner(max_workers=16))
+def situate_window(contextualizer: Contextualizer, docs: Sequence[Document],
+                   cache: ContextCache | None) -> list[ContextResult]:
+    """Contexts of every chunk of `docs`, in order. A provider that batches a whole corpus
+    (Message Batches) gets the window in one call; a paid one gets `SITUATE_THREADS` documents at
+    once (its own concurrency bounds the requests); a free one works through them in turn."""
+    batched = situate_corpus_cached(contextualizer, docs, cache)
+    if batched is not None:
+        return batched
+    if contextualizer.cache_identity() is None or len(docs) == 1:
+        return [situate_document(contextualizer, d, cache) for d in docs]
+    with ThreadPoolExecutor(max_workers=min(SITUATE_THREADS, len(docs)),
+                            thread_name_prefix="situate") as pool:
+        futures = [pool.submit(situate_document, contextualizer, d, cache) for d in docs]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            # One document failed: the run stops, and the others stop quickly too.
+            contextualizer.abort()
+            for f in futures:
+                f.cancel()
+            raise
+
+
+@task(task_run_name="window-{label}", persist_result=False, cache_policy=NO_CACHE)
+def window_task(contextualizer: Contextualizer, cache: ContextCache | None,
+                docs: list[Document], stale_ids: list[str], new_ids: set[str], embedder_spec: str,
+                uri: str, token: str, collection: str, pipeline: str,
+                label: str = "0") -> WindowResult:
+    """Situate, embed and write one window of whole documents. Its contexts and vectors live only
+    here: gone when the window is written. Each document's rows are written in one go (never
+    half a document), replacing what the collection held for it, stale chunks included."""
+    s = get_settings()
+    results = situate_window(contextualizer, docs, cache)
+    texts = [x.indexed_text for r in results for x in r.situated]
+    embedder = get_embedder(embedder_spec)
+    vectors = embedder.embed_documents(texts, batch_size=s.embed_batch) if texts else []
+    del texts
+    store: ChunkStore = open_store(uri, token)
+    if vectors and not store.exists(collection):
+        # Created at the first write: a run that fails before any window is written leaves no
+        # empty collection behind. The flow writes its first window alone, so no race here.
+        store.ensure_collection(collection, len(vectors[0]), embedder.id)
+    documents: list[EmbeddedDocument] = []
+    i = 0
+    for doc, r in zip(docs, results, strict=True):
+        n = len(r.situated)
+        documents.append(EmbeddedDocument(doc, fingerprint(doc, pipeline), tuple(r.situated),
+                                          vectors[i:i + n]))
+        i += n
+    del vectors
+    written = store.write(collection, documents, batch_size=s.write_batch, absent=new_ids)
+    if stale_ids:
+        store.delete_ids(collection, stale_ids)
+    usage = Usage()
+    notes: list[str] = []
+    for r in results:
+        usage.add(r.usage)
+        notes.extend(r.notes)
+    usage.contexts_generated = sum(1 for r in results for x in r.situated
+                                   if x.source == "generated")
+    return WindowResult(usage, written, sum(len(d.chunks) for d in docs), notes)
+
+
+class _Progress:
+    """Progress of the run, as a Prefect progress artifact and as log lines, at most once a
+    second (each artifact update is an API call)."""
+
+    def __init__(self, collection: str, total_chunks: int) -> None:
+        self.total = max(1, total_chunks)
+        self.done = 0
+        self.started = time.monotonic()
+        self.last = 0.0
+        self.artifact = create_progress_artifact(
+            0.0, key=artifact_key("ingest-progress", collection),
+            description=f"chunks situated, embedded and written (or found unchanged) of "
+                        f"{total_chunks}")
+
+    def advance(self, chunks: int) -> None:
+        self.done += chunks
+        now = time.monotonic()
+        if self.done < self.total and now - self.last < PROGRESS_INTERVAL:
+            return
+        self.last = now
+        update_progress_artifact(self.artifact, min(100.0, 100.0 * self.done / self.total))
+        rate = self.done / max(now - self.started, 1e-9)
+        get_run_logger().info(f"{self.done}/{self.total} chunks ({100 * self.done / self.total:.0f}%), "
+                              f"{rate:.0f} chunks/s")
+
+
+@flow(name="ingest", log_prints=False, task_runner=ThreadPoolTaskRunner(max_workers=IN_FLIGHT))
 def ingest_flow(
     corpus: str,
     collection: str,
@@ -251,83 +285,95 @@ def ingest_flow(
     timings: dict[str, float] = {}
 
     t = time.perf_counter()
-    loaded = _PREPARED.pop((str(corpus), size, overlap), None) or load_corpus_task(corpus, size, overlap)
-    if loaded.skipped_empty:
-        logger.warning(f"skipped {loaded.skipped_empty} empty document(s) in {corpus}")
-    if loaded.skipped_files:
-        logger.warning(f"skipped {loaded.skipped_files} binary or non-text file(s) in {corpus}")
-    if loaded.skipped_large_files:
-        logger.warning(f"skipped {loaded.skipped_large_files} file(s) over {s.max_file_bytes} bytes "
-                       f"in {corpus} (SITUATE_MAX_FILE_BYTES); their paths are in the log above")
-    if loaded.skipped_chunks:
-        logger.warning(f"skipped {loaded.skipped_chunks} chunk(s) too long to store in {corpus}; "
-                       "their documents and indexes are in the log above")
-    if loaded.cleaned_chars:
-        logger.warning(f"cleaned {loaded.cleaned_chars} NUL byte(s) or lone surrogate(s) in {corpus}")
+    scan = _PREPARED.pop((str(corpus), size, overlap), None) or scan_corpus_task(corpus, size, overlap)
+    _warn_skipped(scan, s.max_file_bytes)
     contextualizer = get_contextualizer(config)
     name, model_name, _ = check_embedder(embedder_spec)
     embedder_id = f"{name}:{model_name}"
     store: ChunkStore = open_store(uri, token)
-    existing: dict[str, dict[str, str]] = {}
-    if store.exists(collection):
+    existed = store.exists(collection)
+    if existed:
         # Same embedder id, same vectors: no need to load a model when nothing may change.
         store.check_embedder(collection, embedder_id)
-        existing = store.fingerprints(collection)
     pipeline = pipeline_id(contextualizer, size, overlap)
-    plan = plan_ingest(loaded, existing, pipeline, prune, force)
-    timings["load"] = time.perf_counter() - t
+    timings["scan"] = time.perf_counter() - t
 
     t = time.perf_counter()
     cache = ContextCache(config.state_dir)
+    window = s.window * (BATCH_WINDOW_FACTOR if config.batch else 1)
+    totals = Plan()
+    usage = Usage()
+    written = 0
+    progress = _Progress(collection, scan.chunks)
+    pending: deque[Any] = deque()
+    submitted = 0
+
+    def settle(future: Any) -> None:
+        nonlocal written
+        result: WindowResult = future.result()
+        usage.add(result.usage)
+        written += result.written
+        for note in result.notes:
+            logger.warning(note)
+        progress.advance(result.chunks)
+
     try:
-        results, batches = _situate_and_embed(contextualizer, plan.process, cache, collection,
-                                              embedder_spec, s.embed_batch)
+        for docs in windows(stream_corpus(corpus, size, overlap), window):
+            existing = store.fingerprints(collection, [d.id for d in docs]) if existed else {}
+            plan = plan_ingest(docs, existing, pipeline, force)
+            totals.new, totals.changed = totals.new + plan.new, totals.changed + plan.changed
+            totals.unchanged += plan.unchanged
+            totals.stale_ids.extend(plan.stale_ids)
+            skipped = sum(len(d.chunks) for d in docs) - sum(len(d.chunks) for d in plan.process)
+            if skipped:
+                progress.advance(skipped)
+            if not plan.process:
+                continue
+            pending.append(window_task.submit(contextualizer, cache, plan.process, plan.stale_ids,
+                                              plan.new_ids, embedder_spec, uri, token, collection,
+                                              pipeline, label=str(submitted)))
+            submitted += 1
+            # The first window creates the collection: it goes alone. Then at most IN_FLIGHT.
+            while pending and (len(pending) >= IN_FLIGHT or submitted == 1):
+                settle(pending.popleft())
+        while pending:
+            settle(pending.popleft())
+    except BaseException:
+        # A window failed (or the run was stopped): the other windows stop too (on threads; on
+        # Dask the workers' own copies finish their documents), and the error goes up only when
+        # every task has ended, so none is still using the contextualizer, the cache or the
+        # model when the flow closes them. What was written stays: the next run goes on from it.
+        contextualizer.abort()
+        wait(list(pending))
+        raise
     finally:
         contextualizer.close()
-    usage = Usage()
-    for r in results:
-        usage.add(r.usage)
-    usage.contexts_generated = sum(1 for r in results for x in r.situated if x.source == "generated")
-    timings["situate"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    if not store.exists(collection):
-        # Created only now that every context exists: a failed run leaves no empty collection.
-        emb = get_embedder(embedder_spec)
-        store.ensure_collection(collection, emb.dim, emb.id)
-    situated = dict(zip((d.id for d in plan.process), (r.situated for r in results), strict=True))
-    writes = [write_task.submit(uri, token, collection, [(d, situated[d.id]) for d in b.docs],
-                                b.vectors, pipeline, label=str(n)) for n, b in enumerate(batches)]
-    try:
-        for b in batches:
-            b.vectors.wait()
-    finally:
-        # Every embedding task has ended, so none can load the model again: let a local model's
-        # process exit while the last writes finish. (After a failed context the flow stops
-        # before this; the process goes when this one does.)
+        # No window is left to embed: let a local model's process exit now.
         release_embedders()
-    written = sum(f.result() for f in writes)
-    # The writes replaced each changed document's rows, its stale chunks (plan.stale_ids) included.
-    deleted = len(plan.stale_ids) + store.delete_documents(collection, plan.deleted_docs)
-    timings["embed+write"] = time.perf_counter() - t
+    deleted = len(totals.stale_ids)
+    if prune and existed:
+        gone = sorted(set(store.document_ids(collection)) - scan.ids)
+        totals.deleted_docs = gone
+        deleted += store.delete_documents(collection, gone)
+    timings["situate+embed+write"] = time.perf_counter() - t
 
     summary = {
         "collection": collection,
         "corpus": corpus,
         "context": config.name,
         "embedder": embedder_id,
-        "documents": len(loaded.documents),
-        "new": plan.new,
-        "changed": plan.changed,
-        "unchanged": plan.unchanged,
-        "deleted_documents": len(plan.deleted_docs),
-        "skipped_empty": loaded.skipped_empty,
-        "skipped_large_files": loaded.skipped_large_files,
-        "skipped_chunks": loaded.skipped_chunks,
-        "cleaned_chars": loaded.cleaned_chars,
+        "documents": scan.documents,
+        "new": totals.new,
+        "changed": totals.changed,
+        "unchanged": totals.unchanged,
+        "deleted_documents": len(totals.deleted_docs),
+        "skipped_empty": scan.skipped_empty,
+        "skipped_large_files": scan.skipped_large_files,
+        "skipped_chunks": scan.skipped_chunks,
+        "cleaned_chars": scan.cleaned_chars,
         "chunks_written": written,
         "chunks_deleted": deleted,
-        "rows": store.count(collection),
+        "rows": store.count(collection) if existed or written else 0,
         "contexts_generated": usage.contexts_generated,
         "contexts_from_cache": usage.contexts_from_cache,
         "requests": usage.requests,
@@ -345,20 +391,22 @@ def ingest_flow(
         key=artifact_key("ingest-summary", collection),
         description=f"ingest of {corpus} into {collection}")
     logger.info(f"{collection}: {written} chunks written, {summary['rows']} rows, "
-                f"{plan.unchanged} unchanged document(s) skipped")
+                f"{totals.unchanged} unchanged document(s) skipped")
     return summary
 
 
-def _batches_of_documents(pairs: Sequence[tuple[Document, list[Situated]]], size: int):
-    """Group whole documents into batches of about `size` chunks (a large document alone)."""
-    group: list[tuple[Document, list[Situated]]] = []
-    count = 0
-    for doc, situated in pairs:
-        if group and count + len(situated) > size:
-            yield group
-            group, count = [], 0
-        group.append((doc, situated))
-        count += len(situated)
-    if group:
-        yield group
-
+def _warn_skipped(scan: CorpusScan, max_file_bytes: int) -> None:
+    logger = get_run_logger()
+    corpus = scan.path
+    if scan.skipped_empty:
+        logger.warning(f"skipped {scan.skipped_empty} empty document(s) in {corpus}")
+    if scan.skipped_files:
+        logger.warning(f"skipped {scan.skipped_files} binary or non-text file(s) in {corpus}")
+    if scan.skipped_large_files:
+        logger.warning(f"skipped {scan.skipped_large_files} file(s) over {max_file_bytes} bytes "
+                       f"in {corpus} (SITUATE_MAX_FILE_BYTES); their paths are in the log above")
+    if scan.skipped_chunks:
+        logger.warning(f"skipped {scan.skipped_chunks} chunk(s) too long to store in {corpus}; "
+                       "their documents and indexes are in the log above")
+    if scan.cleaned_chars:
+        logger.warning(f"cleaned {scan.cleaned_chars} NUL byte(s) or lone surrogate(s) in {corpus}")

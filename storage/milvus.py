@@ -20,7 +20,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -353,7 +353,7 @@ class MilvusStore:
     # --- writes ----------------------------------------------------------------------------------
 
     def write(self, collection: str, documents: Iterable[EmbeddedDocument],
-              batch_size: int = WRITE_BATCH) -> int:
+              batch_size: int = WRITE_BATCH, absent: Collection[str] = ()) -> int:
         """Write whole documents: each one's rows replace whatever the collection held for it.
 
         Documents are grouped into upserts of about `batch_size` rows, never split unless one alone
@@ -363,12 +363,16 @@ class MilvusStore:
         after its first attempt went through (in part or whole) leaves the same rows. A run that
         stops in between leaves stale rows next to the new ones, which a fingerprint comparison
         sees as a changed document. Returns the rows written.
+
+        `absent` names documents the caller has just found to have no rows stored (new ones of an
+        incremental plan): nothing is read back for them.
         """
         written = 0
         with _writing():
             for group in groups_of_documents(documents, batch_size):
                 rows = [row for doc in group for row in document_rows(doc)]
-                stored = self._stored_ids(collection, [d.doc.id for d in group])
+                stored = self._stored_ids(collection,
+                                          [d.doc.id for d in group if d.doc.id not in absent])
                 written += self.upsert(collection, rows, batch_size)
                 self.delete_ids(collection, sorted(stored - {r["id"] for r in rows}))
         return written
@@ -387,6 +391,8 @@ class MilvusStore:
         return written
 
     def _stored_ids(self, collection: str, doc_ids: Sequence[str]) -> set[str]:
+        if not doc_ids:
+            return set()
         ids: set[str] = set()
         for batch in batched(doc_ids, 256):
             ids.update(r["id"] for r in self.rows(collection, fields=("id",),
@@ -419,13 +425,23 @@ class MilvusStore:
             collection, filter="", output_fields=["count(*)"]))
         return int(res[0]["count(*)"]) if res else 0
 
-    def fingerprints(self, collection: str) -> dict[str, dict[str, str]]:
-        """doc id -> {chunk id: fingerprint} of every stored row: what an incremental ingest
-        compares a corpus with (a document is unchanged when both its ids and fingerprint are)."""
+    def fingerprints(self, collection: str,
+                     doc_ids: Sequence[str] | None = None) -> dict[str, dict[str, str]]:
+        """doc id -> {chunk id: fingerprint} of the stored rows of `doc_ids` (of every document
+        when None): what an incremental ingest compares a window of its corpus with (a document
+        is unchanged when both its ids and fingerprint are)."""
         out: dict[str, dict[str, str]] = {}
-        for row in self.rows(collection, fields=("id", "doc_id", "doc_hash")):
-            out.setdefault(row["doc_id"], {})[row["id"]] = row["doc_hash"]
+        filters = ([""] if doc_ids is None else
+                   [f"doc_id in {json.dumps(list(b))}" for b in batched(doc_ids, 256)])
+        for expr in filters:
+            for row in self.rows(collection, fields=("id", "doc_id", "doc_hash"), filter=expr):
+                out.setdefault(row["doc_id"], {})[row["id"]] = row["doc_hash"]
         return out
+
+    def document_ids(self, collection: str) -> set[str]:
+        """The ids of every document with rows in the collection (what `--prune` compares the
+        corpus with); read row by row, kept once per document."""
+        return {row["doc_id"] for row in self.rows(collection, fields=("doc_id",))}
 
     @property
     def is_local(self) -> bool:

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from situate.core.errors import StoreError
-from situate.core.records import EmbeddedDocument
+from situate.core.records import EmbeddedDocument, grouped
 
 # VARCHAR limits of the schema, in bytes (a UTF-8 character takes up to 4).
 MAX_TEXT = 65_535
@@ -94,13 +94,4 @@ def document_rows(doc: EmbeddedDocument) -> list[dict[str, Any]]:
 def groups_of_documents(documents: Iterable[EmbeddedDocument],
                          size: int) -> Iterator[list[EmbeddedDocument]]:
     """Whole documents in groups of about `size` chunks (a larger document alone), lazily."""
-    group: list[EmbeddedDocument] = []
-    count = 0
-    for doc in documents:
-        if group and count + len(doc.situated) > size:
-            yield group
-            group, count = [], 0
-        group.append(doc)
-        count += len(doc.situated)
-    if group:
-        yield group
+    return grouped(documents, size, lambda d: len(d.situated))

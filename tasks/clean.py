@@ -66,7 +66,12 @@ class Tally:
 
     path: str
     limit: int
+    # A second pass over a corpus already checked (the ingest flow's streaming pass) counts
+    # without saying anything again.
+    quiet: bool = False
+    form: str = ""
     empty: int = 0
+    skipped_files: int = 0
     large_files: int = 0
     skipped_chunks: int = 0
     cleaned_chars: int = 0
@@ -74,13 +79,13 @@ class Tally:
 
     def large_file(self, f: Path, size: int) -> None:
         self.large_files += 1
-        if self.large_files <= LOG_EACH:
+        if self.large_files <= LOG_EACH and not self.quiet:
             log.warning(f"skipped {f}: {size} bytes, over the {self.limit}-byte limit for one file "
                         "(SITUATE_MAX_FILE_BYTES)")
 
     def oversize_chunk(self, doc_id: str, index: int, size: int) -> None:
         self.skipped_chunks += 1
-        if self.skipped_chunks <= LOG_EACH:
+        if self.skipped_chunks <= LOG_EACH and not self.quiet:
             log.warning(f"skipped document {doc_id!r}, chunk {index} of {self.path}: {size} bytes, "
                         f"more than the {MAX_CHUNK_BYTES} a stored chunk can hold")
 
@@ -89,11 +94,13 @@ class Tally:
             return
         self.cleaned_chars += count
         self.cleaned_docs += 1
-        if self.cleaned_docs <= LOG_EACH:
+        if self.cleaned_docs <= LOG_EACH and not self.quiet:
             log.warning(f"document {doc_id!r} of {self.path}: removed or replaced {count} NUL "
                         "byte(s) and lone surrogate(s)")
 
     def summarize(self) -> None:
+        if self.quiet:
+            return
         if self.large_files:
             log.warning(f"skipped {self.large_files} file(s) over {self.limit} "
                         f"bytes in {self.path} (SITUATE_MAX_FILE_BYTES)")

@@ -16,8 +16,6 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from prefect import task
-
 from situate.core.protocols import ContextCache
 from situate.core.records import Chunk, Document, Situated, Usage, sha256
 from situate.core.registry import Registry
@@ -187,13 +185,6 @@ def _cached(identity: dict[str, str | int] | None, doc: Document, cache: Context
 
 def _key(identity: dict[str, str | int], doc: Document, chunk: Chunk) -> str:
     return context_key(identity, doc.hash, chunk.hash)
-
-
-@task(task_run_name="situate-{doc.id}", persist_result=False)
-def situate_task(contextualizer: Contextualizer, doc: Document,
-                 cache: ContextCache | None) -> ContextResult:
-    """Prefect task over `situate_document`: one per document, mapped by the ingest flow."""
-    return situate_document(contextualizer, doc, cache)
 
 
 def situate_corpus_cached(

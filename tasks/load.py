@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 
 from situate.core.errors import InputError
 from situate.core.records import Chunk, Document
@@ -59,6 +60,23 @@ class Corpus:
     @property
     def chunk_count(self) -> int:
         return sum(len(d.chunks) for d in self.documents)
+
+
+@dataclass(frozen=True)
+class CorpusScan:
+    """What a checking pass over a corpus found, without its texts: counts, the document ids,
+    and what it skipped. The ingest flow plans with it and then streams the documents."""
+
+    path: str
+    form: str
+    documents: int
+    chunks: int
+    ids: frozenset[str]
+    skipped_empty: int = 0
+    skipped_files: int = 0
+    skipped_large_files: int = 0
+    skipped_chunks: int = 0
+    cleaned_chars: int = 0
 
 
 # --- loaders -------------------------------------------------------------------------------------
@@ -114,30 +132,72 @@ def _document(tally: Tally, where: str, doc_id: str, text: str, title: str,
 def load_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
                 max_file_bytes: int | None = None) -> Corpus:
-    """Read a corpus in any of the three forms; raise InputError on anything unusable.
+    """Read a whole corpus in any of the three forms into memory; InputError on anything unusable.
 
+    For corpora that fit in memory (evaluation, tests, small runs); the ingest flow uses
+    `scan_corpus` and `stream_corpus` instead, which hold one document at a time.
     `max_file_bytes` (default: the `max_file_bytes` setting) bounds one file of a directory, or a
     single text file given alone; JSONL and pre-chunked JSON files are not bounded by it.
     """
-    limit = max_file_bytes if max_file_bytes is not None else get_settings().max_file_bytes
-    tally = Tally(str(path), limit)
-    corpus = _load(Path(path), chunk_size, chunk_overlap, tally)
+    tally = _tally(path, max_file_bytes, quiet=False)
+    documents = tuple(iter_corpus(path, chunk_size, chunk_overlap, tally))
     tally.summarize()
-    return corpus
+    return Corpus(str(path), tally.form, documents, tally.empty, tally.skipped_files,
+                  tally.large_files, tally.skipped_chunks, tally.cleaned_chars)
 
 
-def _load(p: Path, chunk_size: int, chunk_overlap: int, tally: Tally) -> Corpus:
+def scan_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+                max_file_bytes: int | None = None) -> CorpusScan:
+    """Check a whole corpus as `load_corpus` does (the same errors, the same log lines) while
+    keeping only counts and ids: memory grows with the number of documents, not their text."""
+    tally = _tally(path, max_file_bytes, quiet=False)
+    documents = chunks = 0
+    ids: set[str] = set()
+    for doc in iter_corpus(path, chunk_size, chunk_overlap, tally):
+        documents += 1
+        chunks += len(doc.chunks)
+        ids.add(doc.id)
+    tally.summarize()
+    return CorpusScan(str(path), tally.form, documents, chunks, frozenset(ids), tally.empty,
+                      tally.skipped_files, tally.large_files, tally.skipped_chunks,
+                      tally.cleaned_chars)
+
+
+def stream_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                  chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+                  max_file_bytes: int | None = None) -> Iterator[Document]:
+    """The documents of a corpus `scan_corpus` has checked, one at a time, in corpus order, saying
+    nothing the scan said already. JSONL and directories are read lazily; a pre-chunked JSON is
+    parsed whole (its format is one JSON value)."""
+    return iter_corpus(path, chunk_size, chunk_overlap, _tally(path, max_file_bytes, quiet=True))
+
+
+def _tally(path: str | Path, max_file_bytes: int | None, quiet: bool) -> Tally:
+    limit = max_file_bytes if max_file_bytes is not None else get_settings().max_file_bytes
+    return Tally(str(path), limit, quiet=quiet)
+
+
+def iter_corpus(path: str | Path, chunk_size: int, chunk_overlap: int,
+                tally: Tally) -> Iterator[Document]:
+    """Every document of the corpus at `path`, lazily, checked as it is read; `tally` counts what
+    was skipped and cleaned, and gets the form read."""
+    p = Path(path)
     if not p.exists():
         raise InputError(f"corpus not found: {p} (give a pre-chunked .json, a .jsonl of documents, "
                          "or a directory of text and source files)")
     if p.is_dir():
-        return _load_directory(p, chunk_size, chunk_overlap, tally)
+        tally.form = "directory"
+        return _iter_directory(p, chunk_size, chunk_overlap, tally)
     suffix = p.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        return _load_jsonl(p, chunk_size, chunk_overlap, tally)
+        tally.form = "jsonl"
+        return _iter_jsonl(p, chunk_size, chunk_overlap, tally)
     if suffix == ".json":
-        return _load_prechunked(p, tally)
+        tally.form = "prechunked-json"
+        return _iter_prechunked(p, tally)
     if suffix in TEXT_SUFFIXES or suffix == "":
+        tally.form = "file"
         size = p.stat().st_size
         if size > tally.limit:
             raise InputError(f"{p}: {size} bytes, over the {tally.limit}-byte limit for one file; split "
@@ -148,7 +208,7 @@ def _load(p: Path, chunk_size: int, chunk_overlap: int, tally: Tally) -> Corpus:
                                                   chunk_overlap)
         if doc is None:
             raise InputError(f"{p}: the file is empty or not UTF-8 text; nothing to ingest")
-        return Corpus(str(p), "file", (doc,), 0, 0, 0, tally.skipped_chunks, tally.cleaned_chars)
+        return iter((doc,))
     raise InputError(f"{p}: unknown corpus form {suffix!r}; give a pre-chunked .json, a .jsonl of "
                      "documents, or a directory of text and source files")
 
@@ -167,7 +227,7 @@ def _read_text(p: Path) -> str:
                          "the file to UTF-8") from None
 
 
-def _load_prechunked(p: Path, tally: Tally) -> Corpus:
+def _iter_prechunked(p: Path, tally: Tally) -> Iterator[Document]:
     text = _read_text(p)
     if not text.strip():
         raise InputError(f"{p}: the file is empty")
@@ -178,7 +238,7 @@ def _load_prechunked(p: Path, tally: Tally) -> Corpus:
     if not isinstance(data, list):
         raise InputError(f"{p}: expected a JSON list of documents with 'doc_id', 'content' and "
                          "'chunks' (the codebase_chunks.json format); for plain documents use JSONL")
-    documents: list[Document] = []
+    del text
     seen: set[str] = set()
     for n, item in enumerate(data):
         where = f"{p}: document #{n + 1}"
@@ -212,9 +272,7 @@ def _load_prechunked(p: Path, tally: Tally) -> Corpus:
         title = str(metadata.get("relative_path") or metadata.get("title") or "")
         doc = _document(tally, where, doc_id, content, title, metadata, pieces)
         if doc is not None:
-            documents.append(doc)
-    return Corpus(str(p), "prechunked-json", tuple(documents), tally.empty, 0, 0,
-                  tally.skipped_chunks, tally.cleaned_chars)
+            yield doc
 
 
 def iter_jsonl(p: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -253,8 +311,8 @@ def iter_jsonl(p: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise InputError(f"{p}: the file is empty")
 
 
-def _load_jsonl(p: Path, size: int, overlap: int, tally: Tally) -> Corpus:
-    documents: list[Document] = []
+def _iter_jsonl(p: Path, size: int, overlap: int, tally: Tally) -> Iterator[Document]:
+    found = 0
     seen: dict[str, int] = {}
     for number, item in iter_jsonl(p):
         doc_id, body = item.get("id"), item.get("text")
@@ -275,11 +333,10 @@ def _load_jsonl(p: Path, size: int, overlap: int, tally: Tally) -> Corpus:
         doc = _document(tally, f"{p}: line {number}", doc_id, body, title, metadata, None, size,
                         overlap)
         if doc is not None:
-            documents.append(doc)
-    if not documents and not tally.empty and not tally.skipped_chunks:
+            found += 1
+            yield doc
+    if not found and not tally.empty and not tally.skipped_chunks:
         raise InputError(f"{p}: no documents in the file")
-    return Corpus(str(p), "jsonl", tuple(documents), tally.empty, 0, 0, tally.skipped_chunks,
-                  tally.cleaned_chars)
 
 
 def _walk(root: Path) -> Iterator[Path]:
@@ -308,20 +365,19 @@ def _file_metadata(p: Path, doc_id: str) -> dict[str, Any]:
     return {"path": doc_id, "suffix": p.suffix.lower()}
 
 
-def _load_directory(root: Path, size: int, overlap: int, tally: Tally) -> Corpus:
-    documents: list[Document] = []
-    skipped_files = 0
+def _iter_directory(root: Path, size: int, overlap: int, tally: Tally) -> Iterator[Document]:
+    found = 0
     for f in _walk(root):
         if f.suffix.lower() not in TEXT_SUFFIXES and f.suffix:
-            skipped_files += 1
+            tally.skipped_files += 1
             continue
         try:
             st = f.stat()
         except OSError:
-            skipped_files += 1  # a dangling link
+            tally.skipped_files += 1  # a dangling link
             continue
         if not stat.S_ISREG(st.st_mode):
-            skipped_files += 1  # a FIFO or device: reading it could block or never end
+            tally.skipped_files += 1  # a FIFO or device: reading it could block or never end
             continue
         if st.st_size > tally.limit:
             tally.large_file(f, st.st_size)
@@ -329,20 +385,19 @@ def _load_directory(root: Path, size: int, overlap: int, tally: Tally) -> Corpus
         rel = f.relative_to(root).as_posix()
         body = _read_text_file(f)
         if body is None:
-            skipped_files += 1
+            tally.skipped_files += 1
             continue
         doc = _document(tally, f"{root}: file {rel!r}", rel, body, rel, _file_metadata(f, rel),
                         None, size, overlap)
         if doc is not None:
-            documents.append(doc)
-    if not documents and not tally.empty and not tally.large_files and not tally.skipped_chunks:
+            found += 1
+            yield doc
+    if not found and not tally.empty and not tally.large_files and not tally.skipped_chunks:
         raise InputError(f"{root}: no text, Markdown or source files found in the directory")
-    return Corpus(str(root), "directory", tuple(documents), tally.empty, skipped_files,
-                  tally.large_files, tally.skipped_chunks, tally.cleaned_chars)
 
 
-@task(task_run_name="load-corpus", persist_result=False)
-def load_corpus_task(path: str, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                     chunk_overlap: int = DEFAULT_CHUNK_OVERLAP) -> Corpus:
-    """Prefect task over `load_corpus`."""
-    return load_corpus(path, chunk_size, chunk_overlap)
+@task(task_run_name="scan-corpus", persist_result=False, cache_policy=NO_CACHE)
+def scan_corpus_task(path: str, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                     chunk_overlap: int = DEFAULT_CHUNK_OVERLAP) -> CorpusScan:
+    """Prefect task over `scan_corpus`."""
+    return scan_corpus(path, chunk_size, chunk_overlap)

@@ -51,9 +51,9 @@ def test_reingest_does_only_what_changed(prefect_harness, state, tmp_path, count
     before = snapshot(state["milvus_uri"], "incremental")
 
     counting.texts = 0
-    run = ingest_flow(**params, return_state=True)
-    again = run.result()
-    assert processed_documents(run.state_details.flow_run_id) == []  # no situate task at all
+    with processed_documents() as situated:
+        again = ingest_flow(**params)
+    assert situated == []  # nothing situated at all
     assert counting.texts == 0
     assert (again["unchanged"], again["new"], again["changed"], again["deleted_documents"]) == (90, 0, 0, 0)
     assert (again["chunks_written"], again["chunks_deleted"]) == (0, 0)
@@ -62,10 +62,10 @@ def test_reingest_does_only_what_changed(prefect_harness, state, tmp_path, count
 
     mutated, what = mutate(original)
     corpus.write_text(json.dumps(mutated))
-    run = ingest_flow(**params, return_state=True)
-    summary = run.result()
+    with processed_documents() as situated:
+        summary = ingest_flow(**params)
     touched = sorted(what["changed"] + what["added"])
-    assert processed_documents(run.state_details.flow_run_id) == touched
+    assert situated == touched
     new_chunks = sum(len(d["chunks"]) for d in mutated if d["doc_id"] in touched)
     assert counting.texts == summary["chunks_written"] == new_chunks
     assert (summary["new"], summary["changed"], summary["unchanged"], summary["deleted_documents"]) == (
