@@ -37,6 +37,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -82,8 +84,8 @@ def write_corpus(path: Path, chunks: int, seed: int = 7) -> int:
 class TreeMemory:
     """Peak summed RSS of a process and all its descendants, sampled in a thread."""
 
-    def __init__(self, pid: int, interval: float = 0.25) -> None:
-        self.root = psutil.Process(pid)
+    def __init__(self, pid: int | None, interval: float = 0.25) -> None:
+        self.root = psutil.Process(pid) if pid else None
         self.interval = interval
         self.peak = 0
         self.peak_processes = 0
@@ -91,12 +93,14 @@ class TreeMemory:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> TreeMemory:
-        self._thread.start()
+        if self.root is not None:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
+        if self.root is not None:
+            self._thread.join()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -115,17 +119,18 @@ class TreeMemory:
             self._stop.wait(self.interval)
 
 
-def run_ingest(corpus: Path, work: Path, embedder: str, env: dict[str, str]) -> dict:
+def run_ingest(corpus: Path, work: Path, embedder: str, env: dict[str, str],
+               uri: str | None = None, server_pid: int | None = None) -> dict:
     situate = Path(sys.executable).with_name("situate")
     cmd = [str(situate), "ingest", str(corpus), "--collection", "scale", "--context", "structural",
            "--embedder", embedder]
-    run_env = {**env, "SITUATE_MILVUS_URI": str(work / "milvus.db"),
+    run_env = {**env, "SITUATE_MILVUS_URI": uri or str(work / "milvus.db"),
                "SITUATE_CACHE_DIR": str(work / "cache"), "SITUATE_RESULTS_DIR": str(work / "results"),
                "PREFECT_HOME": str(work / "prefect")}
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=work, env=run_env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    with TreeMemory(proc.pid) as memory:
+    with TreeMemory(proc.pid) as memory, TreeMemory(server_pid) as server:
         out, err = proc.communicate()
     seconds = time.perf_counter() - t
     if proc.returncode != 0:
@@ -135,10 +140,11 @@ def run_ingest(corpus: Path, work: Path, embedder: str, env: dict[str, str]) -> 
     return {"embedder": embedder, "seconds": round(seconds, 2), "chunks": chunks,
             "chunks_per_second": round(chunks / seconds, 1),
             "peak_rss_mib": round(memory.peak / 2**20, 1), "processes_at_peak": memory.peak_processes,
+            **({"milvus_server_peak_rss_mib": round(server.peak / 2**20, 1)} if server_pid else {}),
             "tracebacks_in_output": (out + err).count("Traceback")}
 
 
-def lite_alone(corpus: Path, db: Path, dim: int = 1536) -> None:
+def lite_alone(corpus: Path, db: str, dim: int = 1536) -> None:
     """The reference: the same rows (the corpus's chunks, structural-free, random unit vectors)
     written straight into a new Milvus Lite file by situate's store, with no Prefect, no contexts
     and no embedding service: the speed and memory of Milvus Lite itself at this size."""
@@ -149,7 +155,7 @@ def lite_alone(corpus: Path, db: Path, dim: int = 1536) -> None:
     from situate.tasks.load import stream_corpus
 
     rng = np.random.default_rng(7)
-    store = MilvusStore(str(db))
+    store = MilvusStore(db)
     store.ensure_collection("scale", dim, "reference:random")
     written = 0
     docs_iter = stream_corpus(corpus)
@@ -165,19 +171,38 @@ def lite_alone(corpus: Path, db: Path, dim: int = 1536) -> None:
     store.close()
 
 
-def run_reference(corpus: Path, work: Path) -> dict:
-    db = work / "reference.db"
+def run_reference(corpus: Path, work: Path, uri: str | None = None,
+                  server_pid: int | None = None) -> dict:
+    db = uri or str(work / "reference.db")
     t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, __file__, "--lite-alone", str(corpus), str(db)],
+    proc = subprocess.Popen([sys.executable, __file__, "--lite-alone", str(corpus), db],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    with TreeMemory(proc.pid) as memory:
+    with TreeMemory(proc.pid) as memory, TreeMemory(server_pid) as server:
         out, err = proc.communicate()
     seconds = time.perf_counter() - t
     if proc.returncode != 0:
         sys.exit(f"the Milvus Lite reference failed ({proc.returncode}):\n{err[-3000:]}")
     rows = int(out.split()[1])
     return {"lite_alone_seconds": round(seconds, 2), "lite_alone_rows": rows,
-            "lite_alone_peak_rss_mib": round(memory.peak / 2**20, 1)}
+            "lite_alone_peak_rss_mib": round(memory.peak / 2**20, 1),
+            **({"lite_alone_server_peak_rss_mib": round(server.peak / 2**20, 1)}
+               if server_pid else {})}
+
+
+@contextmanager
+def milvus(data_dir: Path, server: bool) -> Iterator[tuple[str | None, int | None]]:
+    """(URI, pid) of a `milvus-lite server` on `data_dir` for the block, or (None, None)."""
+    if not server:
+        yield None, None
+        return
+    from tests.milvus_server import MilvusServer
+
+    s = MilvusServer(data_dir, log=data_dir.parent / f"{data_dir.name}.log", timeout=120)
+    s.start()
+    try:
+        yield s.uri, s.proc.pid
+    finally:
+        s.stop()
 
 
 def exponent(points: list[tuple[int, float]]) -> float | None:
@@ -195,12 +220,15 @@ def main() -> None:
     p.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000])
     p.add_argument("--minilm", action="store_true", help="also the smallest size with MiniLM")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "scale.json"))
+    p.add_argument("--server", action="store_true",
+                   help="write to a `milvus-lite server` process started for each run (measured "
+                        "on its own) instead of a Milvus Lite file inside the command")
     p.add_argument("--no-reference", action="store_true",
                    help="skip the Milvus-Lite-alone reference run at each size")
     p.add_argument("--lite-alone", nargs=2, metavar=("CORPUS", "DB"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.lite_alone:
-        lite_alone(Path(args.lite_alone[0]), Path(args.lite_alone[1]))
+        lite_alone(Path(args.lite_alone[0]), args.lite_alone[1])
         return
     runs = []
     with FakeOpenAI(api_key="sk-bench-scale") as fake, tempfile.TemporaryDirectory() as tmp:
@@ -214,10 +242,15 @@ def main() -> None:
             work.mkdir()
             corpus = work / "corpus.jsonl"
             docs = write_corpus(corpus, size)
-            run = {"size": size, "documents": docs, **run_ingest(corpus, work, embedder, env)}
+            with milvus(work / "server-ingest", args.server) as (uri, pid):
+                run = {"size": size, "documents": docs, "store": "server" if uri else "lite-file",
+                       **run_ingest(corpus, work, embedder, env, uri, pid)}
+            print(json.dumps(run), flush=True)
             if embedder == "openai" and not args.no_reference:
                 shutil.rmtree(work / "milvus.db", ignore_errors=True)
-                run.update(run_reference(corpus, work))
+                shutil.rmtree(work / "server-ingest", ignore_errors=True)
+                with milvus(work / "server-reference", args.server) as (uri, pid):
+                    run.update(run_reference(corpus, work, uri, pid))
                 run["time_vs_lite_alone"] = round(run["seconds"] / run["lite_alone_seconds"], 2)
                 run["rss_over_lite_alone_mib"] = round(run["peak_rss_mib"]
                                                        - run["lite_alone_peak_rss_mib"], 1)
@@ -231,10 +264,11 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(f"{'size':>9} {'embedder':>8} {'chunks':>9} {'seconds':>9} {'chunks/s':>9} {'peak MiB':>9}"
-          f" {'Lite s':>8} {'Lite MiB':>9} {'time/Lite':>9}")
+          f" {'server MiB':>10} {'Lite s':>8} {'Lite MiB':>9} {'time/Lite':>9}")
     for r in runs:
         print(f"{r['size']:>9} {r['embedder']:>8} {r['chunks']:>9} {r['seconds']:>9.1f} "
               f"{r['chunks_per_second']:>9.1f} {r['peak_rss_mib']:>9.1f} "
+              f"{r.get('milvus_server_peak_rss_mib', float('nan')):>10.1f} "
               f"{r.get('lite_alone_seconds', float('nan')):>8.1f} "
               f"{r.get('lite_alone_peak_rss_mib', float('nan')):>9.1f} "
               f"{r.get('time_vs_lite_alone', float('nan')):>9.2f}")
