@@ -240,7 +240,7 @@ def test_deployment_runs_show_in_the_ui(prefect_server, tmp_path):
     finally:
         if browser is not None:
             browser.close()
-        # Ctrl-C, as a user stops it: Prefect's runner hangs on SIGTERM (Runner.astop never awaited).
+        # Ctrl-C, as a user stops it (SIGTERM works as well; tests/test_serve.py checks both).
         stop_process(serve, sig=signal.SIGINT)
         OUTPUT.mkdir(parents=True, exist_ok=True)
         for f in out.glob("*"):
