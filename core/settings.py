@@ -24,6 +24,8 @@ class Settings(BaseSettings):
                                           "an Anthropic key is configured, else structural")
     embedder: str = Field("minilm", description="minilm | voyage | cohere | openai | bge-m3, "
                                                 "optionally name:model")
+    reranker: str = Field("cohere", description="reranker of the rerank mode: cohere[:model] (needs a "
+                          "key) or st:NAME_OR_PATH (a local sentence-transformers CrossEncoder)")
     anthropic_model: str = Field("claude-haiku-4-5", description="model for --context anthropic")
     concurrency: int = Field(8, ge=1, description="concurrent requests to the context provider")
     chunk_size: int = Field(800, ge=100, description="characters per chunk for unchunked input")

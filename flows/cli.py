@@ -58,7 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     store_flags(ev)
     ev.add_argument("--k", default="5,10,20", help="cut-offs, comma-separated (default 5,10,20)")
     ev.add_argument("--modes", help="retrieval modes to compare: dense, bm25, hybrid, rerank "
-                    "(default: all but rerank; rerank too when COHERE_API_KEY is set)")
+                    "(default: all but rerank; rerank too with a local --rerank st:... or when "
+                    "COHERE_API_KEY is set)")
+    ev.add_argument("--rerank", dest="reranker", metavar="RERANKER", help="reranker of the rerank mode: "
+                    "cohere[:model] or st:NAME_OR_PATH, a sentence-transformers CrossEncoder "
+                    "[SITUATE_RERANKER, default cohere]")
     ev.add_argument("--json", dest="json_out", metavar="OUT", help="write the results as JSON")
     ev.add_argument("--results-dir", help="history of evaluations [SITUATE_RESULTS_DIR, default "
                     "data/results]")
@@ -85,7 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     store_flags(se)
     se.add_argument("--k", type=int, default=10, help="number of hits (default 10)")
     se.add_argument("--mode", default="hybrid", help="dense | bm25 | hybrid | rerank (hybrid reranked "
-                    "by Cohere; needs COHERE_API_KEY) (default hybrid)")
+                    "by --rerank) (default hybrid)")
+    se.add_argument("--rerank", dest="reranker", metavar="RERANKER", help="cohere[:model] (needs "
+                    "COHERE_API_KEY) or st:NAME_OR_PATH [SITUATE_RERANKER, default cohere]")
     return p
 
 
@@ -110,7 +116,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     result = startup.launch_evaluate(args.eval_set, args.collection, k=args.k, modes=args.modes,
-                                     milvus_uri=args.milvus_uri, json_out=args.json_out)
+                                     milvus_uri=args.milvus_uri, json_out=args.json_out,
+                                     reranker=args.reranker)
     import polars as pl
 
     from situate.flows.evaluate import pass_at_k_table
@@ -127,18 +134,24 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from situate.flows.deploy import ServeConfig, serve_deployments
 
-    serve_deployments(ServeConfig(
+    stopped = serve_deployments(ServeConfig(
         corpus=args.corpus, collection=args.collection, eval_set=args.eval_set,
         context=args.context, embedder=args.embedder, milvus_uri=args.milvus_uri, prune=args.prune,
         ingest_cron=args.ingest_cron, evaluate_cron=args.evaluate_cron, name=args.name,
         paused=args.paused))
+    if stopped is not None:
+        runs = ("no run was in progress" if not stopped.runs else
+                f"{stopped.runs} run(s) in progress cancelled; what they did is kept, and the "
+                "next run goes on from there")
+        print(f"situate serve: stopped ({stopped.signal}); {runs}", file=sys.stderr)
     return 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
     from situate.flows.evaluate import search
 
-    hits = search(args.query, args.collection, mode=args.mode, k=args.k, milvus_uri=args.milvus_uri)
+    hits = search(args.query, args.collection, mode=args.mode, k=args.k, milvus_uri=args.milvus_uri,
+                  reranker=args.reranker)
     if not hits:
         print("no results")
     for rank, h in enumerate(hits, start=1):
@@ -165,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     startup.settings_from_flags(getattr(args, "milvus_token", None),
                                 getattr(args, "results_dir", None), getattr(args, "cache_dir", None))
     startup.install_log_filter()
-    # Prefect's runner handles its own signals (`situate serve`).
+    # `situate serve` stops on its own terms (flows.deploy.serve: cancels its runs, exits 0).
     restore = startup.install_stop_handlers(args.command) if args.command != "serve" else None
     try:
         return COMMANDS[args.command](args)

@@ -68,11 +68,12 @@ def markdown_report(result: dict[str, Any], previous: dict[str, Any] | None) -> 
 
 
 @task(task_run_name="retrieve-{mode}", persist_result=False)
-def retrieve_task(uri: str, token: str, collection: str, embedder_spec: str,
-                  queries: list[str], mode: str, limit: int) -> list[list[Hit]]:
+def retrieve_task(uri: str, token: str, collection: str, embedder_spec: str, queries: list[str],
+                  mode: str, limit: int, reranker_spec: str = "cohere") -> list[list[Hit]]:
     """One mode's hits for every query, as a Prefect task; opens the store by URI on the
     process's shared client, so it can run in any worker."""
-    return retrieve(open_store(uri, token), collection, embedder_spec, queries, mode, limit)
+    return retrieve(open_store(uri, token), collection, embedder_spec, queries, mode, limit,
+                    reranker_spec)
 
 
 @flow(name="evaluate", log_prints=False)
@@ -84,11 +85,13 @@ def evaluate_flow(
     milvus_uri: str | None = None,
     embedder: str | None = None,
     json_out: str | None = None,
+    reranker: str | None = None,
 ) -> dict[str, Any]:
     """Measure Pass@k of COLLECTION on EVAL_SET for each retrieval mode."""
     s = get_settings()
     logger = get_run_logger()
-    ks, mode_list = check_evaluate_options(collection, k, modes)
+    reranker_spec = reranker or s.reranker
+    ks, mode_list = check_evaluate_options(collection, k, modes, reranker_spec)
     queries = load_eval_set(eval_set)
     uri = milvus_uri or s.milvus_uri
     token = s.milvus_token.get_secret_value()
@@ -104,7 +107,8 @@ def evaluate_flow(
     scores: dict[str, dict[str, float]] = {}
     try:
         for mode in mode_list:
-            hits = retrieve_task(uri, token, collection, embedder_spec, texts, mode, max(ks))
+            hits = retrieve_task(uri, token, collection, embedder_spec, texts, mode, max(ks),
+                                 reranker_spec)
             cases = [(q.golden, [(h.doc_id, h.text) for h in hs])
                      for q, hs in zip(queries, hits, strict=True)]
             scores[mode] = {str(kk): round(mean_pass_at_k(cases, kk), 2) for kk in ks}
@@ -116,6 +120,7 @@ def evaluate_flow(
         "pass_at_k": scores,
         "eval_set": eval_set,
         "embedder": embedder_spec,
+        "reranker": reranker_spec if "rerank" in mode_list else None,
         "seconds": round(time.perf_counter() - started, 2),
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
     }
@@ -142,16 +147,17 @@ def evaluate_flow(
 
 
 def search(query: str, collection: str, mode: str = "hybrid", k: int = 10,
-           milvus_uri: str | None = None) -> list[Hit]:
+           milvus_uri: str | None = None, reranker: str | None = None) -> list[Hit]:
     """The top `k` chunks of COLLECTION for one query (`situate search`): a plain function, not a
     flow, since one query needs no orchestration. The query is cleaned and bounded first
     (`clean_query`): an empty one fails before the store is opened."""
     from situate.tasks.retrieve import clean_query
 
     query = clean_query(query)
-    check_evaluate_options(collection, "1", mode)
     s = get_settings()
+    reranker = reranker or s.reranker
+    check_evaluate_options(collection, "1", mode, reranker)
     store = open_existing_store(milvus_uri or s.milvus_uri, collection,
                                 s.milvus_token.get_secret_value())
     embedder = store.describe(collection)["embedder"] or s.embedder
-    return retrieve(store, collection, embedder, [query], mode, k)[0]
+    return retrieve(store, collection, embedder, [query], mode, k, reranker)[0]

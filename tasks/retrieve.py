@@ -35,9 +35,11 @@ def clean_query(text: str) -> str:
     return text
 
 
-def default_modes() -> str:
-    """Every mode this configuration can run: `rerank` joins when a Cohere key is set."""
-    return ",".join(MODES if has_key("cohere") else SEARCH_MODES)
+def default_modes(reranker: str = "cohere") -> str:
+    """Every mode this configuration can run: `rerank` joins when the reranker is local (`st:`)
+    or a Cohere key is set."""
+    local = reranker.partition(":")[0].strip().lower() != "cohere"
+    return ",".join(MODES if local or has_key("cohere") else SEARCH_MODES)
 
 
 def check_modes(modes: Sequence[str]) -> list[str]:
