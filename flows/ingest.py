@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import (
     create_progress_artifact,
@@ -33,7 +34,7 @@ from prefect.futures import wait
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from situate.core.protocols import ChunkStore
-from situate.core.records import Document, EmbeddedDocument, Usage, grouped, sha256
+from situate.core.records import Document, EmbeddedDocument, Usage, batched, grouped, sha256
 from situate.core.settings import get_settings
 from situate.flows.options import check_ingest_options, check_task_runner
 from situate.storage.cache import ContextCache
@@ -199,10 +200,14 @@ def window_task(contextualizer: Contextualizer, cache: ContextCache | None,
     results = situate_window(contextualizer, docs, cache)
     texts = [x.indexed_text for r in results for x in r.situated]
     embedder = get_embedder(embedder_spec)
-    vectors = embedder.embed_documents(texts, batch_size=s.embed_batch) if texts else []
-    del texts
+    # Held as float32 arrays (4 bytes a number; a list of Python floats takes 32), converted
+    # batch by batch as the embedder answers.
+    parts = [np.asarray(embedder.embed_documents(list(b), batch_size=s.embed_batch),
+                        dtype=np.float32) for b in batched(texts, s.embed_batch)]
+    vectors = np.concatenate(parts) if parts else np.empty((0, 0), dtype=np.float32)
+    del texts, parts
     store: ChunkStore = open_store(uri, token)
-    if vectors and not store.exists(collection):
+    if len(vectors) and not store.exists(collection):
         # Created at the first write: a run that fails before any window is written leaves no
         # empty collection behind. The flow writes its first window alone, so no race here.
         store.ensure_collection(collection, len(vectors[0]), embedder.id)

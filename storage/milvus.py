@@ -138,6 +138,9 @@ def _install_quiet_filter() -> None:
     """On every pymilvus logger (a logger's own filters see the records it creates)."""
     names = [n for n in list(logging.Logger.manager.loggerDict)
              if n == "pymilvus" or n.startswith("pymilvus.")]
+    # Milvus Lite logs a file it cannot open (held by another process) with two tracebacks
+    # before pymilvus raises; the one StoreError line says it.
+    names.append("milvus_lite.server_manager")
     for name in names:
         logger = logging.getLogger(name)
         if _QUIET not in logger.filters:
