@@ -21,7 +21,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,12 +28,17 @@ from situate.core.errors import StoreError
 from situate.core.protocols import SEARCH_MODES
 from situate.core.records import EmbeddedDocument, Hit, batched
 from situate.core.retry import RetryPolicy
+from situate.storage.faults import (
+    IN_CALL,
+    describe,
+    handled,
+    install_quiet_filter,
+    is_transient,
+    writing,
+)
 from situate.storage.rows import (
-    MAX_CONTEXT,
-    MAX_DOC_ID,
-    MAX_HASH,
-    MAX_TEXT,
-    STOP_WORDS,
+    INDEXES,
+    collection_schema,
     document_rows,
     groups_of_documents,
     lexical_text,
@@ -62,109 +66,6 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-def _translate(e: Exception, what: str, uri: str) -> StoreError:
-    message = getattr(e, "message", None) or str(e)
-    return StoreError(f"Milvus at {uri}: {what} failed: {message}")
-
-
-def is_transient(error: BaseException) -> bool:
-    """An error another attempt may cure: the server is down, restarting, not ready or throttling.
-
-    With the server down pymilvus raises `MilvusException(code=2, "Fail connecting to server on
-    HOST:PORT ...")` (its reconnect failed); a call cut off by the server dying raises gRPC
-    UNAVAILABLE; a Milvus that is starting answers "service not ready" or marks the status
-    retriable. Schema and input errors are never retried.
-    """
-    import grpc
-    from pymilvus.exceptions import MilvusException
-    from pymilvus.grpc_gen import common_pb2
-
-    transient_grpc = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-    if isinstance(error, StoreError):
-        return False
-    if isinstance(error, MilvusException):
-        if error.is_input_error:
-            return False
-        code = error.code
-        if isinstance(code, grpc.StatusCode):
-            return code in transient_grpc
-        message = str(error.message).lower()
-        return (error.retriable or code == _CONNECT_FAILED
-                or error.compatible_code in (common_pb2.NotReadyServe,
-                                             common_pb2.NotReadyCoordActivating,
-                                             common_pb2.RateLimit)
-                or "server unavailable" in message or "not ready" in message)
-    if isinstance(error, grpc.RpcError) and callable(getattr(error, "code", None)):
-        return error.code() in transient_grpc
-    return isinstance(error, ConnectionError | TimeoutError)
-
-
-_CONNECT_FAILED = 2  # pymilvus Status.CONNECT_FAILED; Milvus's own code 2 is "service unavailable"
-
-
-def _describe(error: BaseException | None) -> str:
-    """The error in a few words, for the retry log and the final message."""
-    if error is None:
-        return "no answer"
-    details = getattr(error, "details", None)
-    if callable(details):  # a gRPC error
-        return f"{error.code().name}: {details()}"
-    message = str(getattr(error, "message", "") or error).splitlines()[0]
-    return message[:200]
-
-
-class _InCall(threading.local):
-    depth = 0  # inside a MilvusStore call to pymilvus
-    writing = 0  # inside a MilvusStore write
-
-
-_IN_CALL = _InCall()
-
-
-class _QuietWhileHandled(logging.Filter):
-    """pymilvus logs every failed call at ERROR with its traceback (and every failed reconnect at
-    WARNING with one) before raising it. Inside a MilvusStore call the error is handled here: it
-    is retried and logged once, or becomes the StoreError the user sees, so pymilvus's copy is
-    dropped; pymilvus's logs from anywhere else pass."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return _IN_CALL.depth == 0
-
-
-_QUIET = _QuietWhileHandled()
-
-
-def _install_quiet_filter() -> None:
-    """On every pymilvus logger (a logger's own filters see the records it creates)."""
-    names = [n for n in list(logging.Logger.manager.loggerDict)
-             if n == "pymilvus" or n.startswith("pymilvus.")]
-    # Milvus Lite logs a file it cannot open (held by another process) with two tracebacks
-    # before pymilvus raises; the one StoreError line says it.
-    names.append("milvus_lite.server_manager")
-    for name in names:
-        logger = logging.getLogger(name)
-        if _QUIET not in logger.filters:
-            logger.addFilter(_QUIET)
-
-
-@contextmanager
-def _handled() -> Iterator[None]:
-    _IN_CALL.depth += 1
-    try:
-        yield
-    finally:
-        _IN_CALL.depth -= 1
-
-
-@contextmanager
-def _writing() -> Iterator[None]:
-    _IN_CALL.writing += 1
-    try:
-        yield
-    finally:
-        _IN_CALL.writing -= 1
-
-
 class MilvusStore:
     """Schema, rows, batched writes, deletes by document and the three search modes over one client."""
 
@@ -179,7 +80,7 @@ class MilvusStore:
         """
         from pymilvus import MilvusClient
 
-        _install_quiet_filter()
+        install_quiet_filter()
         self.uri = uri
         self.retry = RetryPolicy(RETRY_ATTEMPTS if retry_attempts is None else retry_attempts,
                                  RETRY_BASE if retry_base is None else retry_base,
@@ -221,24 +122,24 @@ class MilvusStore:
         attempts = 0
         try:
             if self.is_local:
-                with _handled():
+                with handled():
                     return fn()
             retrying = self.retry.retrying(is_transient, log=log, what=f"Milvus at {self.uri}, {what}",
-                                           describe=_describe, stop=self.stop)
+                                           describe=describe, stop=self.stop)
             for attempt in retrying:
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
-                    with _handled():
+                    with handled():
                         return fn()
         except StoreError:
             raise
         except Exception as e:
             if not self.is_local and is_transient(e):
                 raise StoreError(self._unreachable(what, attempts, time.monotonic() - start, e,
-                                                   write or _IN_CALL.writing > 0)) from None
+                                                   write or IN_CALL.writing > 0)) from None
             if not translate:
                 raise
-            raise _translate(e, what, self.uri) from None
+            raise translate(e, what, self.uri) from None
         raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
 
     def _unreachable(self, what: str, attempts: int, seconds: float, error: BaseException,
@@ -247,7 +148,7 @@ class MilvusStore:
         tail = ("; what was written is kept and the rest will be written then" if write else "")
         return (f"Milvus at {self.uri} did not answer ({what}) after {attempts} "
                 f"attempt{'s' if attempts != 1 else ''} over {seconds:.0f} s{stopped} "
-                f"({_describe(error)}): start it (or check --milvus-uri) and run the same command "
+                f"({describe(error)}): start it (or check --milvus-uri) and run the same command "
                 f"again{tail}")
 
     # --- schema ----------------------------------------------------------------------------------
@@ -263,8 +164,6 @@ class MilvusStore:
         Each step is safe to repeat: a run cut off between creating the collection and indexing
         it (or a retried create whose first attempt went through) finishes the job next time.
         """
-        from pymilvus import DataType, Function, FunctionType
-
         validate_collection_name(collection)
         if self.exists(collection):
             info = self.describe(collection)
@@ -277,24 +176,7 @@ class MilvusStore:
             self._ensure_indexes(collection)
             self.load(collection)
             return
-        schema = self.client.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
-        schema.add_field("doc_id", DataType.VARCHAR, max_length=MAX_DOC_ID)
-        schema.add_field("chunk_index", DataType.INT64)
-        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT)
-        schema.add_field("context", DataType.VARCHAR, max_length=MAX_CONTEXT)
-        schema.add_field("doc_hash", DataType.VARCHAR, max_length=MAX_HASH)
-        schema.add_field("chunk_hash", DataType.VARCHAR, max_length=MAX_HASH)
-        schema.add_field("metadata", DataType.JSON)
-        schema.add_field(
-            "lexical", DataType.VARCHAR, max_length=MAX_TEXT, enable_analyzer=True,
-            analyzer_params={"tokenizer": "standard",
-                             "filter": ["lowercase", {"type": "stop", "stop_words": STOP_WORDS}]},
-        )
-        schema.add_field("dense", DataType.FLOAT_VECTOR, dim=dim)
-        schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
-        schema.add_function(Function(name="bm25", function_type=FunctionType.BM25,
-                                     input_field_names=["lexical"], output_field_names=["sparse"]))
+        schema = collection_schema(self.client, dim)
 
         def create() -> None:
             if not self.client.has_collection(collection):
@@ -307,9 +189,7 @@ class MilvusStore:
 
     def _ensure_indexes(self, collection: str) -> None:
         """Create whichever of the collection's indexes is missing (all of them when new)."""
-        wanted = {"dense": {"index_type": "AUTOINDEX", "metric_type": "COSINE"},
-                  "sparse": {"index_type": "SPARSE_INVERTED_INDEX", "metric_type": "BM25"},
-                  "doc_id": {"index_type": "INVERTED"}}
+        wanted = INDEXES
 
         def create() -> None:
             present = set(self.client.list_indexes(collection))
@@ -371,7 +251,7 @@ class MilvusStore:
         incremental plan): nothing is read back for them.
         """
         written = 0
-        with _writing():
+        with writing():
             for group in groups_of_documents(documents, batch_size):
                 rows = [row for doc in group for row in document_rows(doc)]
                 stored = self._stored_ids(collection,

@@ -95,3 +95,37 @@ def groups_of_documents(documents: Iterable[EmbeddedDocument],
                          size: int) -> Iterator[list[EmbeddedDocument]]:
     """Whole documents in groups of about `size` chunks (a larger document alone), lazily."""
     return grouped(documents, size, lambda d: len(d.situated))
+
+
+# The indexes every collection has, by field.
+INDEXES: dict[str, dict[str, str]] = {
+    "dense": {"index_type": "AUTOINDEX", "metric_type": "COSINE"},
+    "sparse": {"index_type": "SPARSE_INVERTED_INDEX", "metric_type": "BM25"},
+    "doc_id": {"index_type": "INVERTED"},
+}
+
+
+def collection_schema(client: Any, dim: int) -> Any:
+    """The schema of a collection of `dim`-d vectors: the fields `document_rows` fills, the dense
+    vector, and the sparse vector Milvus's BM25 function computes from the lexical text."""
+    from pymilvus import DataType, Function, FunctionType
+
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
+    schema.add_field("doc_id", DataType.VARCHAR, max_length=MAX_DOC_ID)
+    schema.add_field("chunk_index", DataType.INT64)
+    schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT)
+    schema.add_field("context", DataType.VARCHAR, max_length=MAX_CONTEXT)
+    schema.add_field("doc_hash", DataType.VARCHAR, max_length=MAX_HASH)
+    schema.add_field("chunk_hash", DataType.VARCHAR, max_length=MAX_HASH)
+    schema.add_field("metadata", DataType.JSON)
+    schema.add_field(
+        "lexical", DataType.VARCHAR, max_length=MAX_TEXT, enable_analyzer=True,
+        analyzer_params={"tokenizer": "standard",
+                         "filter": ["lowercase", {"type": "stop", "stop_words": STOP_WORDS}]},
+    )
+    schema.add_field("dense", DataType.FLOAT_VECTOR, dim=dim)
+    schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+    schema.add_function(Function(name="bm25", function_type=FunctionType.BM25,
+                                 input_field_names=["lexical"], output_field_names=["sparse"]))
+    return schema
