@@ -5,17 +5,21 @@ Lite file, then `situate evaluate --json`: the same commands a user runs. The he
 built by `benchmarks/heldout.py` from installed packages (docstring -> definition search).
 
     .venv/bin/python benchmarks/bench_quality.py [--contexts none structural] [--only codebase|heldout]
+        [--embedders minilm e5-small]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +37,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--contexts", nargs="+", default=["none", "structural"])
     ap.add_argument("--only", choices=["codebase", "heldout"])
+    ap.add_argument("--embedders", nargs="+", default=["minilm"],
+                    help="embedder names (e.g. minilm e5-small st:DIR); each is a run of its own")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "quality.json"))
     args = ap.parse_args()
     results: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "runs": []}
@@ -50,14 +56,21 @@ def main() -> None:
                "SITUATE_RESULTS_DIR": f"{tmp}/r"}
         env.pop("ANTHROPIC_API_KEY", None)
         for name, (corpus, eval_set) in corpora.items():
-            for context in args.contexts:
-                collection = f"{name}_{context}"
-                run(["ingest", str(corpus), "--collection", collection, "--context", context], env)
+            for embedder, context in itertools.product(args.embedders, args.contexts):
+                collection = f"{name}_{context}_{re.sub(r'[^A-Za-z0-9]', '_', embedder)}"
+                t = time.perf_counter()
+                run(["ingest", str(corpus), "--collection", collection, "--context", context,
+                     "--embedder", embedder], env)
+                ingest_s = time.perf_counter() - t
                 out = Path(tmp) / f"{collection}.json"
+                t = time.perf_counter()
                 run(["evaluate", str(eval_set), "--collection", collection, "--json", str(out)], env)
                 scores = json.loads(out.read_text())
-                results["runs"].append({"corpus": name, "context": context, **scores})
-                print(name, context, json.dumps(scores["pass_at_k"]), flush=True)
+                results["runs"].append({"corpus": name, "context": context, "embedder": embedder,
+                                        "ingest_seconds": round(ingest_s, 1),
+                                        "evaluate_seconds": round(time.perf_counter() - t, 1),
+                                        **scores})
+                print(name, context, embedder, json.dumps(scores["pass_at_k"]), flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 
