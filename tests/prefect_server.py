@@ -45,6 +45,21 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float
     raise TimeoutError(f"{what}: not so after {timeout:.0f} s ({last})")
 
 
+# What Prefect's own client retries: the server's SQLite busy (503), throttled (429) or its proxy
+# (502). Such a request was rolled back, so sending it again is safe.
+_RETRY_STATUS = (429, 502, 503)
+
+
+def _send(method: str, url: str, attempts: int = 8, **kwargs: Any) -> httpx.Response:
+    for attempt in range(attempts):
+        r = httpx.request(method, url, timeout=10, **kwargs)
+        if r.status_code not in _RETRY_STATUS or attempt == attempts - 1:
+            r.raise_for_status()
+            return r
+        time.sleep(min(0.25 * 2 ** attempt, 4.0))
+    raise AssertionError("unreachable")
+
+
 @dataclass
 class PrefectApi:
     api: str
@@ -54,9 +69,7 @@ class PrefectApi:
         return prefect_env(self.home, self.api, **extra)
 
     def deployment(self, flow: str, name: str) -> dict[str, Any]:
-        r = httpx.get(f"{self.api}/deployments/name/{flow}/{name}", timeout=10)
-        r.raise_for_status()
-        return r.json()
+        return _send("GET", f"{self.api}/deployments/name/{flow}/{name}").json()
 
     def flow_runs(self, deployment_ids: list[str] | None = None,
                   states: list[str] | None = None) -> list[dict[str, Any]]:
@@ -65,29 +78,21 @@ class PrefectApi:
             body["deployments"] = {"id": {"any_": deployment_ids}}
         if states:
             body["flow_runs"]["state"] = {"type": {"any_": states}}
-        r = httpx.post(f"{self.api}/flow_runs/filter", json=body, timeout=10)
-        r.raise_for_status()
-        return r.json()
+        return _send("POST", f"{self.api}/flow_runs/filter", json=body).json()
 
     def task_runs(self, flow_run_id: str, states: list[str] | None = None) -> list[dict[str, Any]]:
         body: dict[str, Any] = {"flow_runs": {"id": {"any_": [flow_run_id]}}, "limit": 200}
         if states:
             body["task_runs"] = {"state": {"type": {"any_": states}}}
-        r = httpx.post(f"{self.api}/task_runs/filter", json=body, timeout=10)
-        r.raise_for_status()
-        return r.json()
+        return _send("POST", f"{self.api}/task_runs/filter", json=body).json()
 
     def create_run(self, deployment_id: str) -> dict[str, Any]:
         """A run of the deployment due now, as `prefect deployment run` makes it."""
-        r = httpx.post(f"{self.api}/deployments/{deployment_id}/create_flow_run",
-                       json={"state": {"type": "SCHEDULED"}}, timeout=10)
-        r.raise_for_status()
-        return r.json()
+        return _send("POST", f"{self.api}/deployments/{deployment_id}/create_flow_run",
+                     json={"state": {"type": "SCHEDULED"}}).json()
 
     def flow_run(self, run_id: str) -> dict[str, Any]:
-        r = httpx.get(f"{self.api}/flow_runs/{run_id}", timeout=10)
-        r.raise_for_status()
-        return r.json()
+        return _send("GET", f"{self.api}/flow_runs/{run_id}").json()
 
 
 @contextmanager
