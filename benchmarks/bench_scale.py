@@ -25,7 +25,6 @@ tree's peak memory beside Lite's alone (Milvus Lite 3 keeps every segment it wri
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import os
@@ -150,7 +149,7 @@ def lite_alone(corpus: Path, db: str, dim: int = 1536) -> None:
     and no embedding service: the speed and memory of Milvus Lite itself at this size."""
     import numpy as np
 
-    from situate.core.records import EmbeddedDocument, Situated
+    from situate.core.records import EmbeddedDocument, Situated, grouped
     from situate.storage.milvus import MilvusStore
     from situate.tasks.load import stream_corpus
 
@@ -158,8 +157,7 @@ def lite_alone(corpus: Path, db: str, dim: int = 1536) -> None:
     store = MilvusStore(db)
     store.ensure_collection("scale", dim, "reference:random")
     written = 0
-    docs_iter = stream_corpus(corpus)
-    while docs := list(itertools.islice(docs_iter, 250)):
+    for docs in grouped(stream_corpus(corpus), 2_000, lambda d: len(d.chunks)):
         batch = []
         for doc in docs:
             v = rng.standard_normal((len(doc.chunks), dim), dtype=np.float32)

@@ -125,10 +125,9 @@ def prepare_corpus(path: str, chunk_size: int, chunk_overlap: int) -> CorpusScan
 
 
 def plan_ingest(documents: Iterable[Document], existing: dict[str, dict[str, str]], pipeline: str,
-                force: bool, present: Iterable[str] | None = None) -> Plan:
+                force: bool) -> Plan:
     """Compare documents with the rows already stored for them (doc_id -> {chunk id:
-    fingerprint}); with `present` (every document id of the corpus), plan deleting the stored
-    documents not among them as well."""
+    fingerprint}). Pruning is planned once the corpus is through (see `ingest_flow`)."""
     plan = Plan()
     for doc in documents:
         rows = existing.get(doc.id)
@@ -144,9 +143,6 @@ def plan_ingest(documents: Iterable[Document], existing: dict[str, dict[str, str
             plan.changed += 1
             plan.stale_ids.extend(sorted(set(rows) - wanted))
         plan.process.append(doc)
-    if present is not None:
-        keep = set(present)
-        plan.deleted_docs = sorted(set(existing) - keep)
     return plan
 
 
@@ -326,7 +322,8 @@ def ingest_flow(
         for docs in windows(stream_corpus(corpus, size, overlap), window):
             existing = store.fingerprints(collection, [d.id for d in docs]) if existed else {}
             plan = plan_ingest(docs, existing, pipeline, force)
-            totals.new, totals.changed = totals.new + plan.new, totals.changed + plan.changed
+            totals.new += plan.new
+            totals.changed += plan.changed
             totals.unchanged += plan.unchanged
             totals.stale_ids.extend(plan.stale_ids)
             skipped = sum(len(d.chunks) for d in docs) - sum(len(d.chunks) for d in plan.process)

@@ -274,20 +274,14 @@ class MilvusStore:
         return written
 
     def _stored_ids(self, collection: str, doc_ids: Sequence[str]) -> set[str]:
-        if not doc_ids:
-            return set()
-        ids: set[str] = set()
-        for batch in batched(doc_ids, 256):
-            ids.update(r["id"] for r in self.rows(collection, fields=("id",),
-                                                  filter=f"doc_id in {json.dumps(list(batch))}"))
-        return ids
+        return {r["id"] for expr in _doc_filters(doc_ids)
+                for r in self.rows(collection, fields=("id",), filter=expr)}
 
     def delete_documents(self, collection: str, doc_ids: Sequence[str]) -> int:
         if not doc_ids:
             return 0
         deleted = 0
-        for batch in batched(doc_ids, 256):
-            expr = f"doc_id in {json.dumps(list(batch))}"
+        for expr in _doc_filters(doc_ids):
             res = self._call(f"deleting documents from {collection!r}",
                              lambda expr=expr: self.client.delete(collection, filter=expr), write=True)
             deleted += _deleted_count(res)
@@ -314,9 +308,7 @@ class MilvusStore:
         when None): what an incremental ingest compares a window of its corpus with (a document
         is unchanged when both its ids and fingerprint are)."""
         out: dict[str, dict[str, str]] = {}
-        filters = ([""] if doc_ids is None else
-                   [f"doc_id in {json.dumps(list(b))}" for b in batched(doc_ids, 256)])
-        for expr in filters:
+        for expr in [""] if doc_ids is None else _doc_filters(doc_ids):
             for row in self.rows(collection, fields=("id", "doc_id", "doc_hash"), filter=expr):
                 out.setdefault(row["doc_id"], {})[row["id"]] = row["doc_hash"]
         return out
@@ -414,6 +406,11 @@ class MilvusStore:
             self.client.close()
         except Exception:  # closing a dead connection is not worth an error
             pass
+
+
+def _doc_filters(doc_ids: Sequence[str]) -> list[str]:
+    """Filter expressions selecting the rows of `doc_ids`, 256 documents each."""
+    return [f"doc_id in {json.dumps(list(b))}" for b in batched(doc_ids, 256)]
 
 
 def _deleted_count(res: Any) -> int:

@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import ROOT, SAMPLE_CORPUS, SAMPLE_EVAL
 from tests.milvus_server import free_port, stop_process, wait_for_port
+from tests.prefect_server import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -57,24 +58,10 @@ def prefect_server(tmp_path_factory) -> Iterator[tuple[str, Path]]:
                   env, tmp_path / "prefect-server.log", tmp_path)
     try:
         wait_for_port(port, proc, 120, "prefect server")
-        _wait(lambda: httpx.get(f"{api}/health", timeout=2).status_code == 200, 120, "server health")
+        wait_until(lambda: httpx.get(f"{api}/health", timeout=2).status_code == 200, 120, "server health")
         yield api, home
     finally:
         stop_process(proc)
-
-
-def _wait(check: Any, timeout: float, what: str, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception as e:  # the thing waited for is not up yet
-            last = e
-        time.sleep(every)
-    raise TimeoutError(f"{what}: not ready after {timeout:.0f} s ({last})")
 
 
 class Browser:
@@ -91,9 +78,9 @@ class Browser:
                             "--remote-debugging-address=127.0.0.1", "about:blank"],
                            dict(os.environ), log, profile)
         port_file = profile / "DevToolsActivePort"
-        port = _wait(lambda: port_file.exists() and port_file.read_text().split("\n")[0].strip(), 30,
+        port = wait_until(lambda: port_file.exists() and port_file.read_text().split("\n")[0].strip(), 30,
                      "chromium DevTools port")
-        pages = _wait(lambda: [t for t in httpx.get(f"http://127.0.0.1:{port}/json/list").json()
+        pages = wait_until(lambda: [t for t in httpx.get(f"http://127.0.0.1:{port}/json/list").json()
                                if t["type"] == "page"], 30, "chromium page target")
         self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=30)
         self._id = 0
@@ -119,7 +106,7 @@ class Browser:
         return self.eval("document.body ? document.body.innerText : ''") or ""
 
     def wait_for(self, needles: list[str], timeout: float = 60) -> str:
-        return _wait(lambda: (t := self.text()) and all(n in t for n in needles) and t, timeout,
+        return wait_until(lambda: (t := self.text()) and all(n in t for n in needles) and t, timeout,
                      f"page showing {needles}")
 
     def click(self, label: str) -> bool:
@@ -186,15 +173,16 @@ def test_deployment_runs_show_in_the_ui(prefect_server, tmp_path):
     browser = None
     try:
         for flow in ("ingest", "evaluate"):
-            _wait(lambda flow=flow: httpx.get(f"{api}/deployments/name/{flow}/situate").status_code == 200,
-                  120, f"deployment {flow}/situate")
+            wait_until(lambda flow=flow: httpx.get(
+                f"{api}/deployments/name/{flow}/situate").status_code == 200,
+                120, f"deployment {flow}/situate")
         dep = httpx.get(f"{api}/deployments/name/ingest/situate").json()
         assert dep["parameters"]["prune"] is True and dep["parameters"]["collection"] == COLLECTION
         assert [x["schedule"]["cron"] for x in dep["schedules"]] == ["0 0 1 1 *"]
         assert dep["schedules"][0]["active"]
         assert "situate" in dep["tags"]
         # Prefect's scheduler turns the cron schedule into upcoming runs (it would not with SQLAlchemy 2.1).
-        upcoming = _wait(lambda: httpx.post(f"{api}/flow_runs/filter", json={
+        upcoming = wait_until(lambda: httpx.post(f"{api}/flow_runs/filter", json={
             "deployments": {"id": {"any_": [dep["id"]]}},
             "flow_runs": {"state": {"type": {"any_": ["SCHEDULED"]}}}}).json(), 60, "scheduled runs")
         assert all("-01-01T00:00:00" in r["expected_start_time"] for r in upcoming), upcoming
@@ -219,7 +207,7 @@ def test_deployment_runs_show_in_the_ui(prefect_server, tmp_path):
 
         browser.goto(f"{ui}/runs/flow-run/{evaluate_run['id']}")
         browser.wait_for([evaluate_run["name"], "Artifacts", "Completed"])
-        _wait(lambda: browser.click("Artifacts"), 30, "Artifacts tab")
+        wait_until(lambda: browser.click("Artifacts"), 30, "Artifacts tab")
         browser.wait_for(["pass-at-k-ui-sample", "evaluation-report-ui-sample"])
         text, _ = browser.capture("evaluate-run-artifacts", out)
         assert "Pass@k (%) of ui_sample" in text
@@ -234,7 +222,7 @@ def test_deployment_runs_show_in_the_ui(prefect_server, tmp_path):
 
         browser.goto(f"{ui}/runs/flow-run/{ingest_run['id']}")
         browser.wait_for([ingest_run["name"], "Artifacts", "Completed"])
-        _wait(lambda: browser.click("Artifacts"), 30, "Artifacts tab")
+        wait_until(lambda: browser.click("Artifacts"), 30, "Artifacts tab")
         text = browser.wait_for(["ingest-summary-ui-sample", "ingest-progress-ui-sample"])
         browser.capture("ingest-run-artifacts", out)
     finally:
