@@ -5,7 +5,9 @@ Lite file, then `situate evaluate --json`: the same commands a user runs. The he
 built by `benchmarks/heldout.py` from installed packages (docstring -> definition search).
 
     .venv/bin/python benchmarks/bench_quality.py [--contexts none structural] [--only codebase|heldout]
-        [--embedders minilm e5-small]
+        [--embedders minilm e5-small] [--fusions dbsf rrf]
+
+Each (corpus, embedder, context) is ingested once and evaluated once per fusion.
 """
 
 from __future__ import annotations
@@ -26,11 +28,38 @@ ROOT = Path(__file__).resolve().parent.parent
 CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
 
 
-def run(args: list[str], env: dict[str, str]) -> None:
+def run(args: list[str], env: dict[str, str]) -> str:
     r = subprocess.run([sys.executable, "-m", "situate.flows.cli", *args], cwd=ROOT, env=env,
                        capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"situate {' '.join(args)} failed:\n{r.stderr[-3000:]}")
+    return r.stdout
+
+
+LATENCY_PROBE = """
+import json, statistics, sys, time
+from situate.flows.evaluate import search
+from situate.tasks.metrics import load_eval_set
+queries = [q.query for q in load_eval_set(sys.argv[1])][:int(sys.argv[3])]
+search(queries[0], sys.argv[2], mode="hybrid", k=20)  # the model loaded, the collection open
+times = []
+for q in queries:
+    t = time.perf_counter()
+    search(q, sys.argv[2], mode="hybrid", k=20)
+    times.append(1000 * (time.perf_counter() - t))
+print(json.dumps({"median": round(statistics.median(times), 1),
+                  "p95": round(statistics.quantiles(times, n=20)[-1], 1)}))
+"""
+
+
+def hybrid_latency(eval_set: Path, collection: str, env: dict[str, str], n: int = 50) -> dict:
+    """Milliseconds per hybrid query (embed the query alone, search, fuse), over the first `n`
+    queries of the set, one at a time as a user's search runs: median and p95."""
+    r = subprocess.run([sys.executable, "-c", LATENCY_PROBE, str(eval_set), collection, str(n)],
+                       cwd=ROOT, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"latency probe on {collection} failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -39,6 +68,8 @@ def main() -> None:
     ap.add_argument("--only", choices=["codebase", "heldout"])
     ap.add_argument("--embedders", nargs="+", default=["minilm"],
                     help="embedder names (e.g. minilm e5-small st:DIR); each is a run of its own")
+    ap.add_argument("--fusions", nargs="+", default=["dbsf", "rrf"],
+                    help="hybrid fusions evaluated on each collection (SITUATE_FUSION)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "quality.json"))
     args = ap.parse_args()
     results: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "runs": []}
@@ -59,18 +90,26 @@ def main() -> None:
             for embedder, context in itertools.product(args.embedders, args.contexts):
                 collection = f"{name}_{context}_{re.sub(r'[^A-Za-z0-9]', '_', embedder)}"
                 t = time.perf_counter()
-                run(["ingest", str(corpus), "--collection", collection, "--context", context,
+                summary = run(["ingest", str(corpus), "--collection", collection, "--context", context,
                      "--embedder", embedder], env)
                 ingest_s = time.perf_counter() - t
-                out = Path(tmp) / f"{collection}.json"
-                t = time.perf_counter()
-                run(["evaluate", str(eval_set), "--collection", collection, "--json", str(out)], env)
-                scores = json.loads(out.read_text())
-                results["runs"].append({"corpus": name, "context": context, "embedder": embedder,
-                                        "ingest_seconds": round(ingest_s, 1),
-                                        "evaluate_seconds": round(time.perf_counter() - t, 1),
-                                        **scores})
-                print(name, context, embedder, json.dumps(scores["pass_at_k"]), flush=True)
+                chunks = int(re.search(r"chunks_written\s+(\d+)", summary).group(1))
+                for fusion in args.fusions:
+                    out = Path(tmp) / f"{collection}-{fusion}.json"
+                    t = time.perf_counter()
+                    run(["evaluate", str(eval_set), "--collection", collection, "--json", str(out)],
+                        {**env, "SITUATE_FUSION": fusion})
+                    scores = json.loads(out.read_text())
+                    evaluate_s = time.perf_counter() - t
+                    latency = hybrid_latency(eval_set, collection, {**env, "SITUATE_FUSION": fusion})
+                    results["runs"].append({
+                        "corpus": name, "context": context, "embedder": embedder, "fusion": fusion,
+                        "chunks": chunks, "ingest_seconds": round(ingest_s, 1),
+                        "chunks_per_second": round(chunks / ingest_s, 1),
+                        "evaluate_seconds": round(evaluate_s, 1), "hybrid_latency_ms": latency,
+                        **scores})
+                    print(name, context, embedder, fusion, json.dumps(scores["pass_at_k"]),
+                          json.dumps(latency), flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 

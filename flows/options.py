@@ -50,4 +50,12 @@ def check_evaluate_options(collection: str, k: str, modes: str | None,
         from situate.tasks.rerank import get_reranker
 
         get_reranker(reranker)
+    if {"hybrid", "rerank"} & set(mode_list):
+        from situate.core.fusion import FUSIONS
+        from situate.core.settings import get_settings
+
+        fusion = get_settings().fusion
+        if fusion not in FUSIONS:
+            raise InputError(f"SITUATE_FUSION={fusion!r} is not a fusion: use one of "
+                             f"{', '.join(FUSIONS)}")
     return ks, mode_list

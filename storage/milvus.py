@@ -16,6 +16,7 @@ after a failed one, never duplicates a row.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -25,9 +26,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from situate.core.errors import StoreError
+from situate.core.fusion import FUSIONS, RRF_K, dbsf
 from situate.core.protocols import SEARCH_MODES
 from situate.core.records import EmbeddedDocument, Hit, batched
 from situate.core.retry import RetryPolicy
+from situate.core.settings import get_settings
 from situate.storage.faults import (
     IN_CALL,
     describe,
@@ -48,9 +51,9 @@ from situate.storage.rows import (
 MODES = SEARCH_MODES
 # Per-request cap well under Milvus's 256 MiB gRPC limit; rows carry texts of a few KiB at most.
 WRITE_BATCH = 512
-# Candidates each leg of a hybrid search contributes before RRF fusion.
+# Candidates each leg of a hybrid search contributes to the fusion.
 FUSION_DEPTH = 100
-RRF_K = 60
+HIT_FIELDS = ["doc_id", "chunk_index", "text", "context", "metadata"]
 # How long a call waits for a server that is down or restarting: 8 attempts, waits doubling from
 # 0.5 s up to 10 s, with jitter (about 18-36 s of waiting in all). Constructor arguments override.
 RETRY_ATTEMPTS = 8
@@ -359,36 +362,59 @@ class MilvusStore:
                    lambda: self.client.load_collection(collection))
 
     def search(self, collection: str, mode: str, query_text: str,
-               query_vector: Sequence[float] | None, limit: int) -> list[Hit]:
-        """Top `limit` chunks by dense cosine, BM25, or both fused with Milvus's RRFRanker."""
-        from pymilvus import AnnSearchRequest, RRFRanker
-
-        fields = ["doc_id", "chunk_index", "text", "context", "metadata"]
-        lexical = lexical_text(query_text)
-        if mode == "dense":
-            def run() -> Any:
-                return self.client.search(collection, data=[list(query_vector)], anns_field="dense",
-                                          limit=limit, output_fields=fields,
-                                          search_params={"metric_type": "COSINE"})
-        elif mode == "bm25":
-            def run() -> Any:
-                return self.client.search(collection, data=[lexical], anns_field="sparse",
-                                          limit=limit, output_fields=fields,
-                                          search_params={"metric_type": "BM25"})
-        elif mode == "hybrid":
-            def run() -> Any:
-                depth = max(limit, FUSION_DEPTH)
-                reqs = [
-                    AnnSearchRequest(data=[list(query_vector)], anns_field="dense",
-                                     param={"metric_type": "COSINE"}, limit=depth),
-                    AnnSearchRequest(data=[lexical], anns_field="sparse",
-                                     param={"metric_type": "BM25"}, limit=depth),
-                ]
-                return self.client.hybrid_search(collection, reqs, ranker=RRFRanker(RRF_K),
-                                                 limit=limit, output_fields=fields)
-        else:
+               query_vector: Sequence[float] | None, limit: int,
+               fusion: str | None = None) -> list[Hit]:
+        """Top `limit` chunks by dense cosine, BM25, or both fused (`fusion`, default the
+        `SITUATE_FUSION` setting: `dbsf` here over each leg's FUSION_DEPTH candidates, or `rrf`
+        with Milvus's own RRFRanker)."""
+        if mode not in MODES:
             raise StoreError(f"unknown search mode {mode!r}: use one of {', '.join(MODES)}")
-        res = self._call(f"{mode} search in {collection!r}", run)
+        if mode != "hybrid":
+            return self._search_leg(collection, mode, query_text, query_vector, limit)
+        method = fusion or get_settings().fusion
+        depth = max(limit, FUSION_DEPTH)
+        if method == "rrf":
+            from pymilvus import RRFRanker
+
+            reqs = [self._request(leg, query_text, query_vector, depth) for leg in ("dense", "bm25")]
+            res = self._call(f"hybrid search in {collection!r}", lambda: self.client.hybrid_search(
+                collection, reqs, ranker=RRFRanker(RRF_K), limit=limit, output_fields=HIT_FIELDS))
+            return self._hits(res, "hybrid")
+        if method != "dbsf":
+            raise StoreError(f"unknown fusion {method!r} (SITUATE_FUSION): use one of "
+                             f"{', '.join(FUSIONS)}")
+        legs = [self._search_leg(collection, leg, query_text, query_vector, depth)
+                for leg in ("dense", "bm25")]
+        by_id = {h.id: h for leg in reversed(legs) for h in leg}
+        return [dataclasses.replace(by_id[i], score=score)
+                for i, score in dbsf([[(h.id, h.score) for h in leg] for leg in legs])[:limit]]
+
+    @staticmethod
+    def _request(mode: str, query_text: str, query_vector: Sequence[float] | None,
+                 limit: int) -> Any:
+        from pymilvus import AnnSearchRequest
+
+        if mode == "dense":
+            return AnnSearchRequest(data=[list(query_vector)], anns_field="dense",
+                                    param={"metric_type": "COSINE"}, limit=limit)
+        return AnnSearchRequest(data=[lexical_text(query_text)], anns_field="sparse",
+                                param={"metric_type": "BM25"}, limit=limit)
+
+    def _search_leg(self, collection: str, mode: str, query_text: str,
+                    query_vector: Sequence[float] | None, limit: int) -> list[Hit]:
+        """One retriever alone: dense cosine or BM25."""
+        if mode == "dense":
+            data, field = [list(query_vector)], "dense"
+        else:
+            data, field = [lexical_text(query_text)], "sparse"
+        metric = "COSINE" if mode == "dense" else "BM25"
+        res = self._call(f"{mode} search in {collection!r}", lambda: self.client.search(
+            collection, data=data, anns_field=field, limit=limit, output_fields=HIT_FIELDS,
+            search_params={"metric_type": metric}))
+        return self._hits(res, mode)
+
+    @staticmethod
+    def _hits(res: Any, mode: str) -> list[Hit]:
         hits: list[Hit] = []
         for h in res[0] if res else []:
             entity = h.get("entity", h)

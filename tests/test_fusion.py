@@ -1,0 +1,64 @@
+"""Fusion of dense and BM25 rankings (core/fusion.py): what each rule does with sure and unsure legs."""
+
+from __future__ import annotations
+
+import pytest
+
+from situate.core.fusion import dbsf, fuse, rrf
+
+# Twenty candidates a leg. BM25 is sure of "g" (far above its other candidates); dense is unsure
+# (its candidates evenly spread, "x" first).
+SURE = [("g", 30.0)] + [(f"c{i}", 3.0 - 0.05 * i) for i in range(19)]
+FLAT = [("x", 0.60)] + [(f"c{i}", 0.59 - 0.005 * i) for i in range(19)]
+
+
+def test_a_sure_leg_outweighs_an_unsure_one():
+    assert dbsf([SURE, FLAT])[0][0] == "g"
+    assert dbsf([FLAT, SURE])[0][0] == "g"  # the order of the legs does not matter
+
+
+def test_rrf_gives_the_unsure_legs_top_the_same_weight():
+    # The contrast that motivates dbsf: RRF ranks "c0" (in both lists) above "g" (in one).
+    order = [i for i, _ in rrf([SURE, FLAT])]
+    assert order.index("c0") < order.index("g")
+
+
+def test_a_candidate_missing_from_a_leg_gets_that_legs_lowest_z():
+    fused = dict(dbsf([[("p", 2.0), ("q", 1.0)], [("q", 5.0), ("r", 1.0)]]))
+    # z in a two-candidate leg is +1 / -1; "p" is missing from the second leg, "r" from the first.
+    assert fused == pytest.approx({"p": 0.0, "q": 0.0, "r": -2.0})
+
+
+def test_a_leg_whose_candidates_are_all_alike_does_not_reorder_the_other():
+    alike = [("a", 0.5), ("b", 0.5), ("c", 0.5)]
+    other = [("c", 3.0), ("b", 2.0), ("a", 1.0)]
+    assert [i for i, _ in dbsf([alike, other])] == ["c", "b", "a"]
+
+
+def test_every_candidate_once_and_empty_legs_ignored():
+    fused = dbsf([SURE, FLAT, []])
+    ids = [i for i, _ in fused]
+    assert sorted(ids) == sorted({i for i, _ in SURE + FLAT}) and len(ids) == len(set(ids))
+    assert dbsf([[], []]) == []
+
+
+def test_fuse_names_the_rule():
+    assert fuse("rrf", [SURE]) == rrf([SURE])
+    with pytest.raises(ValueError, match="unknown fusion 'sum'"):
+        fuse("sum", [SURE])
+
+
+def test_an_unknown_fusion_setting_is_one_line_before_anything_runs(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, SAMPLE_EVAL
+
+    env = {**os.environ, "SITUATE_MILVUS_URI": str(tmp_path / "m.db"), "SITUATE_FUSION": "max"}
+    r = subprocess.run([sys.executable, "-m", "situate.flows.cli", "evaluate", str(SAMPLE_EVAL),
+                        "--collection", "c"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("situate evaluate: error: SITUATE_FUSION='max' is not a fusion: "
+                                "use one of dbsf, rrf")
+    assert not (tmp_path / "m.db").exists()
