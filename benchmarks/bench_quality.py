@@ -62,6 +62,27 @@ def hybrid_latency(eval_set: Path, collection: str, env: dict[str, str], n: int 
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def _cells(scores: dict) -> str:
+    return " / ".join(f"{scores[k]:.2f}" for k in ("5", "10", "20"))
+
+
+def markdown_table(results: dict) -> str:
+    """Every run as one row: Pass@5/10/20 of each half and of the hybrid, chunks/s of the ingest,
+    hybrid query latency."""
+    lines = ["| corpus | embedder | context | fusion | dense | BM25 | hybrid | hybrid − best half "
+             "(worst k) | ingest chunks/s | hybrid ms/query (median / p95) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results["runs"]:
+        p = r["pass_at_k"]
+        gap = min(p["hybrid"][k] - max(p["dense"][k], p["bm25"][k]) for k in ("5", "10", "20"))
+        lat = r.get("hybrid_latency_ms", {})
+        lines.append(f"| {r['corpus']} | {r['embedder']} | {r['context']} | {r['fusion']} | "
+                     f"{_cells(p['dense'])} | {_cells(p['bm25'])} | {_cells(p['hybrid'])} | "
+                     f"{gap:+.2f} | {r['chunks_per_second']} | {lat.get('median', '?')} / "
+                     f"{lat.get('p95', '?')} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--contexts", nargs="+", default=["none", "structural"])
@@ -70,8 +91,12 @@ def main() -> None:
                     help="embedder names (e.g. minilm e5-small st:DIR); each is a run of its own")
     ap.add_argument("--fusions", nargs="+", default=["dbsf", "rrf"],
                     help="hybrid fusions evaluated on each collection (SITUATE_FUSION)")
+    ap.add_argument("--render", metavar="JSON", help="print the table of an earlier --out and stop")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "quality.json"))
     args = ap.parse_args()
+    if args.render:
+        print(markdown_table(json.loads(Path(args.render).read_text())), end="")
+        return
     results: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "runs": []}
     with tempfile.TemporaryDirectory() as tmp:
         corpora = {}
@@ -112,6 +137,8 @@ def main() -> None:
                           json.dumps(latency), flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    Path(args.out).with_suffix(".md").write_text(markdown_table(results))
+    print(markdown_table(results), end="")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ identifier match in BM25, a close paraphrase in dense) dominates, one whose cand
 alike barely reorders the other. No weight is fitted to any corpus. (Qdrant ships the same idea
 as its `dbsf` fusion.)
 
-`rrf`: reciprocal rank fusion, sum of 1 / (k + rank), k = 60; equal weight whatever the scores.
+`rrf`: reciprocal rank fusion, sum of 1 / (k + rank), k = 60, equal weight whatever the scores;
+Milvus's own `RRFRanker` does it (storage/milvus.py), so it is not re-written here.
 """
 
 from __future__ import annotations
@@ -39,20 +40,3 @@ def dbsf(legs: Sequence[Leg]) -> list[tuple[str, float]]:
     ids = dict.fromkeys(i for leg in legs for i, _ in leg)  # first-seen order breaks ties
     fused = {i: sum(z.get(i, floor) for z, floor in zip(zs, floors, strict=True)) for i in ids}
     return sorted(fused.items(), key=lambda item: -item[1])
-
-
-def rrf(legs: Sequence[Leg], k: int = RRF_K) -> list[tuple[str, float]]:
-    """All candidates of `legs`, best first, by the sum of 1 / (k + rank) over the legs."""
-    fused: dict[str, float] = {}
-    for leg in legs:
-        for rank, (i, _) in enumerate(leg, start=1):
-            fused[i] = fused.get(i, 0.0) + 1.0 / (k + rank)
-    return sorted(fused.items(), key=lambda item: -item[1])
-
-
-def fuse(method: str, legs: Sequence[Leg]) -> list[tuple[str, float]]:
-    if method == "dbsf":
-        return dbsf(legs)
-    if method == "rrf":
-        return rrf(legs)
-    raise ValueError(f"unknown fusion {method!r}: use one of {', '.join(FUSIONS)}")

@@ -9,24 +9,89 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from typing import Any
 
 from situate.flows import startup
 
+# Each help ends with real commands, run from the repository's root (as `git` and `llm` do).
+EXAMPLES = {
+    "situate": """\
+examples:
+  situate ingest data/sample/corpus --collection sample      # the sample corpus, offline
+  situate evaluate data/sample/eval.jsonl --collection sample
+  situate search "How is the retry delay computed?" --collection sample --k 5
+
+Run `situate COMMAND --help` for a command's options and examples.""",
+    "ingest": """\
+examples:
+  # the sample corpus: structural contexts and MiniLM, offline, about a minute
+  situate ingest data/sample/corpus --collection sample
+  # the codebase benchmark (pre-chunked JSON), read in place
+  situate ingest ../shared/datasets/codebase/codebase_chunks.json --collection codebase
+  # Claude contexts (ANTHROPIC_API_KEY): see the requests and the bill first, then run
+  situate ingest data/sample/corpus --collection sample_claude --context anthropic --dry-run
+  situate ingest data/sample/corpus --collection sample_claude --context anthropic""",
+    "evaluate": """\
+examples:
+  # Pass@k of the sample corpus (after `situate ingest data/sample/corpus --collection sample`)
+  situate evaluate data/sample/eval.jsonl --collection sample
+  # the codebase benchmark (after ingesting its codebase_chunks.json)
+  situate evaluate ../shared/datasets/codebase/evaluation_set.jsonl --collection codebase
+  # hybrid only, at k = 1 and 5, the results also as JSON
+  situate evaluate data/sample/eval.jsonl --collection sample --modes hybrid --k 1,5 --json r.json""",
+    "search": """\
+examples:
+  situate search "How is the retry delay computed?" --collection sample --k 5
+  situate search "dead letter queue" --collection sample --mode bm25
+  situate search "how does the differential executor run both executors" --collection codebase""",
+    "serve": """\
+examples:
+  # a Prefect server first (`prefect server start`), then:
+  export PREFECT_API_URL=http://127.0.0.1:4200/api
+  situate serve data/sample/corpus --collection sample --eval-set data/sample/eval.jsonl
+  # registered paused: runs only when triggered (`prefect deployment run ingest/situate`)
+  situate serve data/sample/corpus --collection sample --paused""",
+}
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("situate")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
 
 def _parser() -> argparse.ArgumentParser:
+    helped = {"formatter_class": argparse.RawDescriptionHelpFormatter}
     p = argparse.ArgumentParser(prog="situate", description="Contextual retrieval, offline batch "
-                                "pipeline: ingest a corpus into Milvus, evaluate Pass@k, search.")
+                                "pipeline:\ningest a corpus into Milvus, evaluate Pass@k, search.",
+                                epilog=EXAMPLES["situate"], **helped)
+    p.add_argument("--version", action="version", version=f"situate {_version()}")
+    verbose_help = ("show Prefect's line for every task run too (on the console; the run's logs "
+                    "always have them)")
+    p.add_argument("-v", "--verbose", action="store_true", help=verbose_help)
     sub = p.add_subparsers(dest="command", required=True)
 
-    def store_flags(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--collection", required=True, help="Milvus collection name")
+    def add_command(name: str, help: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=textwrap.fill(
+            help[0].upper() + help[1:] + ".", 79), epilog=EXAMPLES[name], **helped)
+        if name in ("ingest", "evaluate"):  # the commands that run a flow in this process
+            # Also after the command; SUPPRESS keeps a `situate -v ingest ...` from being undone.
+            sp.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                            help=verbose_help)
+        return sp
+
+    def store_flags(sp: argparse.ArgumentParser, collection: str = "Milvus collection name") -> None:
+        sp.add_argument("--collection", required=True, help=collection)
         sp.add_argument("--milvus-uri", help="Milvus Lite file or http(s)://host:port "
                         "[SITUATE_MILVUS_URI, default data/milvus.db]")
         sp.add_argument("--milvus-token", help="token for a Milvus server or Zilliz Cloud "
                         "[SITUATE_MILVUS_TOKEN]; prefer the variable, flags show in `ps`")
 
-    ing = sub.add_parser("ingest", help="load, situate, embed and index a corpus")
+    ing = add_command("ingest", "load, situate, embed and index a corpus")
     ing.add_argument("corpus", help="pre-chunked .json, .jsonl of documents, or a directory")
     store_flags(ing)
     ing.add_argument("--context", help="structural | anthropic | none [SITUATE_CONTEXT; default "
@@ -50,12 +115,21 @@ def _parser() -> argparse.ArgumentParser:
     ing.add_argument("--task-runner", choices=("threads", "dask"), default="threads",
                      help="run the per-document tasks on threads here (default) or on Dask "
                      "(needs a Milvus server --milvus-uri)")
+    ing.add_argument("--dry-run", action="store_true", help="plan the run against the "
+                     "collection and print what it would do and cost; writes and calls nothing")
+    ing.add_argument("--json", dest="json_out", metavar="OUT", help="write the run's summary (or "
+                     "with --dry-run, the plan) as JSON")
+    ing.add_argument("--chars-per-token", type=float, help="--dry-run's token estimate: characters "
+                     "per token (default 3.5; about 3 for code); calibrate on a real bill")
+    ing.add_argument("--context-tokens", type=int, help="--dry-run's output estimate: tokens per "
+                     "context (default 100)")
     ing.add_argument("--dask-address", help="scheduler of an existing Dask cluster, e.g. "
                      "tcp://10.0.0.5:8786 (default with dask: a LocalCluster for this run)")
 
-    ev = sub.add_parser("evaluate", help="measure Pass@k of a collection on an evaluation set")
+    ev = add_command("evaluate", "measure Pass@k of a collection on an evaluation set")
     ev.add_argument("eval_set", help="evaluation JSONL (the codebase evaluation_set.jsonl format)")
-    store_flags(ev)
+    store_flags(ev, "Milvus collection; several, comma-separated (a,b), are each evaluated "
+                "and compared in one chart")
     ev.add_argument("--k", default="5,10,20", help="cut-offs, comma-separated (default 5,10,20)")
     ev.add_argument("--modes", help="retrieval modes to compare: dense, bm25, hybrid, rerank "
                     "(default: all but rerank; rerank too with a local --rerank st:... or when "
@@ -67,8 +141,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--results-dir", help="history of evaluations [SITUATE_RESULTS_DIR, default "
                     "data/results]")
 
-    sv = sub.add_parser("serve", help="serve the ingest and evaluate deployments on cron schedules "
-                        "(needs a Prefect server: PREFECT_API_URL)")
+    sv = add_command("serve", "serve the ingest and evaluate deployments on cron schedules "
+                     "(needs a Prefect server: PREFECT_API_URL)")
     sv.add_argument("corpus", help="corpus the ingest deployment re-reads on every run")
     store_flags(sv)
     sv.add_argument("--eval-set", help="evaluation JSONL; without it only ingest is served")
@@ -84,7 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--name", default="situate", help="deployment name (default situate: "
                     "ingest/situate, evaluate/situate)")
 
-    se = sub.add_parser("search", help="print the top chunks for a query")
+    se = add_command("search", "print the top chunks for a query")
     se.add_argument("query")
     store_flags(se)
     se.add_argument("--k", type=int, default=10, help="number of hits (default 10)")
@@ -107,10 +181,19 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         context=args.context, embedder=args.embedder, milvus_uri=args.milvus_uri,
         cache_dir=args.cache_dir, model=args.model, concurrency=args.concurrency,
         group_chunks=args.group_chunks, batch=args.batch, chunk_size=args.chunk_size,
-        chunk_overlap=args.chunk_overlap, prune=args.prune, force=args.force)
-    print(f"ingested {args.corpus} into {args.collection}:")
-    _print_table([(k, v) for k, v in summary.items() if k != "seconds"]
-                 + [(f"seconds {k}", v) for k, v in summary["seconds"].items()])
+        chunk_overlap=args.chunk_overlap, prune=args.prune, force=args.force,
+        dry_run=args.dry_run, json_out=args.json_out, chars_per_token=args.chars_per_token,
+        context_tokens=args.context_tokens)
+    if args.dry_run:
+        from situate.flows.ingest import plan_text
+
+        print(plan_text(summary))
+    else:
+        print(f"ingested {args.corpus} into {args.collection}:")
+        _print_table([(k, v) for k, v in summary.items() if k != "seconds"]
+                     + [(f"seconds {k}", v) for k, v in summary["seconds"].items()])
+    if args.json_out:
+        print(f"wrote {args.json_out}")
     return 0
 
 
@@ -118,14 +201,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     result = startup.launch_evaluate(args.eval_set, args.collection, k=args.k, modes=args.modes,
                                      milvus_uri=args.milvus_uri, json_out=args.json_out,
                                      reranker=args.reranker)
-    import polars as pl
+    from situate.flows.evaluate import summary_text
 
-    from situate.flows.evaluate import pass_at_k_table
-
-    with pl.Config(tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True,
-                   float_precision=2):
-        print(f"Pass@k (%) on {result['collection']}, {result['queries']} queries:")
-        print(pass_at_k_table(result))
+    print(summary_text(result))
     if args.json_out:
         print(f"wrote {args.json_out}")
     return 0
@@ -177,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
 
     startup.settings_from_flags(getattr(args, "milvus_token", None),
                                 getattr(args, "results_dir", None), getattr(args, "cache_dir", None))
-    startup.install_log_filter()
+    startup.install_log_filter(verbose=args.verbose)
     # `situate serve` stops on its own terms (flows.deploy.serve: cancels its runs, exits 0).
     restore = startup.install_stop_handlers(args.command) if args.command != "serve" else None
     try:

@@ -14,12 +14,16 @@ deleted; with `prune`, documents gone from the corpus are deleted once the corpu
 from __future__ import annotations
 
 import json
+import math
 import re
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,13 +41,20 @@ from situate.core.protocols import ChunkStore
 from situate.core.records import Document, EmbeddedDocument, Usage, batched, grouped, sha256
 from situate.core.settings import get_settings
 from situate.flows.options import check_ingest_options, check_task_runner
+from situate.flows.progress import PROGRESS_LINE, reporter, reporting
+from situate.flows.progress import bar as progress_bar
 from situate.storage.cache import ContextCache
-from situate.storage.milvus import open_store
+from situate.storage.milvus import is_missing_lite_file, open_store
 from situate.tasks.contextualize import (
+    Assumptions,
     ContextConfig,
     ContextResult,
     Contextualizer,
+    CostModel,
+    Estimate,
+    cached_split,
     get_contextualizer,
+    get_cost_models,
     situate_corpus_cached,
     situate_document,
 )
@@ -61,7 +72,8 @@ def fingerprint(doc: Document, pipeline: str) -> str:
     return sha256(f"{doc.hash}\x1f{pipeline}")
 
 
-def pipeline_id(contextualizer: Contextualizer, chunk_size: int, chunk_overlap: int) -> str:
+def pipeline_id(contextualizer: Contextualizer | CostModel, chunk_size: int,
+                chunk_overlap: int) -> str:
     """What, besides a document's text, its rows depend on: the contextualizer's whole identity
     (every input that changes a context) and the chunking. Free providers (no identity) are
     named by their name alone, as they always were, so their collections stay unchanged."""
@@ -85,6 +97,7 @@ class Plan:
 
 
 PROGRESS_INTERVAL = 1.0  # seconds between progress-artifact updates and progress log lines
+DOCUMENTS_SITUATED = "documents situated"  # what window tasks report, document by document
 IN_FLIGHT = 2  # windows in memory at once: one written while the next is situated and embedded
 # Message Batches answer a whole window in one batch, which can take an hour: their windows are
 # larger, so a big corpus makes few batches (each well under the API's 100,000 requests).
@@ -166,14 +179,22 @@ def situate_window(contextualizer: Contextualizer, docs: Sequence[Document],
     """Contexts of every chunk of `docs`, in order. A provider that batches a whole corpus
     (Message Batches) gets the window in one call; a paid one gets `SITUATE_THREADS` documents at
     once (its own concurrency bounds the requests); a free one works through them in turn."""
+    report = reporter(DOCUMENTS_SITUATED)  # the flow's bar, when this runs in its process
     batched = situate_corpus_cached(contextualizer, docs, cache)
     if batched is not None:
+        report(len(docs))
         return batched
     if contextualizer.cache_identity() is None or len(docs) == 1:
-        return [situate_document(contextualizer, d, cache) for d in docs]
+        results = []
+        for d in docs:
+            results.append(situate_document(contextualizer, d, cache))
+            report(1)
+        return results
     with ThreadPoolExecutor(max_workers=min(SITUATE_THREADS, len(docs)),
                             thread_name_prefix="situate") as pool:
         futures = [pool.submit(situate_document, contextualizer, d, cache) for d in docs]
+        for f in futures:
+            f.add_done_callback(lambda f: f.cancelled() or f.exception() or report(1))
         try:
             return [f.result() for f in futures]
         except BaseException:
@@ -229,10 +250,13 @@ def window_task(contextualizer: Contextualizer, cache: ContextCache | None,
 
 
 class _Progress:
-    """Progress of the run, as a Prefect progress artifact and as log lines, at most once a
-    second (each artifact update is an API call)."""
+    """Progress of the run: a Prefect progress artifact and log lines, at most once a second
+    (each artifact update is an API call), and on a terminal, live bars of documents situated
+    and chunks embedded and written (`situate.flows.progress`). Documents found unchanged count
+    as done in both. Window tasks on this process's threads report each document as it is
+    situated; on Dask, a window's documents count when the window comes back. Call `close`."""
 
-    def __init__(self, collection: str, total_chunks: int) -> None:
+    def __init__(self, collection: str, total_chunks: int, total_documents: int) -> None:
         self.total = max(1, total_chunks)
         self.done = 0
         self.started = time.monotonic()
@@ -241,17 +265,82 @@ class _Progress:
             0.0, key=artifact_key("ingest-progress", collection),
             description=f"chunks situated, embedded and written (or found unchanged) of "
                         f"{total_chunks}")
+        self.lock = threading.Lock()
+        self.docs_reported = 0  # situated, as reported by window tasks in this process
+        self.docs_settled = 0  # skipped as unchanged, or in a window that came back
+        self.docs_skipped = 0
+        self.docs_shown = 0
+        self.windows: deque[int] = deque()  # documents of each window in flight, oldest first
+        self.bars = ExitStack()
+        self.bar_docs = self.bars.enter_context(progress_bar("documents situated",
+                                                             total_documents, "docs"))
+        self.bar_chunks = self.bars.enter_context(progress_bar("chunks embedded and written",
+                                                               total_chunks, "chunks"))
+        self.bars.enter_context(reporting(DOCUMENTS_SITUATED, self.situated))
+
+    def skipped(self, documents: int, chunks: int) -> None:
+        """Documents of a window found unchanged: done without a task."""
+        with self.lock:
+            self.docs_skipped += documents
+            self.docs_settled += documents
+        self._show_documents()
+        self.advance(chunks)
+
+    def submitted(self, documents: int) -> None:
+        self.windows.append(documents)
+
+    def window_done(self, chunks: int) -> None:
+        """The oldest window in flight came back (windows are settled in order)."""
+        with self.lock:
+            self.docs_settled += self.windows.popleft() if self.windows else 0
+        self._show_documents()
+        self.advance(chunks)
+
+    def situated(self, documents: int) -> None:
+        """A window task on this process's threads situated `documents` more."""
+        with self.lock:
+            self.docs_reported += documents
+        self._show_documents()
+
+    def _show_documents(self) -> None:
+        with self.lock:
+            now = max(self.docs_skipped + self.docs_reported, self.docs_settled)
+            step, self.docs_shown = now - self.docs_shown, max(now, self.docs_shown)
+        if step > 0:
+            self.bar_docs(step)
 
     def advance(self, chunks: int) -> None:
         self.done += chunks
+        self.bar_chunks(chunks)
         now = time.monotonic()
         if self.done < self.total and now - self.last < PROGRESS_INTERVAL:
             return
         self.last = now
         update_progress_artifact(self.artifact, min(100.0, 100.0 * self.done / self.total))
         rate = self.done / max(now - self.started, 1e-9)
+        # On a terminal the bars say it: the line goes to the run's logs, not the console.
         get_run_logger().info(f"{self.done}/{self.total} chunks ({100 * self.done / self.total:.0f}%), "
-                              f"{rate:.0f} chunks/s")
+                              f"{rate:.0f} chunks/s", extra={PROGRESS_LINE: True})
+
+    def close(self) -> None:
+        self.bars.close()
+
+
+def _options(collection: str, context: str | None, embedder: str | None, milvus_uri: str | None,
+             cache_dir: str | None, model: str | None, concurrency: int | None, group_chunks: bool,
+             batch: bool, chunk_size: int | None, chunk_overlap: int | None
+             ) -> tuple[str, str, str, ContextConfig, int, int]:
+    """An ingest's options, each flag or else its setting, checked: (uri, token, embedder,
+    context config, chunk size, overlap). The run and its dry run resolve them alike."""
+    s = get_settings()
+    config = ContextConfig(
+        name=context or s.default_context(), model=model or s.anthropic_model,
+        concurrency=concurrency or s.concurrency, group_chunks=group_chunks, batch=batch,
+        state_dir=cache_dir or s.cache_dir)
+    embedder_spec = embedder or s.embedder
+    check_ingest_options(collection, config.name, embedder_spec)
+    return (milvus_uri or s.milvus_uri, s.milvus_token.get_secret_value(), embedder_spec, config,
+            chunk_size or s.chunk_size, chunk_overlap or s.chunk_overlap)
 
 
 @flow(name="ingest", log_prints=False, task_runner=ThreadPoolTaskRunner(max_workers=IN_FLIGHT))
@@ -270,19 +359,38 @@ def ingest_flow(
     chunk_overlap: int | None = None,
     prune: bool = False,
     force: bool = False,
+    dry_run: bool = False,
+    json_out: str | None = None,
+    chars_per_token: float | None = None,
+    context_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """Ingest CORPUS into COLLECTION; returns the run summary (also a table artifact)."""
+    """Ingest CORPUS into COLLECTION; returns the run summary (also a table artifact), also
+    written as JSON to `json_out` when given.
+
+    With `dry_run`, only plans the run (`plan_run`: writes nothing, calls no provider) and returns
+    the plan under the summary's keys, recorded as the `ingest-plan-<collection>` table artifact;
+    `chars_per_token` and `context_tokens` tune its estimate (see `Assumptions`).
+    """
     s = get_settings()
     logger = get_run_logger()
-    uri = milvus_uri or s.milvus_uri
-    token = s.milvus_token.get_secret_value()
-    embedder_spec = embedder or s.embedder
-    config = ContextConfig(
-        name=context or s.default_context(), model=model or s.anthropic_model,
-        concurrency=concurrency or s.concurrency, group_chunks=group_chunks, batch=batch,
-        state_dir=cache_dir or s.cache_dir)
-    size, overlap = chunk_size or s.chunk_size, chunk_overlap or s.chunk_overlap
-    check_ingest_options(collection, config.name, embedder_spec)
+    uri, token, embedder_spec, config, size, overlap = _options(
+        collection, context, embedder, milvus_uri, cache_dir, model, concurrency, group_chunks,
+        batch, chunk_size, chunk_overlap)
+    if dry_run:
+        scan = (_PREPARED.pop((str(corpus), size, overlap), None)
+                or scan_corpus_task(corpus, size, overlap))
+        _warn_skipped(scan, s.max_file_bytes)
+        plan = plan_run(corpus, collection, context=config.name, embedder=embedder_spec, milvus_uri=uri,
+                        cache_dir=config.state_dir, model=config.model,
+                        concurrency=config.concurrency, group_chunks=group_chunks, batch=batch,
+                        chunk_size=size, chunk_overlap=overlap, prune=prune, force=force,
+                        chars_per_token=chars_per_token, context_tokens=context_tokens, scan=scan)
+        create_table_artifact(plan_table(plan), key=artifact_key("ingest-plan", collection),
+                              description=f"plan (dry run) of ingesting {corpus} into {collection}")
+        write_json(plan, json_out)
+        logger.info(f"{collection}: dry run, {plan['requests']} request(s) and "
+                    f"${plan['cost_usd']:.4f} expected; nothing written")
+        return plan
     timings: dict[str, float] = {}
 
     t = time.perf_counter()
@@ -305,7 +413,7 @@ def ingest_flow(
     totals = Plan()
     usage = Usage()
     written = 0
-    progress = _Progress(collection, scan.chunks)
+    progress = _Progress(collection, scan.chunks, scan.documents)
     pending: deque[Any] = deque()
     submitted = 0
 
@@ -316,7 +424,7 @@ def ingest_flow(
         written += result.written
         for note in result.notes:
             logger.warning(note)
-        progress.advance(result.chunks)
+        progress.window_done(result.chunks)
 
     try:
         for docs in windows(stream_corpus(corpus, size, overlap), window):
@@ -328,12 +436,13 @@ def ingest_flow(
             totals.stale_ids.extend(plan.stale_ids)
             skipped = sum(len(d.chunks) for d in docs) - sum(len(d.chunks) for d in plan.process)
             if skipped:
-                progress.advance(skipped)
+                progress.skipped(len(docs) - len(plan.process), skipped)
             if not plan.process:
                 continue
             pending.append(window_task.submit(contextualizer, cache, plan.process, plan.stale_ids,
                                               plan.new_ids, embedder_spec, uri, token, collection,
                                               pipeline, label=str(submitted)))
+            progress.submitted(len(plan.process))
             submitted += 1
             # The first window creates the collection: it goes alone. Then at most IN_FLIGHT.
             while pending and (len(pending) >= IN_FLIGHT or submitted == 1):
@@ -349,6 +458,7 @@ def ingest_flow(
         wait(list(pending))
         raise
     finally:
+        progress.close()
         contextualizer.close()
         # No window is left to embed: let a local model's process exit now.
         release_embedders()
@@ -392,6 +502,7 @@ def ingest_flow(
         + [{"metric": f"seconds {k}", "value": f"{v:.2f}"} for k, v in timings.items()],
         key=artifact_key("ingest-summary", collection),
         description=f"ingest of {corpus} into {collection}")
+    write_json(summary, json_out)
     logger.info(f"{collection}: {written} chunks written, {summary['rows']} rows, "
                 f"{totals.unchanged} unchanged document(s) skipped")
     return summary
@@ -412,3 +523,219 @@ def _warn_skipped(scan: CorpusScan, max_file_bytes: int) -> None:
                        "their documents and indexes are in the log above")
     if scan.cleaned_chars:
         logger.warning(f"cleaned {scan.cleaned_chars} NUL byte(s) or lone surrogate(s) in {corpus}")
+
+
+# --- the plan of a run, made without running it (`situate ingest --dry-run`) ---------------------
+
+# diskcache's database file: a context cache directory without it holds no context.
+_CACHE_FILE = "cache.db"
+
+
+@dataclass
+class _ModeTally:
+    """One cost model's view of the corpus: its plan against the collection, and its bill."""
+
+    model: CostModel
+    pipeline: str
+    counts: Plan = field(default_factory=Plan)
+    estimate: Estimate = field(default_factory=Estimate)
+    written: int = 0
+    stale: int = 0
+    rows_delta: int = 0  # rows after the run minus rows before, over the documents processed
+    to_situate: int = 0
+
+    def summary(self, waves: int) -> dict[str, Any]:
+        """The bill under the run summary's names."""
+        u = self.estimate.usage
+        u.cost_usd = self.model.price(u)
+        return {
+            "contexts_generated": u.contexts_generated,
+            "contexts_from_cache": u.contexts_from_cache,
+            "requests": u.requests,
+            "input_tokens": u.input_tokens,
+            "output_tokens": u.output_tokens,
+            "cache_write_tokens": u.cache_creation_input_tokens,
+            "cache_read_tokens": u.cache_read_input_tokens,
+            "prompt_cache_hit_ratio": round(u.prompt_cache_hit_ratio, 4),
+            "cost_usd": round(u.cost_usd, 6),
+            "estimated_seconds": round(self.model.seconds(self.estimate, waves), 1),
+        }
+
+
+def plan_run(corpus: str, collection: str, *, context: str | None = None,
+             embedder: str | None = None, milvus_uri: str | None = None,
+             cache_dir: str | None = None, model: str | None = None,
+             concurrency: int | None = None, group_chunks: bool = False, batch: bool = False,
+             chunk_size: int | None = None, chunk_overlap: int | None = None, prune: bool = False,
+             force: bool = False, chars_per_token: float | None = None,
+             context_tokens: int | None = None, scan: CorpusScan | None = None) -> dict[str, Any]:
+    """What `ingest_flow` with the same options would do and cost, worked out without doing it.
+
+    The same loader and windows, the same plan against the collection (its stored fingerprints:
+    new, changed, unchanged, and with `prune` deleted), the same disk cache (a cached context
+    costs nothing) and the same requests (`get_cost_models`: the contextualizer's own planner).
+    Writes nothing and calls nothing: a Milvus Lite file that does not exist is not created (it
+    holds nothing: every document is new), nor is a cache; no model is loaded, no provider asked.
+    Returns the run summary's keys with the expected figures, plus `dry_run`, `mode`,
+    `estimated_seconds`, the other modes (`alternatives`) and the `assumptions`.
+    """
+    s = get_settings()
+    uri, token, embedder_spec, config, size, overlap = _options(
+        collection, context, embedder, milvus_uri, cache_dir, model, concurrency, group_chunks,
+        batch, chunk_size, chunk_overlap)
+    assumptions = Assumptions(chars_per_token=chars_per_token,
+                              context_tokens=context_tokens or Assumptions.context_tokens)
+    timings: dict[str, float] = {}
+
+    t = time.perf_counter()
+    scan = scan or scan_corpus(corpus, size, overlap)
+    models = get_cost_models(config, assumptions)
+    name, model_name, _ = check_embedder(embedder_spec)
+    embedder_id = f"{name}:{model_name}"
+    store: ChunkStore | None = None if is_missing_lite_file(uri) else open_store(uri, token)
+    existed = store is not None and store.exists(collection)
+    if existed:
+        store.check_embedder(collection, embedder_id)
+    timings["scan"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    cache = (ContextCache(config.state_dir)
+             if (Path(config.state_dir) / _CACHE_FILE).is_file() else None)
+    tallies = [_ModeTally(m, pipeline_id(m, size, overlap)) for m in models]
+    window = s.window * (BATCH_WINDOW_FACTOR if config.batch else 1)
+    try:
+        for docs in windows(stream_corpus(corpus, size, overlap), window):
+            existing = store.fingerprints(collection, [d.id for d in docs]) if existed else {}
+            for tally in tallies:
+                _plan_window(tally, docs, existing, force, cache)
+        gone: list[str] = []
+        pruned_rows = count = 0
+        if existed:
+            count = store.count(collection)
+            if prune:
+                gone = sorted(set(store.document_ids(collection)) - scan.ids)
+                pruned_rows = sum(len(rows) for rows in
+                                  (store.fingerprints(collection, gone) if gone else {}).values())
+    finally:
+        if cache is not None:
+            cache.close()
+    timings["plan"] = time.perf_counter() - t
+
+    batch_window = s.window * BATCH_WINDOW_FACTOR
+
+    def waves(tally: _ModeTally) -> int:
+        return math.ceil(math.ceil(tally.to_situate / batch_window) / IN_FLIGHT)
+
+    chosen = tallies[0]
+    summary: dict[str, Any] = {
+        "dry_run": True,
+        "collection": collection,
+        "corpus": corpus,
+        "context": config.name,
+        "embedder": embedder_id,
+        "mode": chosen.model.mode,
+        "documents": scan.documents,
+        "new": chosen.counts.new,
+        "changed": chosen.counts.changed,
+        "unchanged": chosen.counts.unchanged,
+        "deleted_documents": len(gone),
+        "skipped_empty": scan.skipped_empty,
+        "skipped_large_files": scan.skipped_large_files,
+        "skipped_chunks": scan.skipped_chunks,
+        "cleaned_chars": scan.cleaned_chars,
+        "chunks_written": chosen.written,
+        "chunks_deleted": chosen.stale + pruned_rows,
+        "rows": count + chosen.rows_delta - pruned_rows,
+        **chosen.summary(waves(chosen)),
+        "alternatives": {tally.model.mode: {"flags": tally.model.flags,
+                                            "changed": tally.counts.changed,
+                                            **tally.summary(waves(tally))}
+                         for tally in tallies[1:]},
+        "assumptions": {
+            "chars_per_token": chosen.model.chars_per_token,
+            "context_tokens": assumptions.context_tokens,
+            "request_seconds": assumptions.request_seconds,
+            "output_tokens_per_second": assumptions.output_tokens_per_second,
+            "batch_round_seconds": assumptions.batch_round_seconds,
+            "concurrency": config.concurrency,
+        },
+        "seconds": {k: round(v, 3) for k, v in timings.items()},
+    }
+    return summary
+
+
+def _plan_window(tally: _ModeTally, docs: list[Document], existing: dict[str, dict[str, str]],
+                 force: bool, cache: ContextCache | None) -> None:
+    """One window of documents planned as `ingest_flow` plans it, and priced."""
+    plan = plan_ingest(docs, existing, tally.pipeline, force)
+    tally.counts.new += plan.new
+    tally.counts.changed += plan.changed
+    tally.counts.unchanged += plan.unchanged
+    tally.stale += len(plan.stale_ids)
+    identity = tally.model.cache_identity()
+    for doc in plan.process:
+        cached, missing = cached_split(identity, doc, cache)
+        estimate = tally.model.estimate(doc, missing)
+        estimate.usage.contexts_from_cache += cached
+        tally.estimate.add(estimate)
+        tally.written += len(doc.chunks)
+        tally.rows_delta += len(doc.chunks) - len(existing.get(doc.id, {}))
+        tally.to_situate += len(missing)
+
+
+def plan_table(plan: dict[str, Any]) -> list[dict[str, str]]:
+    """The plan as the rows of its table artifact: the run summary's metrics, then each other
+    mode's bill and time, then the assumptions."""
+    rows = [{"metric": k, "value": str(v)} for k, v in plan.items()
+            if k not in ("alternatives", "assumptions", "seconds")]
+    for mode, alt in plan["alternatives"].items():
+        for key in ("requests", "cost_usd", "estimated_seconds"):
+            rows.append({"metric": f"{key} {mode} ({alt['flags'] or 'no flag'})",
+                         "value": str(alt[key])})
+    rows += [{"metric": f"assumed {k}", "value": str(v)} for k, v in plan["assumptions"].items()]
+    return rows
+
+
+def plan_text(plan: dict[str, Any]) -> str:
+    """The plan as the CLI prints it: what the run would do, what it would cost in each mode, how
+    long its context requests would take, and on which assumptions."""
+    hidden = ("dry_run", "alternatives", "assumptions", "seconds")
+    rows = [(k, v) for k, v in plan.items() if k not in hidden]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"plan of ingesting {plan['corpus']} into {plan['collection']} (dry run: nothing "
+             "written, no request made):"]
+    lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
+    a = plan["assumptions"]
+    if plan["alternatives"]:
+        cost = plan["cost_usd"]
+        lines.append(f"the same run in the other modes (now {plan['mode']}):")
+        for mode, alt in plan["alternatives"].items():
+            ratio = f", x{alt['cost_usd'] / cost:.2f}" if cost else ""
+            lines.append(f"  {mode:<14} {alt['flags'] or '(no flag)':<24} {alt['requests']} "
+                         f"requests, ${alt['cost_usd']:.4f}{ratio}, "
+                         f"~{_duration(alt['estimated_seconds'])}")
+    if a["chars_per_token"]:
+        lines.append(
+            f"estimates: {a['chars_per_token']:g} characters per token, contexts of "
+            f"{a['context_tokens']} tokens; a live request {a['request_seconds']:g} s plus "
+            f"{a['output_tokens_per_second']:g} output tokens/s, {a['concurrency']} at once "
+            f"(~{_duration(plan['estimated_seconds'])} for this run's requests); a round of "
+            f"Message Batches {_duration(a['batch_round_seconds'])}")
+    return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def write_json(summary: dict[str, Any], out: str | None) -> None:
+    """The summary (of a run, or of a plan) as JSON at `out`, when given."""
+    if not out:
+        return
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=2) + "\n")

@@ -91,6 +91,9 @@ def _stop_now(command: str, signum: int) -> None:
     if not _stopping.acquire(blocking=False):
         return
     try:
+        from situate.flows import progress
+
+        progress.abandon()  # bars down first: the terminal gets its cursor back
         sys.stdout.flush()
         sys.stderr.write(f"situate {command}: interrupted ({signal.Signals(signum).name}); what was "
                          "done is kept: run the same command again to go on from there\n")
@@ -165,13 +168,50 @@ class _DropUserErrors(logging.Filter):
                                                   "StoreError"))
 
 
-def install_log_filter() -> None:
-    """Keep user errors out of Prefect's logs: the CLI says them once, as one line."""
+class _QuietTaskRuns(logging.Filter):
+    """Prefect's task engine logs a line or more per task run ("Task run 'window-3' - Finished
+    in state Completed()"): hundreds on a large corpus, burying what matters. Off the console
+    unless `--verbose`; the run's logs (UI) keep them, and a failed task run's ERROR still shows."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "prefect.task_runs" and record.levelno < logging.WARNING
+                    and (record.module == "task_engine"
+                         or record.getMessage().startswith("Finished in state")))
+
+
+class _QuietConsoles(logging.Filter):
+    """Puts `_QuietTaskRuns` on the root logger's handlers (Prefect's console) as task-run records
+    pass: Prefect sets up its handlers when it is imported, after the CLI has parsed its
+    arguments, and importing it sooner would delay the model's early load. Lets every record by."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.quiet = _QuietTaskRuns()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for h in logging.getLogger().handlers:
+            if self.quiet not in h.filters:
+                h.addFilter(self.quiet)
+        return True
+
+
+def install_log_filter(verbose: bool = False) -> None:
+    """Keep user errors out of Prefect's logs: the CLI says them once, as one line. Unless
+    `verbose`, keep the per-task-run lines off the console too."""
     f = _DropUserErrors()
     for name in ("prefect", "prefect.flow_runs", "prefect.task_runs", "prefect.engine"):
         logging.getLogger(name).addFilter(f)
         for h in logging.getLogger(name).handlers:
             h.addFilter(f)
+    # Called again in one process (the tests call `main` in turn): the last verbosity holds.
+    task_runs = logging.getLogger("prefect.task_runs")
+    for x in [x for x in task_runs.filters if isinstance(x, _QuietConsoles)]:
+        task_runs.removeFilter(x)
+    for h in logging.getLogger().handlers:
+        for x in [x for x in h.filters if isinstance(x, _QuietTaskRuns)]:
+            h.removeFilter(x)
+    if not verbose:
+        task_runs.addFilter(_QuietConsoles())
 
 
 def settings_from_flags(milvus_token: str | None = None, results_dir: str | None = None,
@@ -335,13 +375,17 @@ def _at_exit() -> None:
 # --- the commands -------------------------------------------------------------------------------
 
 def launch_ingest(corpus: str, collection: str, *, task_runner: str = "threads",
-                  dask_address: str | None = None, **options: Any) -> dict[str, Any]:
+                  dask_address: str | None = None, dry_run: bool = False,
+                  **options: Any) -> dict[str, Any]:
     """Check, warm up, then run the ingest flow; returns its summary.
 
     In this order because each step is slower than the one before: options (instant, before
     Prefect is imported), the model's load (seconds, in its own process, started before Prefect's
     import), the corpus (parsed once, here; the flow takes it), the store and Prefect's server
     (opened in the background and started while the model loads).
+
+    A dry run is planned here, without a flow run (`ingest.plan_run`): no Prefect server, no
+    model, no store or cache created; it returns the plan (and writes it to `json_out`).
     """
     from situate.core.settings import get_settings
 
@@ -352,6 +396,13 @@ def launch_ingest(corpus: str, collection: str, *, task_runner: str = "threads",
     from situate.flows.options import check_ingest_options
 
     check_ingest_options(collection, context, embedder, task_runner, dask_address, uri)
+    if dry_run:
+        from situate.flows.ingest import plan_run, write_json
+
+        json_out = options.pop("json_out", None)
+        plan = plan_run(corpus, collection, **options)
+        write_json(plan, json_out)
+        return plan
     load_model_early(uri, embedder)
 
     from situate.flows.ingest import ingest_flow, make_task_runner, prepare_corpus
@@ -369,25 +420,27 @@ def launch_ingest(corpus: str, collection: str, *, task_runner: str = "threads",
 
 
 def launch_evaluate(eval_set: str, collection: str, **options: Any) -> dict[str, Any]:
-    """Check, warm up (the store and the collection's own model), then run the evaluate flow."""
+    """Check, warm up (the store and the first collection's own model), then run the evaluate
+    flow. `collection` may name several, comma-separated: they are compared in one chart."""
     from situate.core.settings import get_settings
+    from situate.flows.evaluate import evaluate_flow, split_collections
     from situate.flows.options import check_evaluate_options
-
-    check_evaluate_options(collection, options.get("k", "5,10,20"), options.get("modes"),
-                           options.get("reranker") or get_settings().reranker)
-    from situate.flows.evaluate import evaluate_flow
     from situate.tasks.metrics import load_eval_set
 
+    names = split_collections(collection)  # an empty or repeated name is refused here
+    for name in names:
+        check_evaluate_options(name, options.get("k", "5,10,20"), options.get("modes"),
+                               options.get("reranker") or get_settings().reranker)
     load_eval_set(eval_set)  # a bad evaluation set fails before any flow run starts
     s = get_settings()
     uri = options.get("milvus_uri") or s.milvus_uri
     from situate.storage.milvus import is_missing_lite_file, open_existing_store
 
     if is_missing_lite_file(uri):  # nothing to evaluate: say so before Prefect starts a server
-        open_existing_store(uri, collection)  # raises the store's "run situate ingest first"
+        open_existing_store(uri, names[0])  # raises the store's "run situate ingest first"
     open_store_early(uri, s.milvus_token.get_secret_value(),
-                     lambda store: store.exists(collection)
-                     and (store.describe(collection)["embedder"] or s.embedder))
+                     lambda store: store.exists(names[0])
+                     and (store.describe(names[0])["embedder"] or s.embedder))
     start_temporary_server()
-    return run_flow(evaluate_flow, ("situate", "evaluate", f"collection:{collection}"),
+    return run_flow(evaluate_flow, ("situate", "evaluate", *(f"collection:{n}" for n in names)),
                     eval_set=eval_set, collection=collection, **options)

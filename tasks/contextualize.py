@@ -64,6 +64,7 @@ class Contextualizer:
     """
 
     name: str = "base"
+    generates: bool = True  # False: chunks are indexed as they are (no context to count)
 
     def situate(self, doc: Document, chunks: Sequence[Chunk],
                 keep: Keep | None = None) -> ContextResult:
@@ -94,6 +95,7 @@ class NoContext(Contextualizer):
     """Index chunks as they are: the baseline of every comparison."""
 
     name = "none"
+    generates = False
 
     def situate(self, doc: Document, chunks: Sequence[Chunk],
                 keep: Keep | None = None) -> ContextResult:
@@ -183,6 +185,14 @@ def _cached(identity: dict[str, str | int] | None, doc: Document, cache: Context
     return found, missing
 
 
+def cached_split(identity: dict[str, str | int] | None, doc: Document,
+                 cache: ContextCache | None) -> tuple[int, list[Chunk]]:
+    """How many chunks of `doc` the cache answers, and the ones a run would still have to
+    situate, as `situate_document` splits them (a cost estimate reads nothing more)."""
+    found, missing = _cached(identity, doc, cache)
+    return len(found), missing
+
+
 def _key(identity: dict[str, str | int], doc: Document, chunk: Chunk) -> str:
     return context_key(identity, doc.hash, chunk.hash)
 
@@ -219,3 +229,85 @@ def situate_corpus_cached(
         result.usage.contexts_from_cache += sum(1 for s in hits.values() if s.source == "cache")
         result.situated = [hits[c.index] for c in doc.chunks if c.index in hits]
     return results
+
+
+# --- what a run would cost, before it is made (`situate ingest --dry-run`) ----------------------
+
+@dataclass(frozen=True)
+class Assumptions:
+    """What a cost estimate cannot know, assumed. The service's tokenizer: `chars_per_token` (None:
+    the provider's own figure). The length of a context: `context_tokens` (the contextual-retrieval
+    guide's contexts run 50-100 tokens; capped by the request's `max_tokens`). The time of one
+    live request: `request_seconds` plus its output at `output_tokens_per_second`. The time of one
+    round of Message Batches: `batch_round_seconds` (most end within the hour; 24 h at most)."""
+
+    chars_per_token: float | None = None
+    context_tokens: int = 100
+    request_seconds: float = 0.5
+    output_tokens_per_second: float = 100.0
+    batch_round_seconds: float = 3600.0
+
+
+@dataclass
+class Estimate:
+    """The expected bill of situating some chunks: `usage` as the service would report it
+    (requests, tokens; `cost_usd` priced by the cost model), and what the time estimate needs."""
+
+    usage: Usage = field(default_factory=Usage)
+    busy_seconds: float = 0.0  # the requests' expected latencies, summed
+    longest_seconds: float = 0.0  # the longest one
+    waits: int = 0  # units whose first request must end before the others are sent
+
+    def add(self, other: Estimate) -> None:
+        self.usage.add(other.usage)
+        self.busy_seconds += other.busy_seconds
+        self.longest_seconds = max(self.longest_seconds, other.longest_seconds)
+        self.waits += other.waits
+
+
+class CostModel:
+    """The cost side of a contextualizer in one mode: its name and cache identity (which stored
+    rows and cached contexts a run would reuse, exactly as the contextualizer's own) and the
+    bill of situating chunks, worked out without a key, a client or a request.
+
+    This base is a free provider's: no request, no token, no time."""
+
+    mode = "free"
+    flags = ""  # the command-line flags that select this mode
+    batch = False
+    chars_per_token: float | None = None  # the tokenizer assumed; None: no tokens to count
+
+    def __init__(self, contextualizer: Contextualizer) -> None:
+        self.name = contextualizer.name
+        self.generates = contextualizer.generates
+        self._identity = contextualizer.cache_identity()
+
+    def cache_identity(self) -> dict[str, str | int] | None:
+        return self._identity
+
+    def estimate(self, doc: Document, chunks: Sequence[Chunk]) -> Estimate:
+        return Estimate(Usage(contexts_generated=len(chunks) if self.generates else 0))
+
+    def price(self, usage: Usage) -> float:
+        return 0.0
+
+    def seconds(self, total: Estimate, waves: int) -> float:
+        """Expected time of the context requests; `waves` is how many rounds of Message Batches
+        windows run one after the other."""
+        return 0.0
+
+
+# Paid providers' cost models, imported on demand like the providers: name -> (config,
+# assumptions) -> [the configured mode, then the other modes].
+COST_MODELS: Registry[Callable[[ContextConfig, Assumptions], list[CostModel]]] = Registry(
+    "context provider")
+COST_MODELS.register("anthropic", "situate.tasks.claude:cost_models")
+
+
+def get_cost_models(config: ContextConfig, assumptions: Assumptions) -> list[CostModel]:
+    """The cost models of `config`'s provider: its configured mode first, then the others it
+    offers (a free provider has one). An InputError lists the known names."""
+    CONTEXTUALIZERS.check(config.name)
+    if config.name in COST_MODELS:
+        return COST_MODELS.get(config.name)(config, assumptions)
+    return [CostModel(get_contextualizer(config))]

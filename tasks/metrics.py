@@ -6,6 +6,7 @@ content of one of the first k retrieved chunks; averaged over all queries, in pe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ class Golden:
     content: str = ""
     doc_id: str = ""
     quote: str = ""
+    # Where the chunk comes from, for reports only (the benchmark's `meta.relative_path`).
+    source: str = ""
 
     def matches(self, doc_id: str, text: str) -> bool:
         if self.content:
@@ -61,11 +64,18 @@ def load_eval_set(path: str | Path) -> list[EvalQuery]:
         except InputError as e:
             raise InputError(f"{p}: line {number}: {e}") from None
         golden: list[Golden] = []
+        # The benchmark names each golden document's path in `golden_documents[].meta`.
+        documents = item.get("golden_documents")
+        paths = {str(d.get("uuid")): str(d["meta"].get("relative_path") or "")
+                 for d in (documents if isinstance(documents, list) else [])
+                 if isinstance(d, dict) and isinstance(d.get("meta"), dict)}
         if isinstance(item.get("golden_chunks"), list):
             for g in item["golden_chunks"]:
                 if not isinstance(g, dict) or not isinstance(g.get("content"), str):
                     raise InputError(f"{p}: line {number}: every golden_chunks entry needs 'content'")
-                golden.append(Golden(content=g["content"].strip()))
+                doc_id = str(g.get("doc_id") or g.get("doc_uuid") or "")
+                golden.append(Golden(content=g["content"].strip(), doc_id=doc_id,
+                                     source=paths.get(doc_id, "")))
         elif isinstance(item.get("golden_quotes"), list):
             for g in item["golden_quotes"]:
                 if not (isinstance(g, dict) and isinstance(g.get("doc_id"), str)
@@ -94,6 +104,44 @@ def mean_pass_at_k(cases: Sequence[tuple[Sequence[Golden], Sequence[tuple[str, s
     if not cases:
         return 0.0
     return 100.0 * sum(pass_at_k(g, r, k) for g, r in cases) / len(cases)
+
+
+def golden_ranks(golden: Sequence[Golden], retrieved: Sequence[tuple[str, str]]) -> list[int | None]:
+    """For each golden chunk, the 1-based rank of the first retrieved (doc_id, text) it matches, or
+    None when none of `retrieved` does: the failure analysis' raw data (Pass@k is the share of
+    ranks <= k)."""
+    return [next((rank for rank, (d, t) in enumerate(retrieved, start=1) if g.matches(d, t)), None)
+            for g in golden]
+
+
+def miss_sources(dense: Sequence[Sequence[int | None]],
+                 bm25: Sequence[Sequence[int | None]]) -> dict[str, int]:
+    """Golden chunks (not queries) counted by which retriever never ranked them: `dense_only`
+    (BM25 found it), `bm25_only` (dense found it), `both`; `golden_chunks` is the total. Each
+    argument holds one list of ranks (None: not retrieved) per query, as `golden_ranks` gives."""
+    counts = {"golden_chunks": 0, "dense_only": 0, "bm25_only": 0, "both": 0}
+    for d_ranks, b_ranks in zip(dense, bm25, strict=True):
+        for d, b in zip(d_ranks, b_ranks, strict=True):
+            counts["golden_chunks"] += 1
+            if d is None and b is None:
+                counts["both"] += 1
+            elif d is None:
+                counts["dense_only"] += 1
+            elif b is None:
+                counts["bm25_only"] += 1
+    return counts
+
+
+def latency_ms(seconds: Sequence[float]) -> dict[str, float]:
+    """Median and 95th percentile (nearest rank) of per-query times, in milliseconds."""
+    if not seconds:
+        return {"median": 0.0, "p95": 0.0}
+    ordered = sorted(seconds)
+    n = len(ordered)
+    mid = n // 2
+    median = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    p95 = ordered[max(0, math.ceil(0.95 * n) - 1)]
+    return {"median": round(1000 * median, 2), "p95": round(1000 * p95, 2)}
 
 
 def parse_ks(text: str) -> list[int]:

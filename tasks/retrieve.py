@@ -1,10 +1,12 @@
-"""Retrieval variants over a chunk store: dense, BM25, hybrid (RRF), and hybrid reranked (Cohere),
-for many queries. The store is given (any `situate.core.protocols.ChunkStore`); the flows open it."""
+"""Retrieval variants over a chunk store: dense, BM25, hybrid (the store fuses them: dbsf or
+RRF) and hybrid reranked (Cohere or a local cross-encoder), for many queries, each handled and
+timed alone. The store is given (any `situate.core.protocols.ChunkStore`); the flows open it."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from situate.core.errors import InputError
 from situate.core.protocols import SEARCH_MODES, ChunkStore
@@ -52,20 +54,34 @@ def check_modes(modes: Sequence[str]) -> list[str]:
 
 
 def retrieve(store: ChunkStore, collection: str, embedder_spec: str, queries: Sequence[str],
-             mode: str, limit: int, reranker_spec: str = "cohere") -> list[list[Hit]]:
-    """Top `limit` hits for each query in one mode; query vectors are embedded in batches."""
+             mode: str, limit: int, reranker_spec: str = "cohere",
+             on_query: Callable[[float], None] | None = None) -> list[list[Hit]]:
+    """Top `limit` hits for each query in one mode.
+
+    Each query is handled as a user's would be, alone: embedded (dense, hybrid, rerank), searched
+    and, for `rerank`, reranked; `on_query` gets its wall time in seconds as it finishes (the
+    evaluation's latency and progress). Loading the model and the reranker is not timed: with
+    `on_query`, one query is embedded once before the first timed one.
+    """
     check_modes([mode])
-    vectors: list[list[float]] | list[None]
-    if mode in ("dense", "hybrid", "rerank"):
-        vectors = get_embedder(embedder_spec).embed_queries(list(queries))
-    else:
-        vectors = [None] * len(queries)
-    if mode != "rerank":
-        return [store.search(collection, mode, q, v, limit)
-                for q, v in zip(queries, vectors, strict=True)]
-    from situate.tasks.rerank import get_reranker
+    embedder = get_embedder(embedder_spec) if mode in ("dense", "hybrid", "rerank") else None
+    reranker = None
+    if mode == "rerank":
+        from situate.tasks.rerank import get_reranker
 
-    reranker = get_reranker(reranker_spec)
-    return [reranker.rerank(q, store.search(collection, "hybrid", q, v, max(limit, RERANK_DEPTH)), limit)
-            for q, v in zip(queries, vectors, strict=True)]
-
+        reranker = get_reranker(reranker_spec)
+    if embedder is not None and queries and on_query is not None:
+        embedder.embed_queries([queries[0]])  # warm-up, untimed: only when timing is asked for
+    results: list[list[Hit]] = []
+    for q in queries:
+        started = time.perf_counter()
+        vector = embedder.embed_queries([q])[0] if embedder is not None else None
+        if reranker is None:
+            hits = store.search(collection, mode, q, vector, limit)
+        else:
+            hits = reranker.rerank(q, store.search(collection, "hybrid", q, vector,
+                                                   max(limit, RERANK_DEPTH)), limit)
+        results.append(hits)
+        if on_query is not None:
+            on_query(time.perf_counter() - started)
+    return results

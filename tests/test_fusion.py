@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from situate.core.fusion import dbsf, fuse, rrf
+from situate.core.fusion import dbsf
 
 # Twenty candidates a leg. BM25 is sure of "g" (far above its other candidates); dense is unsure
 # (its candidates evenly spread, "x" first).
@@ -15,12 +15,6 @@ FLAT = [("x", 0.60)] + [(f"c{i}", 0.59 - 0.005 * i) for i in range(19)]
 def test_a_sure_leg_outweighs_an_unsure_one():
     assert dbsf([SURE, FLAT])[0][0] == "g"
     assert dbsf([FLAT, SURE])[0][0] == "g"  # the order of the legs does not matter
-
-
-def test_rrf_gives_the_unsure_legs_top_the_same_weight():
-    # The contrast that motivates dbsf: RRF ranks "c0" (in both lists) above "g" (in one).
-    order = [i for i, _ in rrf([SURE, FLAT])]
-    assert order.index("c0") < order.index("g")
 
 
 def test_a_candidate_missing_from_a_leg_gets_that_legs_lowest_z():
@@ -40,12 +34,6 @@ def test_every_candidate_once_and_empty_legs_ignored():
     ids = [i for i, _ in fused]
     assert sorted(ids) == sorted({i for i, _ in SURE + FLAT}) and len(ids) == len(set(ids))
     assert dbsf([[], []]) == []
-
-
-def test_fuse_names_the_rule():
-    assert fuse("rrf", [SURE]) == rrf([SURE])
-    with pytest.raises(ValueError, match="unknown fusion 'sum'"):
-        fuse("sum", [SURE])
 
 
 def test_an_unknown_fusion_setting_is_one_line_before_anything_runs(tmp_path):

@@ -220,6 +220,20 @@ def test_deployment_runs_show_in_the_ui(prefect_server, tmp_path):
                 assert col in text
                 assert str(value) in text or f"{value:g}" in text, (col, value)
 
+        # The evaluation report carries its Pass@k chart as a PNG data URI: the UI renders it,
+        # and the browser decodes it (a broken or blocked image has naturalWidth 0).
+        report = _artifact(api, "evaluation-report-ui-sample")
+        assert "](data:image/png;base64," in report["data"]
+        browser.goto(f"{ui}/artifacts/artifact/{report['id']}")
+        browser.wait_for(["Pass@k on", "Queries every mode missed", "median ms"])
+        images = wait_until(lambda: (found := browser.eval(
+            "[...document.images].filter(i => i.src.startsWith('data:image/png;base64,'))"
+            ".map(i => ({w: i.naturalWidth, h: i.naturalHeight, done: i.complete, alt: i.alt}))"))
+            and all(i["done"] for i in found) and found, 30, "the chart image decoded")
+        assert len(images) == 1 and images[0]["w"] >= 600 and images[0]["h"] >= 400, images
+        assert images[0]["alt"].startswith("Pass@k of ui_sample")
+        browser.capture("evaluation-report", out)
+
         browser.goto(f"{ui}/runs/flow-run/{ingest_run['id']}")
         browser.wait_for([ingest_run["name"], "Artifacts", "Completed"])
         wait_until(lambda: browser.click("Artifacts"), 30, "Artifacts tab")

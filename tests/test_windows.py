@@ -31,11 +31,13 @@ def test_windows_are_exact_substrings_within_the_size(model):
     from situate.tasks.windows import split_windows
 
     text = " ".join(f"word{i}" for i in range(300))
-    windows = split_windows(model.tokenizer, text, 126)
+    pieces = split_windows(model.tokenizer, text, 126)
+    windows = [w for w, _ in pieces]
+    assert [n for _, n in pieces][:-1] == [126] * (len(pieces) - 1) and 0 < pieces[-1][1] <= 126
     assert len(windows) > 1 and all(w in text for w in windows)
     assert windows[0].startswith("word0") and windows[-1].endswith("word299")
     assert all(len(model.tokenizer(w, add_special_tokens=False)["input_ids"]) <= 126 for w in windows)
-    assert split_windows(model.tokenizer, "short text", 126) == ["short text"]
+    assert split_windows(model.tokenizer, "short text", 126) == [("short text", 1)]
 
 
 def test_the_tail_of_a_long_text_changes_its_vector(model):
@@ -51,14 +53,16 @@ def test_the_tail_of_a_long_text_changes_its_vector(model):
     assert np.linalg.norm(va) == pytest.approx(1.0, abs=1e-5)
 
 
-def test_a_long_text_is_the_normalised_mean_of_its_windows_and_a_short_one_is_unchanged(model):
+def test_a_long_text_is_the_token_weighted_mean_of_its_windows_and_a_short_one_is_unchanged(model):
     from situate.tasks.windows import Windowed, split_windows
 
     plain = Plain(model)
     windowed = Windowed(plain, model)
-    long = " ".join(f"token{i}" for i in range(250))
+    long = " ".join(f"token{i}" for i in range(233))
     vectors = windowed.encode_queries([long, "a short query"])
-    parts = plain.encode_documents(split_windows(model.tokenizer, long, windowed.size))
-    mean = parts.mean(axis=0)
+    pieces = split_windows(model.tokenizer, long, windowed.size)
+    parts = plain.encode_documents([w for w, _ in pieces])
+    assert pieces[-1][1] < pieces[0][1]  # a short last window: its weight is what it holds
+    mean = (parts * np.array([n for _, n in pieces], dtype=np.float32)[:, None]).sum(axis=0)
     assert np.allclose(vectors[0], mean / np.linalg.norm(mean), atol=1e-5)
     assert np.allclose(vectors[1], plain.encode_documents(["a short query"])[0], atol=1e-6)

@@ -2,16 +2,15 @@
 callers and the registry ("situate.tasks.claude:from_config") need not know its modules.
 
 `contextualizer` puts the pieces together; `prompts`, `pricing`, `planning`, `client`, `answers`
-and `batches` each hold one responsibility (see their opening lines).
+and `batches` each hold one responsibility (see their opening lines); `estimate` prices a run
+before it is made (`situate ingest --dry-run`).
 """
 
 from __future__ import annotations
 
-from situate.tasks.claude.contextualizer import (
-    DEFAULT_MODEL,
-    AnthropicContextualizer,
-    from_config,
-)
+from situate.tasks.claude.contextualizer import AnthropicContextualizer, from_config
+from situate.tasks.claude.estimate import cost_models
+from situate.tasks.claude.planning import DEFAULT_MODEL
 from situate.tasks.claude.pricing import (
     BATCH_DISCOUNT,
     MODELS,
@@ -40,7 +39,7 @@ from situate.tasks.claude.prompts import (
 __all__ = [
     "BATCH_DISCOUNT", "CHUNK_PROMPT", "DEFAULT_MODEL", "DOCUMENT_PROMPT", "GROUP_PROMPT",
     "GROUP_PROMPT_VERSION", "MODELS", "PROMPT_VERSION", "AnthropicContextualizer", "ModelInfo",
-    "Pricing", "cache_hit_ratio", "chunk_prompt", "document_block", "estimate_tokens", "fence_of",
-    "from_config", "group_prompt", "group_schema", "mark_chunks", "model_info",
+    "Pricing", "cache_hit_ratio", "chunk_prompt", "cost_models", "document_block", "estimate_tokens",
+    "fence_of", "from_config", "group_prompt", "group_schema", "mark_chunks", "model_info",
     "parse_group_answer", "price",
 ]

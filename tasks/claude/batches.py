@@ -180,8 +180,11 @@ class Batches:
 
     def _wait_batch(self, batch_id: str) -> bool:
         """Poll until the batch has ended (False if the service no longer has it); a stopped run
-        wakes the wait, and the next poll raises the run's error."""
+        wakes the wait, and the next poll raises the run's error. Polls come after 1, 2, 4, ...
+        seconds up to `poll_seconds`: a small batch that ends in seconds is read in seconds, a
+        long one costs a poll every `poll_seconds`."""
         batches = self.client.sdk.messages.batches
+        wait = min(1.0, self.poll_seconds)
 
         def retrieve() -> Any:
             try:
@@ -199,7 +202,8 @@ class Batches:
             counts = batch.request_counts
             log.info("batch %s %s: %d processing", batch_id, batch.processing_status,
                      counts.processing)
-            self.client.stopping.wait(self.poll_seconds)
+            self.client.stopping.wait(wait)
+            wait = min(wait * 2, self.poll_seconds)
 
 
 class _Reader:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +39,8 @@ from situate.core.secrets import api_key as resolve_key
 from situate.tasks.claude.answers import Outcome
 from situate.tasks.claude.batches import Batches, BatchState
 from situate.tasks.claude.client import ClaudeClient
-from situate.tasks.claude.planning import Job, Planner, Unit
-from situate.tasks.claude.pricing import UNKNOWN_MODEL, model_info
-from situate.tasks.claude.prompts import GROUP_PROMPT_VERSION, PROMPT_VERSION
+from situate.tasks.claude.planning import Job, Options, Unit
 from situate.tasks.contextualize import ContextConfig, ContextResult, Contextualizer, Keep
-
-DEFAULT_MODEL = "claude-haiku-4-5"
 
 
 class AnthropicContextualizer(Contextualizer):
@@ -61,22 +56,17 @@ class AnthropicContextualizer(Contextualizer):
     def __init__(self, config: ContextConfig, api_key: str | None = None) -> None:
         self.config = config
         extra = dict(config.extra or {})
-        self.model = config.model or DEFAULT_MODEL
-        known = model_info(self.model)
-        self.info = known or UNKNOWN_MODEL
-        self.priced = known is not None
-        if "context_window" in extra:
-            self.info = replace(self.info, context_window=int(extra["context_window"]))
+        self.options = Options.from_config(config.model, extra)
+        self.model = self.options.model
+        self.info = self.options.info
+        self.priced = self.options.priced
         self.group_chunks = config.group_chunks
         self.batch = config.batch
         self.max_attempts = max(1, config.max_attempts)
-        self.max_tokens = int(extra.get("max_tokens", 1024))
-        self.context_tokens = int(extra.get("context_max_tokens", 250))
-        self.group_size = max(1, min(int(extra.get("group_size", 32)),
-                                     (self.info.max_output - 100) // self.context_tokens))
-        self.prompt_version = GROUP_PROMPT_VERSION if self.group_chunks else PROMPT_VERSION
-        self.planner = Planner(self.model, self.info, self.max_tokens, self.context_tokens,
-                               self.group_size)
+        self.max_tokens = self.options.max_tokens
+        self.context_tokens = self.options.context_tokens
+        self.group_size = self.options.group_size
+        self.planner = self.options.planner()
         key = api_key or resolve_key("anthropic", required=True,
                                      user="context provider 'anthropic'")
         self._api = ClaudeClient(
@@ -105,16 +95,8 @@ class AnthropicContextualizer(Contextualizer):
         return f"AnthropicContextualizer(model={self.model!r})"
 
     def cache_identity(self) -> dict[str, str | int]:
-        """Every input that changes the generated text: the model, the prompt (its version), the
-        output limits, the context window (it decides how a long document is windowed) and, when
-        grouping, how chunks are grouped. Not concurrency, batch or live, the key or base URL."""
-        identity: dict[str, str | int] = {
-            "provider": "anthropic", "model": self.model, "prompt": self.prompt_version,
-            "max_tokens": self.max_tokens, "context_window": self.info.context_window,
-        }
-        if self.group_chunks:
-            identity.update(group_size=self.group_size, context_max_tokens=self.context_tokens)
-        return identity
+        """See `planning.Options.identity`: shared with the cost estimate."""
+        return self.options.identity(self.group_chunks)
 
     def abort(self) -> None:
         self._api.abort()

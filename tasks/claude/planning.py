@@ -7,13 +7,15 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from situate.core.errors import ProviderError
 from situate.core.records import Chunk, Document, sha256
-from situate.tasks.claude.pricing import ModelInfo, estimate_tokens
+from situate.tasks.claude.pricing import UNKNOWN_MODEL, ModelInfo, estimate_tokens, model_info
 from situate.tasks.claude.prompts import (
+    GROUP_PROMPT_VERSION,
+    PROMPT_VERSION,
     chunk_prompt,
     document_block,
     fence_of,
@@ -67,6 +69,52 @@ class Unit:
 
     jobs: list[Job]
     cacheable: bool
+
+
+DEFAULT_MODEL = "claude-haiku-4-5"
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a `ContextConfig` asks of Claude, worked out once: the contextualizer sends with it
+    and the cost estimate (`estimate.py`) plans with it, so both see the same requests and the
+    same cache identity. Needs no key and makes no client."""
+
+    model: str
+    info: ModelInfo
+    priced: bool  # False: the model's family is unknown, its price taken as 0
+    max_tokens: int  # output cap of a per-chunk request
+    context_tokens: int  # output budget per chunk of a group request
+    group_size: int
+
+    @classmethod
+    def from_config(cls, model: str, extra: dict[str, Any]) -> Options:
+        model = model or DEFAULT_MODEL
+        known = model_info(model)
+        info = known or UNKNOWN_MODEL
+        if "context_window" in extra:
+            info = replace(info, context_window=int(extra["context_window"]))
+        context_tokens = int(extra.get("context_max_tokens", 250))
+        return cls(model, info, known is not None, int(extra.get("max_tokens", 1024)),
+                   context_tokens, max(1, min(int(extra.get("group_size", 32)),
+                                              (info.max_output - 100) // context_tokens)))
+
+    def planner(self) -> Planner:
+        return Planner(self.model, self.info, self.max_tokens, self.context_tokens,
+                       self.group_size)
+
+    def identity(self, group: bool) -> dict[str, str | int]:
+        """Every input that changes the generated text: the model, the prompt (its version), the
+        output limits, the context window (it decides how a long document is windowed) and, when
+        grouping, how chunks are grouped. Not concurrency, batch or live, the key or base URL."""
+        identity: dict[str, str | int] = {
+            "provider": "anthropic", "model": self.model,
+            "prompt": GROUP_PROMPT_VERSION if group else PROMPT_VERSION,
+            "max_tokens": self.max_tokens, "context_window": self.info.context_window,
+        }
+        if group:
+            identity.update(group_size=self.group_size, context_max_tokens=self.context_tokens)
+        return identity
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,20 @@ def cache_hit_ratio(usage: Usage) -> float:
     return usage.prompt_cache_hit_ratio
 
 
+# Characters per token of the cost estimate (`--dry-run`): Anthropic's rule of thumb for English
+# ("a token approximately represents 3.5 English characters"). Code runs denser, about 3. Claude's
+# tokenizer is not available offline, so a plan's tokens are this ratio's, not the bill's.
+CHARS_PER_TOKEN = 3.5
+
+
+def expected_tokens(text: str, chars_per_token: float = CHARS_PER_TOKEN) -> int:
+    """The tokens `text` is expected to bill, for pricing a run before it is made: ASCII at
+    `chars_per_token` characters per token, anything else at one token per character (as in
+    `estimate_tokens`). Unlike `estimate_tokens` a central estimate, not a high one."""
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    return math.ceil(ascii_chars / chars_per_token) + (len(text) - ascii_chars)
+
+
 def estimate_tokens(text: str) -> int:
     """A deliberately high token estimate, for decisions only (billing uses reported usage).
 
