@@ -5,6 +5,7 @@ with matplotlib's Agg canvas into PNG bytes."""
 from __future__ import annotations
 
 import io
+import textwrap
 from collections.abc import Mapping, Sequence
 
 # One colour per retrieval mode (tab10's first four); collections are told apart by hatching.
@@ -29,8 +30,8 @@ def pass_at_k_chart(scores: Mapping[str, Mapping[str, Mapping[str, float]]], ks:
                                list(scores).index(s[0])))
     several = len(scores) > 1
     collections = list(scores)
-    fig = Figure(figsize=(max(6.0, 1.2 + 0.45 * len(series) * len(ks)), 4.4), dpi=100,
-                 layout="constrained")
+    width_in = max(6.0, 1.2 + 0.45 * len(series) * len(ks))
+    fig = Figure(figsize=(width_in, 4.4), dpi=100, layout="constrained")
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(series))
     for i, (collection, mode, values) in enumerate(series):
@@ -45,7 +46,8 @@ def pass_at_k_chart(scores: Mapping[str, Mapping[str, Mapping[str, float]]], ks:
     ax.set_xticks(range(len(ks)), [f"Pass@{k}" for k in ks])
     ax.set_ylabel("golden chunks found (%)")
     ax.set_ylim(0, 105)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(textwrap.fill(title, int(width_in * 11), break_on_hyphens=False),  # never cut
+                 fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     # Below the axes, where no bar can hide behind it.
