@@ -390,24 +390,25 @@ class MilvusStore:
                 for i, score in dbsf([[(h.id, h.score) for h in leg] for leg in legs])[:limit]]
 
     @staticmethod
-    def _request(mode: str, query_text: str, query_vector: Sequence[float] | None,
+    def _leg(mode: str, query_text: str, query_vector: Sequence[float] | None
+             ) -> tuple[list[Any], str, str]:
+        """(data, field, metric) of one retriever's search: dense cosine or BM25."""
+        if mode == "dense":
+            return [list(query_vector)], "dense", "COSINE"
+        return [lexical_text(query_text)], "sparse", "BM25"
+
+    def _request(self, mode: str, query_text: str, query_vector: Sequence[float] | None,
                  limit: int) -> Any:
         from pymilvus import AnnSearchRequest
 
-        if mode == "dense":
-            return AnnSearchRequest(data=[list(query_vector)], anns_field="dense",
-                                    param={"metric_type": "COSINE"}, limit=limit)
-        return AnnSearchRequest(data=[lexical_text(query_text)], anns_field="sparse",
-                                param={"metric_type": "BM25"}, limit=limit)
+        data, field, metric = self._leg(mode, query_text, query_vector)
+        return AnnSearchRequest(data=data, anns_field=field, param={"metric_type": metric},
+                                limit=limit)
 
     def _search_leg(self, collection: str, mode: str, query_text: str,
                     query_vector: Sequence[float] | None, limit: int) -> list[Hit]:
         """One retriever alone: dense cosine or BM25."""
-        if mode == "dense":
-            data, field = [list(query_vector)], "dense"
-        else:
-            data, field = [lexical_text(query_text)], "sparse"
-        metric = "COSINE" if mode == "dense" else "BM25"
+        data, field, metric = self._leg(mode, query_text, query_vector)
         res = self._call(f"{mode} search in {collection!r}", lambda: self.client.search(
             collection, data=data, anns_field=field, limit=limit, output_fields=HIT_FIELDS,
             search_params={"metric_type": metric}))
