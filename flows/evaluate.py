@@ -33,8 +33,8 @@ from situate.tasks.metrics import (
     golden_ranks,
     latency_ms,
     load_eval_set,
-    mean_pass_at_k,
     miss_sources,
+    pass_at_k_of_ranks,
 )
 from situate.tasks.report import pass_at_k_chart
 from situate.tasks.retrieve import retrieve
@@ -326,10 +326,9 @@ def _evaluate_collection(collection: str, queries: list[EvalQuery], ks: list[int
         hits, seconds = retrieve_task(uri, token, collection, embedder_spec, texts, mode, max(ks),
                                       reranker_spec, advance)
         retrieved = [[(h.doc_id, h.text) for h in hs] for hs in hits]
-        cases = [(q.golden, r) for q, r in zip(queries, retrieved, strict=True)]
-        scores[mode] = {str(kk): round(mean_pass_at_k(cases, kk), 2) for kk in ks}
+        ranks[mode] = [golden_ranks(q.golden, r) for q, r in zip(queries, retrieved, strict=True)]
+        scores[mode] = {str(kk): round(pass_at_k_of_ranks(ranks[mode], kk), 2) for kk in ks}
         latency[mode] = latency_ms(seconds)
-        ranks[mode] = [golden_ranks(golden, r) for golden, r in cases]
         firsts[mode] = [hs[0] if hs else None for hs in hits]
     per_query = [{"query": q.query, "golden": [g.doc_id or g.source for g in q.golden],
                   "ranks": {m: ranks[m][i] for m in modes},

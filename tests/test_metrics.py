@@ -84,3 +84,16 @@ def test_missing_eval_set(tmp_path):
     with pytest.raises(InputError, match="evaluation set not found"):
         load_eval_set(tmp_path / "x.jsonl")
     json.dumps({})
+
+
+def test_pass_at_k_of_ranks_is_the_benchmarks_pass_at_k():
+    from situate.tasks.metrics import golden_ranks, pass_at_k_of_ranks
+
+    gold = [Golden(content="a"), Golden(content="b")]
+    cases = [(gold, [("d", "x"), ("d", "a"), ("d", "y"), ("d", "b")]),
+             (gold[:1], [("d", "z")]),
+             (gold[1:], [("d", "b")])]
+    ranks = [golden_ranks(g, r) for g, r in cases]
+    assert ranks == [[2, 4], [None], [1]]
+    for k in (1, 2, 3, 4, 10):
+        assert pass_at_k_of_ranks(ranks, k) == pytest.approx(mean_pass_at_k(cases, k))
