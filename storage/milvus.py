@@ -37,6 +37,7 @@ from situate.storage.faults import (
     handled,
     install_quiet_filter,
     is_transient,
+    translate,
     writing,
 )
 from situate.storage.rows import (
@@ -105,7 +106,8 @@ class MilvusStore:
         if db_name:
             kwargs["db_name"] = db_name
         try:
-            self.client = self._call("connecting", lambda: MilvusClient(**kwargs), translate=False)
+            self.client = self._call("connecting", lambda: MilvusClient(**kwargs),
+                                     as_store_error=False)
         except StoreError:
             raise
         except Exception as e:  # pymilvus raises several unrelated types on connect
@@ -117,9 +119,9 @@ class MilvusStore:
     # --- calls -----------------------------------------------------------------------------------
 
     def _call(self, what: str, fn: Callable[[], T], *, write: bool = False,
-              translate: bool = True) -> T:
+              as_store_error: bool = True) -> T:
         """`fn()`, one call to Milvus: against a server, retried under the policy while the
-        server is down or restarting. Every failure leaves as one StoreError line (`translate`
+        server is down or restarting. Every failure leaves as one StoreError line (`as_store_error`
         False: errors other than an unreachable server are raised as they are)."""
         start = time.monotonic()
         attempts = 0
@@ -140,7 +142,7 @@ class MilvusStore:
             if not self.is_local and is_transient(e):
                 raise StoreError(self._unreachable(what, attempts, time.monotonic() - start, e,
                                                    write or IN_CALL.writing > 0)) from None
-            if not translate:
+            if not as_store_error:
                 raise
             raise translate(e, what, self.uri) from None
         raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
