@@ -4,10 +4,16 @@ For each corpus and each `--context` (none, structural), a fresh `situate ingest
 Lite file, then `situate evaluate --json`: the same commands a user runs. The held-out corpus is
 built by `benchmarks/heldout.py` from installed packages (docstring -> definition search).
 
-    .venv/bin/python benchmarks/bench_quality.py [--contexts none structural] [--only codebase|heldout]
-        [--embedders minilm e5-small] [--fusions dbsf rrf]
+    .venv/bin/python benchmarks/bench_quality.py [--contexts none structural]
+        [--corpora codebase heldout heldout-code2 heldout-prose]
+        [--embedders minilm e5-small] [--fusions cdbsf dbsf rrf]
 
-Each (corpus, embedder, context) is ingested once and evaluated once per fusion.
+`heldout` and `heldout-code2` are docstring -> definition sets from installed packages,
+`heldout-prose` a section-sentence -> heading set from Node.js's Markdown API reference (Debian's
+nodejs documentation, /usr/share/doc/nodejs/api).
+
+Each (corpus, embedder, context) is ingested once and evaluated once per fusion (the first with
+every mode, the others hybrid only: the halves do not depend on the fusion).
 """
 
 from __future__ import annotations
@@ -27,9 +33,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # The default configuration's chart, shown in the README.
-DEFAULT_VARIANT = ("codebase", "minilm", "structural", "dbsf")
+DEFAULT_VARIANT = ("codebase", "minilm", "structural", "cdbsf")
 CHART = ROOT / "benchmarks" / "results" / "evaluation-codebase.png"
 CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
+# Held-out corpora: benchmarks/heldout.py's arguments for each.
+HELDOUT = {"heldout": [], "heldout-code2": ["--packages", "httpx", "click"],
+           "heldout-prose": ["--markdown", "/usr/share/doc/nodejs/api"]}
 
 
 def run(args: list[str], env: dict[str, str]) -> str:
@@ -90,10 +99,11 @@ def markdown_table(results: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--contexts", nargs="+", default=["none", "structural"])
-    ap.add_argument("--only", choices=["codebase", "heldout"])
+    ap.add_argument("--corpora", nargs="+", default=["codebase", "heldout"],
+                    choices=["codebase", *HELDOUT])
     ap.add_argument("--embedders", nargs="+", default=["minilm"],
                     help="embedder names (e.g. minilm e5-small st:DIR); each is a run of its own")
-    ap.add_argument("--fusions", nargs="+", default=["dbsf", "rrf"],
+    ap.add_argument("--fusions", nargs="+", default=["cdbsf", "dbsf", "rrf"],
                     help="hybrid fusions evaluated on each collection (SITUATE_FUSION)")
     ap.add_argument("--render", metavar="JSON", help="print the table of an earlier --out and stop")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "quality.json"))
@@ -104,32 +114,38 @@ def main() -> None:
     results: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "runs": []}
     with tempfile.TemporaryDirectory() as tmp:
         corpora = {}
-        if args.only in (None, "codebase"):
-            corpora["codebase"] = (CODEBASE / "codebase_chunks.json", CODEBASE / "evaluation_set.jsonl")
-        if args.only in (None, "heldout"):
-            held = Path(tmp) / "heldout"
-            r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "heldout.py"), str(held)],
-                               capture_output=True, text=True, check=True)
-            results["heldout"] = json.loads(r.stdout)
-            corpora["heldout"] = (held / "corpus", held / "eval.jsonl")
+        for name in args.corpora:
+            if name == "codebase":
+                corpora[name] = (CODEBASE / "codebase_chunks.json", CODEBASE / "evaluation_set.jsonl")
+                continue
+            held = Path(tmp) / name
+            r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "heldout.py"), str(held),
+                                *HELDOUT[name]], capture_output=True, text=True, check=True)
+            results[name] = json.loads(r.stdout)
+            corpora[name] = (held / "corpus", held / "eval.jsonl")
         env = {**os.environ, "SITUATE_MILVUS_URI": f"{tmp}/milvus.db", "SITUATE_CACHE_DIR": f"{tmp}/c",
                "SITUATE_RESULTS_DIR": f"{tmp}/r"}
         env.pop("ANTHROPIC_API_KEY", None)
         for name, (corpus, eval_set) in corpora.items():
             for embedder, context in itertools.product(args.embedders, args.contexts):
-                collection = f"{name}_{context}_{re.sub(r'[^A-Za-z0-9]', '_', embedder)}"
+                collection = re.sub(r'[^A-Za-z0-9]', '_', f"{name}_{context}_{embedder}")
                 t = time.perf_counter()
                 summary = run(["ingest", str(corpus), "--collection", collection, "--context", context,
                      "--embedder", embedder], env)
                 ingest_s = time.perf_counter() - t
                 chunks = int(re.search(r"chunks_written\s+(\d+)", summary).group(1))
+                halves = None  # dense and BM25 do not depend on the fusion: measured once
                 for fusion in args.fusions:
                     out = Path(tmp) / f"{collection}-{fusion}.json"
                     t = time.perf_counter()
-                    run(["evaluate", str(eval_set), "--collection", collection, "--json", str(out)],
+                    run(["evaluate", str(eval_set), "--collection", collection, "--json", str(out),
+                         *(["--modes", "hybrid"] if halves else [])],
                         {**env, "SITUATE_FUSION": fusion})
                     report = json.loads(out.read_text())
                     evaluate_s = time.perf_counter() - t
+                    if halves is None:
+                        halves = {m: report["pass_at_k"][m] for m in ("dense", "bm25")}
+                    report["pass_at_k"] = {**halves, **report["pass_at_k"]}
                     # Figures only: per-query ranks and listed failures quote the evaluation set.
                     failures = report.get("failures") or {}
                     scores = {"queries": report["queries"], "pass_at_k": report["pass_at_k"],

@@ -1,12 +1,20 @@
 """Fusing ranked lists from several retrievers (dense and BM25) into one ranking.
 
-`dbsf` (the default, `SITUATE_FUSION=dbsf`): distribution-based score fusion. Each leg's scores
+`dbsf` (`SITUATE_FUSION=dbsf`): distribution-based score fusion. Each leg's scores
 are standardised over its own candidates, z = (s - mean) / std, and summed; a candidate missing
 from a leg's list gets that leg's lowest z (it scored at most that there). A leg counts for as
 much as it is sure for this query: one whose best candidates stand far above the rest (an exact
 identifier match in BM25, a close paraphrase in dense) dominates, one whose candidates are all
 alike barely reorders the other. No weight is fitted to any corpus. (Qdrant ships the same idea
 as its `dbsf` fusion.)
+
+`cdbsf` (the default, `SITUATE_FUSION=cdbsf`): confidence-weighted dbsf. Each leg's z-scores
+are weighted, query by query, by how far that leg's best candidate stands above its own
+candidates (its top z, a scale-free post-retrieval query-performance predictor), the weights
+normalised to sum to 1: a leg that is sure of this query leads it, a leg that is guessing
+follows (QPP-weighted fusion; Santra et al. 2026, arXiv 2601.17339). Still nothing fitted to a
+corpus. Chosen over dbsf, min-max and RRF by a rule written down before they were measured
+(BENCHMARKS.md, "Issue 12, round 2").
 
 `rrf`: reciprocal rank fusion, sum of 1 / (k + rank), k = 60, equal weight whatever the scores;
 Milvus's own `RRFRanker` does it (storage/milvus.py), so it is not re-written here.
@@ -17,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-FUSIONS = ("dbsf", "rrf")
+FUSIONS = ("cdbsf", "dbsf", "rrf")
 RRF_K = 60
 
 Leg = Sequence[tuple[str, float]]  # (id, score), best first
@@ -32,11 +40,34 @@ def _standardised(leg: Leg) -> dict[str, float]:
     return {i: (s - mean) / std for i, s in leg}
 
 
+def _fused(legs: Sequence[Leg], zs: Sequence[dict[str, float]],
+           weights: Sequence[float]) -> list[tuple[str, float]]:
+    floors = [min(z.values()) for z in zs]
+    ids = dict.fromkeys(i for leg in legs for i, _ in leg)  # first-seen order breaks ties
+    fused = {i: sum(w * z.get(i, floor) for z, floor, w in zip(zs, floors, weights, strict=True))
+             for i in ids}
+    return sorted(fused.items(), key=lambda item: -item[1])
+
+
 def dbsf(legs: Sequence[Leg]) -> list[tuple[str, float]]:
     """All candidates of `legs`, best first, by the sum of their per-leg z-scores."""
     legs = [leg for leg in legs if leg]
     zs = [_standardised(leg) for leg in legs]
-    floors = [min(z.values()) for z in zs]
-    ids = dict.fromkeys(i for leg in legs for i, _ in leg)  # first-seen order breaks ties
-    fused = {i: sum(z.get(i, floor) for z, floor in zip(zs, floors, strict=True)) for i in ids}
-    return sorted(fused.items(), key=lambda item: -item[1])
+    return _fused(legs, zs, [1.0] * len(legs))
+
+
+def cdbsf(legs: Sequence[Leg]) -> list[tuple[str, float]]:
+    """All candidates of `legs`, best first, by their per-leg z-scores weighted by each leg's top z
+    (negative tops count as 0; when no leg stands out, the legs weigh the same)."""
+    legs = [leg for leg in legs if leg]
+    if not legs:
+        return []
+    zs = [_standardised(leg) for leg in legs]
+    tops = [max(0.0, max(z.values())) for z in zs]
+    total = sum(tops)
+    weights = [t / total for t in tops] if total > 0 else [1.0 / len(legs)] * len(legs)
+    return _fused(legs, zs, weights)
+
+
+# The fusions done here, by name; `rrf` is Milvus's own ranker.
+CLIENT_FUSIONS = {"cdbsf": cdbsf, "dbsf": dbsf}

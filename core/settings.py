@@ -26,8 +26,9 @@ class Settings(BaseSettings):
                                                 "optionally name:model")
     reranker: str = Field("cohere", description="reranker of the rerank mode: cohere[:model] (needs a "
                           "key) or st:NAME_OR_PATH (a local sentence-transformers CrossEncoder)")
-    fusion: str = Field("dbsf", description="how hybrid search fuses dense and BM25: dbsf "
-                        "(per-query standardised scores, summed) | rrf (reciprocal ranks, k=60)")
+    fusion: str = Field("cdbsf", description="how hybrid search fuses dense and BM25: cdbsf "
+                        "(per-query standardised scores, each leg weighted by how far its best "
+                        "stands out) | dbsf (the same, unweighted) | rrf (reciprocal ranks, k=60)")
     anthropic_model: str = Field("claude-haiku-4-5", description="model for --context anthropic")
     concurrency: int = Field(8, ge=1, description="concurrent requests to the context provider")
     chunk_size: int = Field(800, ge=100, description="characters per chunk for unchunked input")

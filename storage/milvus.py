@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from situate.core.errors import StoreError
-from situate.core.fusion import FUSIONS, RRF_K, dbsf
+from situate.core.fusion import CLIENT_FUSIONS, FUSIONS, RRF_K
 from situate.core.protocols import SEARCH_MODES
 from situate.core.records import EmbeddedDocument, Hit, batched
 from situate.core.retry import RetryPolicy
@@ -367,8 +367,8 @@ class MilvusStore:
                query_vector: Sequence[float] | None, limit: int,
                fusion: str | None = None) -> list[Hit]:
         """Top `limit` chunks by dense cosine, BM25, or both fused (`fusion`, default the
-        `SITUATE_FUSION` setting: `dbsf` here over each leg's FUSION_DEPTH candidates, or `rrf`
-        with Milvus's own RRFRanker)."""
+        `SITUATE_FUSION` setting: `cdbsf` or `dbsf` here over each leg's FUSION_DEPTH
+        candidates, or `rrf` with Milvus's own RRFRanker)."""
         if mode not in MODES:
             raise StoreError(f"unknown search mode {mode!r}: use one of {', '.join(MODES)}")
         if mode != "hybrid":
@@ -382,14 +382,15 @@ class MilvusStore:
             res = self._call(f"hybrid search in {collection!r}", lambda: self.client.hybrid_search(
                 collection, reqs, ranker=RRFRanker(RRF_K), limit=limit, output_fields=HIT_FIELDS))
             return self._hits(res, "hybrid")
-        if method != "dbsf":
+        fuse = CLIENT_FUSIONS.get(method)
+        if fuse is None:
             raise StoreError(f"unknown fusion {method!r} (SITUATE_FUSION): use one of "
                              f"{', '.join(FUSIONS)}")
         legs = [self._search_leg(collection, leg, query_text, query_vector, depth)
                 for leg in ("dense", "bm25")]
         by_id = {h.id: h for leg in reversed(legs) for h in leg}
         return [dataclasses.replace(by_id[i], score=score)
-                for i, score in dbsf([[(h.id, h.score) for h in leg] for leg in legs])[:limit]]
+                for i, score in fuse([[(h.id, h.score) for h in leg] for leg in legs])[:limit]]
 
     @staticmethod
     def _leg(mode: str, query_text: str, query_vector: Sequence[float] | None

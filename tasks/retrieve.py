@@ -1,6 +1,6 @@
-"""Retrieval variants over a chunk store: dense, BM25, hybrid (the store fuses them: dbsf or
-RRF) and hybrid reranked (Cohere or a local cross-encoder), for many queries, each handled and
-timed alone. The store is given (any `situate.core.protocols.ChunkStore`); the flows open it."""
+"""Retrieval variants over a chunk store: dense, BM25, hybrid (the store fuses them: cdbsf,
+dbsf or RRF) and hybrid reranked (Cohere or a local cross-encoder), for many queries, each
+handled and timed alone. The store is given (any `situate.core.protocols.ChunkStore`); the flows open it."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import inspect
 import pytest
 
 from situate.core.errors import StoreError
+from situate.core.fusion import FUSIONS
 from situate.core.protocols import SEARCH_MODES, ChunkStore
 from situate.core.records import Chunk, Document, EmbeddedDocument, Hit, Situated, chunk_id, sha256
 from tests.conftest import HashEmbedding
@@ -221,8 +222,8 @@ class StoreContract:
         loaded.write(C, [embedded("e.md", ["plain words only"], context="about the walrus")])
         assert [h.doc_id for h in loaded.search(C, "bm25", "walrus", None, 3)] == ["e.md"]
 
-    @pytest.mark.parametrize("fusion", ["dbsf", "rrf"])
-    def test_hybrid_returns_each_chunk_once_under_either_fusion(self, loaded, fusion):
+    @pytest.mark.parametrize("fusion", FUSIONS)
+    def test_hybrid_returns_each_chunk_once_under_every_fusion(self, loaded, fusion):
         query = "how is a job deleted after success"
         hits = loaded.search(C, "hybrid", query, EMB._one(query), 10, fusion=fusion)
         assert len(hits) == ROWS == len({h.id for h in hits})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from situate.core.fusion import dbsf
+from situate.core.fusion import cdbsf, dbsf
 
 # Twenty candidates a leg. BM25 is sure of "g" (far above its other candidates); dense is unsure
 # (its candidates evenly spread, "x" first).
@@ -36,6 +36,34 @@ def test_every_candidate_once_and_empty_legs_ignored():
     assert dbsf([[], []]) == []
 
 
+def test_cdbsf_weighs_each_leg_by_how_far_its_best_stands_out():
+    # Each leg puts its own favourite first; the two favourites tie under dbsf (the same z's,
+    # mirrored), and cdbsf gives the query to the leg whose best stands further above the rest.
+    sure = [("s", 10.0), ("o", 2.0)] + [(f"c{i}", 1.0) for i in range(8)]
+    unsure = [("o", 3.0), ("s", 2.0)] + [(f"c{i}", 1.5 - 0.1 * i) for i in range(8)]
+    fused = dict(cdbsf([sure, unsure]))
+    assert max(fused, key=fused.get) == "s"
+    # the weights are the legs' top z's, normalised: recompute them by hand
+    def z(leg):
+        n = len(leg)
+        mean = sum(v for _, v in leg) / n
+        std = (sum((v - mean) ** 2 for _, v in leg) / n) ** 0.5
+        return {i: (v - mean) / std for i, v in leg}
+    zs, zu = z(sure), z(unsure)
+    ws, wu = zs["s"] / (zs["s"] + zu["o"]), zu["o"] / (zs["s"] + zu["o"])
+    assert fused["o"] == pytest.approx(ws * zs["o"] + wu * zu["o"])
+    assert fused["c3"] == pytest.approx(ws * zs["c3"] + wu * zu["c3"])
+
+
+def test_cdbsf_with_no_leg_standing_out_weighs_them_alike_and_keeps_every_candidate_once():
+    alike = [("a", 0.5), ("b", 0.5), ("c", 0.5)]
+    assert cdbsf([alike, alike]) == [(i, 0.0) for i in "abc"]
+    assert cdbsf([SURE, FLAT])[0][0] == "g" and cdbsf([FLAT, SURE])[0][0] == "g"
+    ids = [i for i, _ in cdbsf([SURE, FLAT, []])]
+    assert sorted(ids) == sorted({i for i, _ in SURE + FLAT}) and len(ids) == len(set(ids))
+    assert cdbsf([[], []]) == []
+
+
 def test_an_unknown_fusion_setting_is_one_line_before_anything_runs(tmp_path):
     import os
     import subprocess
@@ -48,5 +76,5 @@ def test_an_unknown_fusion_setting_is_one_line_before_anything_runs(tmp_path):
                         "--collection", "c"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.strip() == ("situate evaluate: error: SITUATE_FUSION='max' is not a fusion: "
-                                "use one of dbsf, rrf")
+                                "use one of cdbsf, dbsf, rrf")
     assert not (tmp_path / "m.db").exists()
