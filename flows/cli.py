@@ -185,7 +185,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         dry_run=args.dry_run, json_out=args.json_out, chars_per_token=args.chars_per_token,
         context_tokens=args.context_tokens)
     if args.dry_run:
-        from situate.flows.ingest import plan_text
+        from situate.flows.plan import plan_text
 
         print(plan_text(summary))
     else:

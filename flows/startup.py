@@ -384,7 +384,7 @@ def launch_ingest(corpus: str, collection: str, *, task_runner: str = "threads",
     import), the corpus (parsed once, here; the flow takes it), the store and Prefect's server
     (opened in the background and started while the model loads).
 
-    A dry run is planned here, without a flow run (`ingest.plan_run`): no Prefect server, no
+    A dry run is planned here, without a flow run (`plan.plan_run`): no Prefect server, no
     model, no store or cache created; it returns the plan (and writes it to `json_out`).
     """
     from situate.core.settings import get_settings
@@ -397,7 +397,7 @@ def launch_ingest(corpus: str, collection: str, *, task_runner: str = "threads",
 
     check_ingest_options(collection, context, embedder, task_runner, dask_address, uri)
     if dry_run:
-        from situate.flows.ingest import plan_run, write_json
+        from situate.flows.plan import plan_run, write_json
 
         json_out = options.pop("json_out", None)
         plan = plan_run(corpus, collection, **options)
