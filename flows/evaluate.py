@@ -19,11 +19,11 @@ import polars as pl
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from situate.core.errors import InputError, StoreError
+from situate.core.errors import InputError
 from situate.core.records import Hit
 from situate.core.settings import get_settings
 from situate.flows.ingest import artifact_key
-from situate.flows.options import check_evaluate_options
+from situate.flows.options import check_evaluate_options, split_collections
 from situate.flows.progress import bar
 from situate.storage.milvus import open_existing_store, open_store
 from situate.tasks.embed import release_embedders
@@ -41,25 +41,6 @@ from situate.tasks.retrieve import retrieve
 
 FAILURES_LISTED = 20  # failures listed in the Markdown report; the JSON keeps every rank
 SNIPPET_CHARS = 160
-
-
-def split_collections(text: str) -> list[str]:
-    """`--collection a,b,c` -> ['a', 'b', 'c'] (Milvus names cannot hold a comma), each name
-    checked; InputError for an empty or repeated one."""
-    from situate.storage.rows import validate_collection_name
-
-    names = [c.strip() for c in text.split(",")]
-    if not all(names):
-        raise InputError(f"--collection {text!r} has an empty name: give names separated by commas")
-    for name in names:
-        try:
-            validate_collection_name(name)
-        except StoreError as e:
-            raise InputError(str(e)) from None
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise InputError(f"--collection names {repeated[0]!r} twice: give each collection once")
-    return names
 
 
 def pass_at_k_table(result: dict[str, Any]) -> pl.DataFrame:

@@ -4,7 +4,7 @@ fraction of a second and write nothing. Imports no Prefect."""
 
 from __future__ import annotations
 
-from situate.core.errors import InputError
+from situate.core.errors import InputError, StoreError
 
 TASK_RUNNERS = ("threads", "dask")
 
@@ -33,6 +33,25 @@ def check_task_runner(kind: str, dask_address: str | None = None, milvus_uri: st
                          f"{milvus_uri!r} (one process per file): run `milvus-lite server --data-dir "
                          "DIR --port 19530` or a Milvus Standalone and pass --milvus-uri "
                          "http://HOST:PORT")
+
+
+def split_collections(text: str) -> list[str]:
+    """`--collection a,b,c` -> ['a', 'b', 'c'] (Milvus names cannot hold a comma), each name
+    checked; InputError for an empty or repeated one."""
+    from situate.storage.rows import validate_collection_name
+
+    names = [c.strip() for c in text.split(",")]
+    if not all(names):
+        raise InputError(f"--collection {text!r} has an empty name: give names separated by commas")
+    for name in names:
+        try:
+            validate_collection_name(name)
+        except StoreError as e:
+            raise InputError(str(e)) from None
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise InputError(f"--collection names {repeated[0]!r} twice: give each collection once")
+    return names
 
 
 def check_evaluate_options(collection: str, k: str, modes: str | None,

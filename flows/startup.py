@@ -423,14 +423,16 @@ def launch_evaluate(eval_set: str, collection: str, **options: Any) -> dict[str,
     """Check, warm up (the store and the first collection's own model), then run the evaluate
     flow. `collection` may name several, comma-separated: they are compared in one chart."""
     from situate.core.settings import get_settings
-    from situate.flows.evaluate import evaluate_flow, split_collections
-    from situate.flows.options import check_evaluate_options
-    from situate.tasks.metrics import load_eval_set
+    from situate.flows.options import check_evaluate_options, split_collections
 
     names = split_collections(collection)  # an empty or repeated name is refused here
     for name in names:
         check_evaluate_options(name, options.get("k", "5,10,20"), options.get("modes"),
                                options.get("reranker") or get_settings().reranker)
+    # Prefect comes with these (seconds): only once the options are found good.
+    from situate.flows.evaluate import evaluate_flow
+    from situate.tasks.metrics import load_eval_set
+
     load_eval_set(eval_set)  # a bad evaluation set fails before any flow run starts
     s = get_settings()
     uri = options.get("milvus_uri") or s.milvus_uri

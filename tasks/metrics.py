@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from situate.core.errors import InputError
-from situate.tasks.load import iter_jsonl
 from situate.tasks.retrieve import clean_query
 
 
@@ -49,6 +48,10 @@ def load_eval_set(path: str | Path) -> list[EvalQuery]:
     benchmark's format) or `golden_quotes` (objects with `doc_id` and `quote`). A query is cleaned
     and bounded as `situate search` does it (`clean_query`); a blank one is an error.
     """
+    # Here, not at the top: situate.tasks.load imports Prefect, and `parse_ks` must not (the CLI
+    # checks --k with it before Prefect is imported).
+    from situate.tasks.load import iter_jsonl
+
     p = Path(path)
     if not p.exists():
         raise InputError(f"evaluation set not found: {p} (give a JSONL file, one query a line)")

@@ -175,7 +175,7 @@ def test_chart_is_a_png_with_bars_and_grows_with_the_collections():
 
 
 def test_split_collections_refuses_empty_and_repeated_names():
-    from situate.flows.evaluate import split_collections
+    from situate.flows.options import split_collections
 
     assert split_collections("a, b_2,c") == ["a", "b_2", "c"]
     with pytest.raises(InputError, match="empty name"):

@@ -145,6 +145,25 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert not (tmp_path / "m.db").exists()
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--k", "0,x"], "--k must be"),
+    (["--collection", "a,bad-name"], "invalid collection name 'bad-name'"),
+    (["--collection", "a,a"], "names 'a' twice"),
+    (["--modes", "sparse"], "unknown retrieval mode"),
+])
+def test_evaluate_refuses_bad_options_before_importing_prefect(tmp_path, args, message):
+    """Prefect's import takes seconds: a bad option is refused before it (what the CLI checks
+    options with imports no Prefect)."""
+    argv = ["evaluate", str(SAMPLE_EVAL), "--collection", "c", *args]
+    code = ("import sys\nfrom situate.flows.cli import main\n"
+            f"rc = main({argv!r})\nprint(rc, 'prefect' in sys.modules)")
+    env = {**os.environ, "SITUATE_MILVUS_URI": str(tmp_path / "m.db")}
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.stdout.split() == ["2", "False"], r.stdout + r.stderr
+    assert message in r.stderr
+
+
 @pytest.mark.slow
 def test_cli_failure_inside_a_flow_is_one_clean_line_and_writes_nothing(tmp_path):
     from situate.storage.milvus import MilvusStore
