@@ -42,6 +42,20 @@ from situate.tasks.retrieve import retrieve
 FAILURES_LISTED = 20  # failures listed in the Markdown report; the JSON keeps every rank
 SNIPPET_CHARS = 160
 
+# An evaluation set the CLI checked, handed to the flow run it starts in this process (taken
+# once), as `ingest.prepare_corpus` hands over a corpus: read once per command, and not made a
+# flow parameter (the flow-run record would keep every golden chunk). Deployment runs read it.
+_PREPARED: dict[str, list[EvalQuery]] = {}
+
+
+def prepare_eval_set(path: str) -> list[EvalQuery]:
+    """Read and check the evaluation set now (a bad one fails before any flow run starts); the
+    next evaluate flow run of the same path in this process uses it instead of reading it again."""
+    queries = load_eval_set(path)
+    _PREPARED.clear()
+    _PREPARED[str(path)] = queries
+    return queries
+
 
 def pass_at_k_table(result: dict[str, Any]) -> pl.DataFrame:
     """One row per mode, one `pass@k` column per k."""
@@ -369,7 +383,7 @@ def evaluate_flow(
     names = split_collections(collection)
     for name in names:
         ks, mode_list = check_evaluate_options(name, k, modes, reranker_spec)
-    queries = load_eval_set(eval_set)
+    queries = _PREPARED.pop(str(eval_set), None) or load_eval_set(eval_set)
     uri = milvus_uri or s.milvus_uri
     token = s.milvus_token.get_secret_value()
     for name in names[1:]:  # a missing collection fails before the first is evaluated

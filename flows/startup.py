@@ -429,11 +429,10 @@ def launch_evaluate(eval_set: str, collection: str, **options: Any) -> dict[str,
     for name in names:
         check_evaluate_options(name, options.get("k", "5,10,20"), options.get("modes"),
                                options.get("reranker") or get_settings().reranker)
-    # Prefect comes with these (seconds): only once the options are found good.
-    from situate.flows.evaluate import evaluate_flow
-    from situate.tasks.metrics import load_eval_set
+    # Prefect comes with it (seconds): only once the options are found good.
+    from situate.flows.evaluate import evaluate_flow, prepare_eval_set
 
-    load_eval_set(eval_set)  # a bad evaluation set fails before any flow run starts
+    prepare_eval_set(eval_set)  # a bad one fails before any flow run starts; the flow takes it
     s = get_settings()
     uri = options.get("milvus_uri") or s.milvus_uri
     from situate.storage.milvus import is_missing_lite_file, open_existing_store

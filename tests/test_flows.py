@@ -165,6 +165,24 @@ def test_evaluate_refuses_bad_options_before_importing_prefect(tmp_path, args, m
 
 
 @pytest.mark.slow
+def test_launch_evaluate_reads_the_evaluation_set_once(prefect_harness, state, monkeypatch):
+    """The command checks the evaluation set before the flow run starts; the flow run takes that
+    reading instead of reading the file again."""
+    from situate.flows import startup
+    from situate.flows.ingest import ingest_flow
+    from situate.tasks import load
+    from situate.tasks.metrics import load_eval_set
+
+    ingest_flow(corpus=str(SAMPLE_CORPUS), collection="once", context="none", embedder="hash")
+    reads: list[str] = []
+    read = load.iter_jsonl
+    monkeypatch.setattr(load, "iter_jsonl", lambda path: reads.append(str(path)) or read(path))
+    result = startup.launch_evaluate(str(SAMPLE_EVAL), "once", modes="bm25")
+    assert reads == [str(SAMPLE_EVAL)]
+    assert result["queries"] == len(load_eval_set(SAMPLE_EVAL)) == len(result["per_query"])
+
+
+@pytest.mark.slow
 def test_cli_failure_inside_a_flow_is_one_clean_line_and_writes_nothing(tmp_path):
     from situate.storage.milvus import MilvusStore
 
