@@ -87,6 +87,7 @@ class Embedder:
         self.model = model
         self._function = function
         self._lock = threading.Lock()
+        self._warm = False
 
     @property
     def id(self) -> str:
@@ -121,6 +122,13 @@ class Embedder:
         for batch in batched(texts, batch_size):
             out.extend(self._call("encode_queries", list(batch)))
         return out
+
+    def warm_up(self, text: str) -> None:
+        """Embed `text` as a query, the first time only: what a model's first call costs beyond
+        the next ones (its load, a connection) stays out of the calls timed after it."""
+        if not self._warm:
+            self.embed_queries([text])
+            self._warm = True
 
     def _call(self, method: str, texts: list[str]) -> list[list[float]]:
         # One model, many threads: torch already uses every core, so calls are serialized.

@@ -61,7 +61,9 @@ def retrieve(store: ChunkStore, collection: str, embedder_spec: str, queries: Se
     Each query is handled as a user's would be, alone: embedded (dense, hybrid, rerank), searched
     and, for `rerank`, reranked; `on_query` gets its wall time in seconds as it finishes (the
     evaluation's latency and progress). Loading the model and the reranker is not timed: with
-    `on_query`, one query is embedded once before the first timed one.
+    `on_query`, a model is warmed with one untimed query the first time it is used
+    (`Embedder.warm_up`: once per loaded model, not per call; the evaluation calls this once per
+    mode and collection).
     """
     check_modes([mode])
     embedder = get_embedder(embedder_spec) if mode in ("dense", "hybrid", "rerank") else None
@@ -71,7 +73,7 @@ def retrieve(store: ChunkStore, collection: str, embedder_spec: str, queries: Se
 
         reranker = get_reranker(reranker_spec)
     if embedder is not None and queries and on_query is not None:
-        embedder.embed_queries([queries[0]])  # warm-up, untimed: only when timing is asked for
+        embedder.warm_up(queries[0])  # untimed, once per model: only when timing is asked for
     results: list[list[Hit]] = []
     for q in queries:
         started = time.perf_counter()

@@ -1,0 +1,44 @@
+"""Retrieval's timing: a model's first call (its load) stays out of the timed queries, and is paid
+once per loaded model, not once per mode."""
+
+from __future__ import annotations
+
+import pytest
+
+
+class _EmptyStore:
+    def search(self, collection, mode, query, vector, limit):
+        return []
+
+
+@pytest.fixture
+def hash_embedder(monkeypatch):
+    """A freshly loaded `hash` embedder, whose query batches are recorded."""
+    from situate.tasks import embed
+
+    monkeypatch.setattr(embed, "_LOADED", {})  # not one an earlier test has already warmed
+    embedder = embed.get_embedder("hash")
+    batches: list[list[str]] = []
+    encode = embedder._function.encode_queries
+    monkeypatch.setattr(embedder._function, "encode_queries",
+                        lambda texts: batches.append(list(texts)) or encode(texts))
+    return batches
+
+
+def test_a_model_is_warmed_once_for_every_timed_mode(hash_embedder):
+    from situate.tasks.retrieve import retrieve
+
+    queries = ["alpha beta", "gamma", "delta"]
+    seconds: list[float] = []
+    for mode in ("dense", "bm25", "hybrid"):
+        retrieve(_EmptyStore(), "c", "hash", queries, mode, 5, on_query=seconds.append)
+    # One untimed warm-up query, then each query embedded alone in each mode that embeds.
+    assert hash_embedder == [["alpha beta"]] + [[q] for q in queries] * 2
+    assert len(seconds) == 3 * len(queries)
+
+
+def test_an_untimed_search_is_not_warmed(hash_embedder):
+    from situate.tasks.retrieve import retrieve
+
+    retrieve(_EmptyStore(), "c", "hash", ["alpha"], "dense", 5)
+    assert hash_embedder == [["alpha"]]
