@@ -111,10 +111,6 @@ CONTEXTUALIZERS.register("structural", "situate.tasks.structural:from_config")
 CONTEXTUALIZERS.register("anthropic", "situate.tasks.claude:from_config")
 
 
-def known_contextualizers() -> list[str]:
-    return CONTEXTUALIZERS.names()
-
-
 def get_contextualizer(config: ContextConfig) -> Contextualizer:
     """The contextualizer named by `config.name`; an InputError lists the known names."""
     return CONTEXTUALIZERS.get(config.name)(config)
