@@ -56,7 +56,14 @@ class FakeCohere(LoopbackServer):
         self.latency = latency
         self.script: deque[str] = deque()
         self._lock = threading.Lock()
+        self.in_flight = 0  # requests still being handled (a "slow" one outlives its client)
         self.reset()
+
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until no request is being handled, so that none is counted after a `reset()`."""
+        deadline = time.monotonic() + timeout
+        while self.in_flight and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
     def reset(self) -> None:
@@ -123,6 +130,14 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(int(self.headers.get("content-length") or 0))
         with fake._lock:
             fake.requests += 1
+            fake.in_flight += 1
+        try:
+            self._handle(fake, raw)
+        finally:
+            with fake._lock:
+                fake.in_flight -= 1
+
+    def _handle(self, fake: FakeCohere, raw: bytes) -> None:
         try:
             if self.path.split("?", 1)[0] != "/v2/rerank":
                 raise _Refused(404, f"POST {self.path} not found")

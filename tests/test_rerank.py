@@ -47,6 +47,7 @@ def server() -> Iterator[FakeCohere]:
 
 @pytest.fixture()
 def fake(server: FakeCohere, monkeypatch: pytest.MonkeyPatch) -> FakeCohere:
+    server.settle()  # a "slow" request of the test before is still answered (and billed) late
     server.reset()
     monkeypatch.setenv("COHERE_API_KEY", KEY)
     monkeypatch.setenv("COHERE_BASE_URL", server.base_url)
