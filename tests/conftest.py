@@ -19,6 +19,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+
+def pytest_configure(config):
+    """Under pytest-xdist, each worker's `situate` subprocesses get a Prefect home of their own:
+    two one-off runs migrating one fresh database at once (a new machine's ~/.prefect) would race,
+    as Prefect's migration lock is per process. A user's own PREFECT_HOME wins."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and "PREFECT_HOME" not in os.environ:
+        import atexit
+        import shutil
+        import tempfile
+
+        home = tempfile.mkdtemp(prefix=f"situate-tests-prefect-{worker}-")
+        os.environ["PREFECT_HOME"] = home
+        atexit.register(shutil.rmtree, home, ignore_errors=True)
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CORPUS = ROOT / "data" / "sample" / "corpus"
 SAMPLE_EVAL = ROOT / "data" / "sample" / "eval.jsonl"
