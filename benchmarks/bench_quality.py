@@ -147,11 +147,14 @@ def main() -> None:
                         halves = {m: report["pass_at_k"][m] for m in ("dense", "bm25")}
                     report["pass_at_k"] = {**halves, **report["pass_at_k"]}
                     # Figures only: per-query ranks and listed failures quote the evaluation set.
+                    # (Only the run of every mode has them: a hybrid-only run's "missed by every
+                    # mode" would be missed by hybrid.)
                     failures = report.get("failures") or {}
                     scores = {"queries": report["queries"], "pass_at_k": report["pass_at_k"],
                               "latency_ms": report.get("latency_ms"),
                               "failures": {key: failures.get(key)
-                                           for key in ("k", "queries_missed", "sources")}}
+                                           for key in ("k", "queries_missed", "sources")}
+                              if failures.get("sources") else None}
                     if (name, embedder, context, fusion) == DEFAULT_VARIANT:
                         shutil.copyfile(out.with_suffix(".png"), CHART)
                     latency = hybrid_latency(eval_set, collection, {**env, "SITUATE_FUSION": fusion})
