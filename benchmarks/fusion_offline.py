@@ -1,0 +1,100 @@
+"""Round 2 of issue 12 (BENCHMARKS.md): every fusion candidate computed from the same two legs.
+
+`dump` saves, for each query of an evaluation set, the dense and BM25 top 100 (id, score) of a
+collection already ingested by `situate ingest`, and which candidate ids match each golden chunk;
+`score` prints Pass@5/10/20 and the worst margin over the best half of each candidate. `cdbsf` and
+`dbsf` are situate's own (`situate.core.fusion`); `minmax` and `rrf` (k = 60) are the references.
+
+    .venv/bin/python benchmarks/fusion_offline.py dump EVAL COLLECTION OUT.json [--embedder minilm]
+    .venv/bin/python benchmarks/fusion_offline.py score OUT.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from situate.core.fusion import RRF_K, cdbsf, dbsf
+from situate.tasks.metrics import pass_at_k_of_ranks
+
+KS = (5, 10, 20)
+
+
+def _minmax(legs):
+    fused: dict[str, float] = {}
+    for leg in legs:
+        lo, hi = min(s for _, s in leg), max(s for _, s in leg)
+        for i, s in leg:
+            fused[i] = fused.get(i, 0.0) + ((s - lo) / (hi - lo) if hi > lo else 0.0)
+    return sorted(fused.items(), key=lambda t: -t[1])
+
+
+def _rrf(legs):
+    fused: dict[str, float] = {}
+    for leg in legs:
+        for rank, (i, _) in enumerate(leg, start=1):
+            fused[i] = fused.get(i, 0.0) + 1 / (RRF_K + rank)
+    return sorted(fused.items(), key=lambda t: -t[1])
+
+
+CANDIDATES = {"dense": lambda legs: legs[0], "bm25": lambda legs: legs[1], "dbsf": dbsf,
+              "cdbsf": cdbsf, "minmax": _minmax, "rrf": _rrf}
+
+
+def dump(eval_set: str, collection: str, out: str, embedder: str) -> None:
+    from situate.core.settings import get_settings
+    from situate.storage.milvus import open_store
+    from situate.tasks.embed import get_embedder
+    from situate.tasks.metrics import load_eval_set
+
+    store = open_store(get_settings().milvus_uri)
+    store.load(collection)
+    model = get_embedder(embedder)
+    rows = []
+    for q in load_eval_set(eval_set):
+        vector = model.embed_queries([q.query])[0]
+        legs = {m: store.search(collection, m, q.query, vector, 100) for m in ("dense", "bm25")}
+        hits = {h.id: h for leg in legs.values() for h in leg}
+        rows.append({"dense": [(h.id, h.score) for h in legs["dense"]],
+                     "bm25": [(h.id, h.score) for h in legs["bm25"]],
+                     "golden": [[i for i, h in hits.items() if g.matches(h.doc_id, h.text)]
+                                for g in q.golden]})
+    with open(out, "w") as f:
+        json.dump(rows, f)
+
+
+def score(path: str) -> dict[str, dict[int, float]]:
+    with open(path) as f:
+        rows = json.load(f)
+    results = {}
+    for name, fuse in CANDIDATES.items():
+        ranks = []
+        for r in rows:
+            order = {i: n for n, (i, _) in enumerate(fuse([r["dense"], r["bm25"]]), start=1)}
+            ranks.append([min((order[i] for i in ids if i in order), default=None)
+                          for ids in r["golden"]])
+        results[name] = {k: pass_at_k_of_ranks(ranks, k) for k in KS}
+    for name, p in results.items():
+        margin = min(p[k] - max(results["dense"][k], results["bm25"][k]) for k in KS)
+        print(f"{name:8s} " + " / ".join(f"{p[k]:.2f}" for k in KS) + f"   margin {margin:+.2f}")
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("dump")
+    d.add_argument("eval_set")
+    d.add_argument("collection")
+    d.add_argument("out")
+    d.add_argument("--embedder", default="minilm")
+    sub.add_parser("score").add_argument("path")
+    args = ap.parse_args()
+    if args.command == "dump":
+        dump(args.eval_set, args.collection, args.out, args.embedder)
+    else:
+        score(args.path)
+
+
+if __name__ == "__main__":
+    main()
