@@ -5,12 +5,13 @@ Lite file, then `situate evaluate --json`: the same commands a user runs. The he
 built by `benchmarks/heldout.py` from installed packages (docstring -> definition search).
 
     .venv/bin/python benchmarks/bench_quality.py [--contexts none structural]
-        [--corpora codebase heldout heldout-code2 heldout-prose]
+        [--corpora codebase heldout heldout-code2 heldout-prose heldout-code3 heldout-prose2]
         [--embedders minilm e5-small] [--fusions cdbsf dbsf rrf]
 
 `heldout` and `heldout-code2` are docstring -> definition sets from installed packages,
 `heldout-prose` a section-sentence -> heading set from Node.js's Markdown API reference (Debian's
-nodejs documentation, /usr/share/doc/nodejs/api).
+nodejs documentation, /usr/share/doc/nodejs/api); `heldout-code3` (jinja2, anyio) and
+`heldout-prose2` (npm's own Markdown documentation) are round 3's sealed sets.
 
 Each (corpus, embedder, context) is ingested once and evaluated once per fusion (the first with
 every mode, the others hybrid only: the halves do not depend on the fusion).
@@ -38,7 +39,10 @@ CHART = ROOT / "benchmarks" / "results" / "evaluation-codebase.png"
 CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
 # Held-out corpora: benchmarks/heldout.py's arguments for each.
 HELDOUT = {"heldout": [], "heldout-code2": ["--packages", "httpx", "click"],
-           "heldout-prose": ["--markdown", "/usr/share/doc/nodejs/api"]}
+           "heldout-prose": ["--markdown", "/usr/share/doc/nodejs/api"],
+           # round 3's sealed sets (BENCHMARKS.md)
+           "heldout-code3": ["--packages", "jinja2", "anyio"],
+           "heldout-prose2": ["--markdown", "/usr/lib/node_modules/npm/docs/content"]}
 
 
 def run(args: list[str], env: dict[str, str]) -> str:

@@ -4,6 +4,8 @@
 collection already ingested by `situate ingest`, and which candidate ids match each golden chunk;
 `score` prints Pass@5/10/20 and the worst margin over the best half of each candidate. `cdbsf` and
 `dbsf` are situate's own (`situate.core.fusion`); `minmax` and `rrf` (k = 60) are the references.
+Round 3: the dump also keeps each leg's own scores of the other leg's candidates it did not return
+(`MilvusStore.leg_scores`), and `xcdbsf` / `xdbsf` fuse with them instead of the lowest z.
 
     .venv/bin/python benchmarks/fusion_offline.py dump EVAL COLLECTION OUT.json [--embedder minilm]
     .venv/bin/python benchmarks/fusion_offline.py score OUT.json
@@ -37,8 +39,11 @@ def _rrf(legs):
     return sorted(fused.items(), key=lambda t: -t[1])
 
 
-CANDIDATES = {"dense": lambda legs: legs[0], "bm25": lambda legs: legs[1], "dbsf": dbsf,
-              "cdbsf": cdbsf, "minmax": _minmax, "rrf": _rrf}
+CANDIDATES = {"dense": lambda legs, x: legs[0], "bm25": lambda legs, x: legs[1],
+              "dbsf": lambda legs, x: dbsf(legs), "cdbsf": lambda legs, x: cdbsf(legs),
+              "minmax": lambda legs, x: _minmax(legs), "rrf": lambda legs, x: _rrf(legs),
+              # round 3: the candidates a leg did not return scored by that leg (dumps with extras)
+              "xdbsf": dbsf, "xcdbsf": cdbsf}
 
 
 def dump(eval_set: str, collection: str, out: str, embedder: str) -> None:
@@ -55,8 +60,13 @@ def dump(eval_set: str, collection: str, out: str, embedder: str) -> None:
         vector = model.embed_queries([q.query])[0]
         legs = {m: store.search(collection, m, q.query, vector, 100) for m in ("dense", "bm25")}
         hits = {h.id: h for leg in legs.values() for h in leg}
+        # round 3: each leg's own scores of the other leg's candidates it did not return
+        extras = {m: store.leg_scores(collection, m, q.query, vector,
+                                      [i for i in hits if i not in {h.id for h in legs[m]}])
+                  for m in ("dense", "bm25")}
         rows.append({"dense": [(h.id, h.score) for h in legs["dense"]],
                      "bm25": [(h.id, h.score) for h in legs["bm25"]],
+                     "extra_dense": extras["dense"], "extra_bm25": extras["bm25"],
                      "golden": [[i for i, h in hits.items() if g.matches(h.doc_id, h.text)]
                                 for g in q.golden]})
     with open(out, "w") as f:
@@ -68,9 +78,13 @@ def score(path: str) -> dict[str, dict[int, float]]:
         rows = json.load(f)
     results = {}
     for name, fuse in CANDIDATES.items():
+        if name.startswith("x") and "extra_dense" not in rows[0]:
+            continue
         ranks = []
         for r in rows:
-            order = {i: n for n, (i, _) in enumerate(fuse([r["dense"], r["bm25"]]), start=1)}
+            extras = [r.get("extra_dense", {}), r.get("extra_bm25", {})]
+            order = {i: n for n, (i, _) in enumerate(fuse([r["dense"], r["bm25"]], extras),
+                                                     start=1)}
             ranks.append([min((order[i] for i in ids if i in order), default=None)
                           for ids in r["golden"]])
         results[name] = {k: pass_at_k_of_ranks(ranks, k) for k in KS}

@@ -1,12 +1,14 @@
 """Fusing ranked lists from several retrievers (dense and BM25) into one ranking.
 
 `dbsf` (`SITUATE_FUSION=dbsf`): distribution-based score fusion. Each leg's scores
-are standardised over its own candidates, z = (s - mean) / std, and summed; a candidate missing
-from a leg's list gets that leg's lowest z (it scored at most that there). A leg counts for as
-much as it is sure for this query: one whose best candidates stand far above the rest (an exact
-identifier match in BM25, a close paraphrase in dense) dominates, one whose candidates are all
-alike barely reorders the other. No weight is fitted to any corpus. (Qdrant ships the same idea
-as its `dbsf` fusion.)
+are standardised over its own candidates, z = (s - mean) / std, and summed. A candidate that one
+leg did not return is scored by that leg all the same (the store searches those ids alone: their
+cosine, or their BM25, 0 when they share no term with the query) and standardised with that leg's
+mean and std; without such a score it gets the leg's lowest z (it scored at most that there). A
+leg counts for as much as it is sure for this query: one whose best candidates stand far above
+the rest (an exact identifier match in BM25, a close paraphrase in dense) dominates, one whose
+candidates are all alike barely reorders the other. No weight is fitted to any corpus. (Qdrant
+ships the same idea as its `dbsf` fusion.)
 
 `cdbsf` (the default, `SITUATE_FUSION=cdbsf`): confidence-weighted dbsf. Each leg's z-scores
 are weighted, query by query, by how far that leg's best candidate stands above its own
@@ -14,7 +16,7 @@ candidates (its top z, a scale-free post-retrieval query-performance predictor),
 normalised to sum to 1: a leg that is sure of this query leads it, a leg that is guessing
 follows (QPP-weighted fusion; Santra et al. 2026, arXiv 2601.17339). Still nothing fitted to a
 corpus. Chosen over dbsf, min-max and RRF by a rule written down before they were measured
-(BENCHMARKS.md, "Issue 12, round 2").
+(BENCHMARKS.md, "Issue 12, round 2"); the missing candidates' own scores by round 3's.
 
 `rrf`: reciprocal rank fusion, sum of 1 / (k + rank), k = 60, equal weight whatever the scores;
 Milvus's own `RRFRanker` does it (storage/milvus.py), so it is not re-written here.
@@ -23,7 +25,7 @@ Milvus's own `RRFRanker` does it (storage/milvus.py), so it is not re-written he
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 FUSIONS = ("cdbsf", "dbsf", "rrf")
 RRF_K = 60
@@ -31,42 +33,55 @@ RRF_K = 60
 Leg = Sequence[tuple[str, float]]  # (id, score), best first
 
 
-def _standardised(leg: Leg) -> dict[str, float]:
+Extra = Mapping[str, float]  # a leg's own scores of candidates it did not return
+
+
+def _standardised(leg: Leg, extra: Extra) -> tuple[dict[str, float], dict[str, float]]:
+    """z-scores of the leg's candidates, and of `extra` scored by the same leg, both against the
+    mean and standard deviation of the leg's own candidates."""
     n = len(leg)
     mean = sum(s for _, s in leg) / n
     std = math.sqrt(sum((s - mean) ** 2 for _, s in leg) / n)
     if std <= 1e-12:  # every candidate alike: this leg says nothing about their order
-        return {i: 0.0 for i, _ in leg}
-    return {i: (s - mean) / std for i, s in leg}
+        return {i: 0.0 for i, _ in leg}, {i: 0.0 for i in extra}
+    return ({i: (s - mean) / std for i, s in leg},
+            {i: (s - mean) / std for i, s in extra.items()})
 
 
-def _fused(legs: Sequence[Leg], zs: Sequence[dict[str, float]],
-           weights: Sequence[float]) -> list[tuple[str, float]]:
+def _fused(legs: Sequence[Leg], extras: Sequence[Extra] | None,
+           weighted: bool) -> list[tuple[str, float]]:
+    kept = [(leg, extras[n] if extras else {}) for n, leg in enumerate(legs) if leg]
+    if not kept:
+        return []
+    scored = [_standardised(leg, extra) for leg, extra in kept]
+    zs = [z for z, _ in scored]
+    if weighted:
+        tops = [max(0.0, max(z.values())) for z in zs]
+        total = sum(tops)
+        weights = [t / total for t in tops] if total > 0 else [1.0 / len(zs)] * len(zs)
+    else:
+        weights = [1.0] * len(zs)
     floors = [min(z.values()) for z in zs]
-    ids = dict.fromkeys(i for leg in legs for i, _ in leg)  # first-seen order breaks ties
-    fused = {i: sum(w * z.get(i, floor) for z, floor, w in zip(zs, floors, weights, strict=True))
+    ids = dict.fromkeys(i for leg, _ in kept for i, _ in leg)  # first-seen order breaks ties
+    fused = {i: sum(w * z.get(i, x.get(i, floor))
+                    for (z, x), floor, w in zip(scored, floors, weights, strict=True))
              for i in ids}
     return sorted(fused.items(), key=lambda item: -item[1])
 
 
-def dbsf(legs: Sequence[Leg]) -> list[tuple[str, float]]:
-    """All candidates of `legs`, best first, by the sum of their per-leg z-scores."""
-    legs = [leg for leg in legs if leg]
-    zs = [_standardised(leg) for leg in legs]
-    return _fused(legs, zs, [1.0] * len(legs))
+def dbsf(legs: Sequence[Leg], extras: Sequence[Extra] | None = None) -> list[tuple[str, float]]:
+    """All candidates of `legs`, best first, by the sum of their per-leg z-scores.
+
+    `extras[n]`, when given, holds leg n's own scores of candidates it did not return (an id
+    missing there too gets the leg's lowest z)."""
+    return _fused(legs, extras, weighted=False)
 
 
-def cdbsf(legs: Sequence[Leg]) -> list[tuple[str, float]]:
+def cdbsf(legs: Sequence[Leg], extras: Sequence[Extra] | None = None) -> list[tuple[str, float]]:
     """All candidates of `legs`, best first, by their per-leg z-scores weighted by each leg's top z
-    (negative tops count as 0; when no leg stands out, the legs weigh the same)."""
-    legs = [leg for leg in legs if leg]
-    if not legs:
-        return []
-    zs = [_standardised(leg) for leg in legs]
-    tops = [max(0.0, max(z.values())) for z in zs]
-    total = sum(tops)
-    weights = [t / total for t in tops] if total > 0 else [1.0 / len(legs)] * len(legs)
-    return _fused(legs, zs, weights)
+    (negative tops count as 0; when no leg stands out, the legs weigh the same). `extras` as for
+    `dbsf`: they change candidates' values, never a leg's weight."""
+    return _fused(legs, extras, weighted=True)
 
 
 # The fusions done here, by name; `rrf` is Milvus's own ranker.

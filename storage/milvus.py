@@ -368,7 +368,7 @@ class MilvusStore:
                fusion: str | None = None) -> list[Hit]:
         """Top `limit` chunks by dense cosine, BM25, or both fused (`fusion`, default the
         `SITUATE_FUSION` setting: `cdbsf` or `dbsf` here over each leg's FUSION_DEPTH
-        candidates, or `rrf` with Milvus's own RRFRanker)."""
+        candidates, every one scored by both legs, or `rrf` with Milvus's own RRFRanker)."""
         if mode not in MODES:
             raise StoreError(f"unknown search mode {mode!r}: use one of {', '.join(MODES)}")
         if mode != "hybrid":
@@ -389,8 +389,14 @@ class MilvusStore:
         legs = [self._search_leg(collection, leg, query_text, query_vector, depth)
                 for leg in ("dense", "bm25")]
         by_id = {h.id: h for leg in reversed(legs) for h in leg}
-        return [dataclasses.replace(by_id[i], score=score)
-                for i, score in fuse([[(h.id, h.score) for h in leg] for leg in legs])[:limit]]
+        # Each leg scores the other leg's candidates it did not return (round 3 of issue 12):
+        # their own cosine or BM25, not a guess.
+        returned = [{h.id for h in leg} for leg in legs]
+        extras = [self.leg_scores(collection, mode, query_text, query_vector,
+                                  [i for i in by_id if i not in ids])
+                  for mode, ids in zip(("dense", "bm25"), returned, strict=True)]
+        fused = fuse([[(h.id, h.score) for h in leg] for leg in legs], extras)
+        return [dataclasses.replace(by_id[i], score=score) for i, score in fused[:limit]]
 
     @staticmethod
     def _leg(mode: str, query_text: str, query_vector: Sequence[float] | None
@@ -407,6 +413,24 @@ class MilvusStore:
         data, field, metric = self._leg(mode, query_text, query_vector)
         return AnnSearchRequest(data=data, anns_field=field, param={"metric_type": metric},
                                 limit=limit)
+
+    def leg_scores(self, collection: str, mode: str, query_text: str,
+                   query_vector: Sequence[float] | None, ids: Sequence[str]) -> dict[str, float]:
+        """One retriever's own scores of `ids` (a search restricted to them): their cosine, or
+        their BM25 under the collection's statistics, 0 for a chunk sharing no term with the
+        query (Milvus returns only chunks that score)."""
+        if not ids:
+            return {}
+        data, field, metric = self._leg(mode, query_text, query_vector)
+        res = self._call(f"{mode} scores in {collection!r}", lambda: self.client.search(
+            collection, data=data, anns_field=field, limit=len(ids),
+            filter=f"id in {json.dumps(list(ids))}", output_fields=[],
+            search_params={"metric_type": metric}))
+        scores = dict.fromkeys(ids, 0.0) if mode == "bm25" else {}
+        for h in res[0] if res else []:
+            score = float(h.get("distance", h.get("score", 0.0)))
+            scores[str(h.get("id", h.get("pk")))] = abs(score) if mode == "bm25" else score
+        return scores
 
     def _search_leg(self, collection: str, mode: str, query_text: str,
                     query_vector: Sequence[float] | None, limit: int) -> list[Hit]:

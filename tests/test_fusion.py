@@ -23,6 +23,18 @@ def test_a_candidate_missing_from_a_leg_gets_that_legs_lowest_z():
     assert fused == pytest.approx({"p": 0.0, "q": 0.0, "r": -2.0})
 
 
+def test_a_missing_candidates_own_score_replaces_the_lowest_z_and_leaves_the_weights():
+    legs = [[("p", 2.0), ("q", 1.0)], [("q", 5.0), ("r", 1.0)]]
+    # "p" scored 3.0 by the second leg (z = (3 - 3) / 2 = 0), "r" scored 0.0 by the first
+    # (z = (0 - 1.5) / 0.5 = -3): against each leg's own mean and spread, not the lowest z.
+    extras = [{"r": 0.0}, {"p": 3.0}]
+    assert dict(dbsf(legs, extras)) == pytest.approx({"p": 1.0, "q": 0.0, "r": -4.0})
+    # cdbsf's weights are the legs' top z's (+1 each here): unchanged by the extras
+    assert dict(cdbsf(legs, extras)) == pytest.approx({"p": 0.5, "q": 0.0, "r": -2.0})
+    # an id missing from the extras too keeps the lowest z
+    assert dict(dbsf(legs, [{}, {"p": 3.0}]))["r"] == pytest.approx(-2.0)
+
+
 def test_a_leg_whose_candidates_are_all_alike_does_not_reorder_the_other():
     alike = [("a", 0.5), ("b", 0.5), ("c", 0.5)]
     other = [("c", 3.0), ("b", 2.0), ("a", 1.0)]

@@ -52,3 +52,28 @@ def test_document_rows_are_the_schema_fields_cut_to_their_limits():
     assert first["context"] == doc.situated[0].context[:MAX_CONTEXT // 4]
     assert second["text"] == "é" * 20_000  # never cut
     assert second["lexical"] == doc.situated[1].indexed_text[:MAX_TEXT // 4]
+
+
+def test_each_leg_scores_the_candidates_it_did_not_return_and_hybrid_fuses_those_scores(tmp_path):
+    from situate.core.fusion import cdbsf
+
+    s = MilvusStore(str(tmp_path / "m.db"))
+    s.ensure_collection(C, EMB.dim, EMBEDDER)
+    s.write(C, corpus())
+    query, vector = "how is a job deleted after success", EMB._one("how is a job deleted after success")
+    legs = {m: s.search(C, m, query, vector, 10) for m in ("dense", "bm25")}
+    every = [h.id for h in legs["dense"]]
+    assert len(every) == ROWS and len(legs["bm25"]) == 2  # BM25 returns the chunks sharing "job"
+    # a leg's own score of a chunk is the same whether it returned it or was asked for it alone
+    for m in ("dense", "bm25"):
+        assert s.leg_scores(C, m, query, vector, every) == pytest.approx(
+            {**dict.fromkeys(every, 0.0), **{h.id: h.score for h in legs[m]}})
+    assert s.leg_scores(C, "bm25", query, vector, []) == {}
+    # hybrid: the three chunks BM25 did not return count with their BM25 of 0, not its lowest z
+    missing = [i for i in every if i not in {h.id for h in legs["bm25"]}]
+    pairs = [[(h.id, h.score) for h in legs[m]] for m in ("dense", "bm25")]
+    exact = cdbsf(pairs, [{}, dict.fromkeys(missing, 0.0)])
+    hits = s.search(C, "hybrid", query, vector, 10, fusion="cdbsf")
+    assert [(h.id, h.score) for h in hits] == [(i, pytest.approx(v)) for i, v in exact]
+    assert dict(exact) != pytest.approx(dict(cdbsf(pairs)))
+    s.close()
