@@ -27,10 +27,12 @@ import numpy as np
 C = "latency"
 
 
+VOCAB = [f"w{i}" for i in range(20_000)]
+WEIGHTS = [1 / (i + 1) for i in range(len(VOCAB))]
+
+
 def _words(rng: random.Random, k: int) -> str:
-    vocab = [f"w{i}" for i in range(20_000)]
-    weights = [1 / (i + 1) for i in range(len(vocab))]
-    return " ".join(rng.choices(vocab, weights, k=k))
+    return " ".join(rng.choices(VOCAB, WEIGHTS, k=k))
 
 
 def build(path: str, size: int) -> None:

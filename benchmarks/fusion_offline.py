@@ -56,13 +56,15 @@ def dump(eval_set: str, collection: str, out: str, embedder: str) -> None:
     store.load(collection)
     model = get_embedder(embedder)
     rows = []
-    for q in load_eval_set(eval_set):
-        vector = model.embed_queries([q.query])[0]
+    queries = load_eval_set(eval_set)
+    vectors = model.embed_queries([q.query for q in queries])  # one batch, not one call a query
+    for q, vector in zip(queries, vectors, strict=True):
         legs = {m: store.search(collection, m, q.query, vector, 100) for m in ("dense", "bm25")}
         hits = {h.id: h for leg in legs.values() for h in leg}
         # round 3: each leg's own scores of the other leg's candidates it did not return
+        returned = {m: {h.id for h in leg} for m, leg in legs.items()}
         extras = {m: store.leg_scores(collection, m, q.query, vector,
-                                      [i for i in hits if i not in {h.id for h in legs[m]}])
+                                      [i for i in hits if i not in returned[m]])
                   for m in ("dense", "bm25")}
         rows.append({"dense": [(h.id, h.score) for h in legs["dense"]],
                      "bm25": [(h.id, h.score) for h in legs["bm25"]],

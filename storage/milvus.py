@@ -427,9 +427,7 @@ class MilvusStore:
             filter=f"id in {json.dumps(list(ids))}", output_fields=[],
             search_params={"metric_type": metric}))
         scores = dict.fromkeys(ids, 0.0) if mode == "bm25" else {}
-        for h in res[0] if res else []:
-            score = float(h.get("distance", h.get("score", 0.0)))
-            scores[str(h.get("id", h.get("pk")))] = abs(score) if mode == "bm25" else score
+        scores.update((_hit_id(h), _hit_score(h, mode)) for h in (res[0] if res else []))
         return scores
 
     def _search_leg(self, collection: str, mode: str, query_text: str,
@@ -446,12 +444,9 @@ class MilvusStore:
         hits: list[Hit] = []
         for h in res[0] if res else []:
             entity = h.get("entity", h)
-            score = float(h.get("distance", h.get("score", 0.0)))
-            if mode == "bm25":
-                score = abs(score)  # Milvus Lite reports BM25 as negative distances
-            hits.append(Hit(id=str(h.get("id", h.get("pk"))), doc_id=entity["doc_id"],
+            hits.append(Hit(id=_hit_id(h), doc_id=entity["doc_id"],
                             index=int(entity["chunk_index"]), text=entity["text"],
-                            context=entity["context"], score=score,
+                            context=entity["context"], score=_hit_score(h, mode),
                             metadata=entity.get("metadata") or {}))
         return hits
 
@@ -460,6 +455,15 @@ class MilvusStore:
             self.client.close()
         except Exception:  # closing a dead connection is not worth an error
             pass
+
+
+def _hit_id(h: Any) -> str:
+    return str(h.get("id", h.get("pk")))
+
+
+def _hit_score(h: Any, mode: str) -> float:
+    score = float(h.get("distance", h.get("score", 0.0)))
+    return abs(score) if mode == "bm25" else score  # Lite reports BM25 as negative distances
 
 
 def _doc_filters(doc_ids: Sequence[str]) -> list[str]:
