@@ -43,7 +43,9 @@ from anthropic_server import FakeAnthropic, Faults, count_tokens  # noqa: E402
 
 from situate.core.records import Chunk, Document, Usage  # noqa: E402
 from situate.storage.cache import ContextCache  # noqa: E402
-from situate.tasks.claude import (  # noqa: E402
+from situate.tasks.contexts.base import ContextConfig, ContextResult  # noqa: E402
+from situate.tasks.contexts.cache import situate_corpus_cached, situate_document  # noqa: E402
+from situate.tasks.contexts.claude import (  # noqa: E402
     MODELS,
     AnthropicContextualizer,
     Pricing,
@@ -52,13 +54,7 @@ from situate.tasks.claude import (  # noqa: E402
     fence_of,
     price,
 )
-from situate.tasks.contextualize import (  # noqa: E402
-    ContextConfig,
-    ContextResult,
-    situate_corpus_cached,
-    situate_document,
-)
-from situate.tasks.load import load_corpus  # noqa: E402
+from situate.tasks.corpus.load import load_corpus  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "datasets" / "codebase" / "codebase_chunks.json"
 RESULTS = ROOT / "benchmarks" / "results" / "claude.json"
@@ -286,7 +282,7 @@ def bench_sigkill(docs: list[Document], latency: float, cache_dir: Path, corpus:
         # What is left: the reference bill of exactly the chunks missing from the cache.
         cz = make(fake)
         identity = cz.cache_identity()
-        from situate.tasks.contextualize import _key  # the driver's own key, so "missing" means the same
+        from situate.tasks.contexts.base import _key
 
         missing_docs = []
         for d in docs:

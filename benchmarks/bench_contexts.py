@@ -23,11 +23,12 @@ sys.path.insert(0, str(ROOT))
 
 from situate.core.records import EmbeddedDocument  # noqa: E402
 from situate.storage.milvus import MilvusStore  # noqa: E402
-from situate.tasks.contextualize import NoContext, StructuralContextualizer  # noqa: E402
-from situate.tasks.embed import get_embedder  # noqa: E402
-from situate.tasks.load import load_corpus  # noqa: E402
-from situate.tasks.metrics import load_eval_set, mean_pass_at_k  # noqa: E402
-from situate.tasks.retrieve import retrieve  # noqa: E402
+from situate.tasks.contexts.base import NoContext  # noqa: E402
+from situate.tasks.contexts.structural import StructuralContextualizer  # noqa: E402
+from situate.tasks.corpus.load import load_corpus  # noqa: E402
+from situate.tasks.embedders.base import get_embedder  # noqa: E402
+from situate.tasks.retrieval.metrics import load_eval_set, mean_pass_at_k  # noqa: E402
+from situate.tasks.retrieval.search import retrieve  # noqa: E402
 
 CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
 VARIANTS = {

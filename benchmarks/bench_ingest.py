@@ -28,7 +28,7 @@ DEFAULT_CORPUS = ROOT.parent / "shared" / "datasets" / "codebase" / "codebase_ch
 REFERENCE = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from situate.tasks.local_models import build_minilm
+from situate.tasks.embedders.local import build_minilm
 texts, batch = json.load(open(sys.argv[1])), int(sys.argv[2])
 model = build_minilm("all-MiniLM-L6-v2", "")
 vectors = [v for i in range(0, len(texts), batch) for v in model.encode_documents(texts[i:i + batch])]
@@ -41,8 +41,8 @@ def indexed_texts(corpus: str, context: str) -> list[str]:
     """The exact texts the pipeline embeds, from the same loader and contextualizer."""
     sys.path.insert(0, str(ROOT))
     from situate.core.settings import get_settings
-    from situate.tasks.contextualize import ContextConfig, get_contextualizer
-    from situate.tasks.load import load_corpus
+    from situate.tasks.contexts.base import ContextConfig, get_contextualizer
+    from situate.tasks.corpus.load import load_corpus
 
     s = get_settings()
     docs = load_corpus(corpus, s.chunk_size, s.chunk_overlap).documents

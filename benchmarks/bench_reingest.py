@@ -100,7 +100,7 @@ def processed_documents() -> Iterator[list[str]]:
 
 def expected_rows(corpus_path: Path) -> dict[str, list[tuple[str, int, str]]]:
     """doc id -> sorted (chunk id, index, text) the store must hold for the corpus file."""
-    from situate.tasks.load import load_corpus
+    from situate.tasks.corpus.load import load_corpus
 
     return {d.id: sorted((c.id, c.index, c.text) for c in d.chunks)
             for d in load_corpus(corpus_path).documents}
@@ -126,7 +126,7 @@ class Counters:
 
     def install(self) -> None:
         from situate.storage.milvus import MilvusStore
-        from situate.tasks.embed import Embedder
+        from situate.tasks.embedders.base import Embedder
 
         def wrap(cls: type, name: str, count: Callable[[tuple], None]) -> None:
             original = getattr(cls, name)

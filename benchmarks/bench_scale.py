@@ -151,7 +151,7 @@ def lite_alone(corpus: Path, db: str, dim: int = 1536) -> None:
 
     from situate.core.records import EmbeddedDocument, Situated, grouped
     from situate.storage.milvus import MilvusStore
-    from situate.tasks.load import stream_corpus
+    from situate.tasks.corpus.load import stream_corpus
 
     rng = np.random.default_rng(7)
     store = MilvusStore(db)

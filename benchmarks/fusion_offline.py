@@ -17,7 +17,7 @@ import argparse
 import json
 
 from situate.core.fusion import RRF_K, cdbsf, dbsf
-from situate.tasks.metrics import pass_at_k_of_ranks
+from situate.tasks.retrieval.metrics import pass_at_k_of_ranks
 
 KS = (5, 10, 20)
 
@@ -49,8 +49,8 @@ CANDIDATES = {"dense": lambda legs, x: legs[0], "bm25": lambda legs, x: legs[1],
 def dump(eval_set: str, collection: str, out: str, embedder: str) -> None:
     from situate.core.settings import get_settings
     from situate.storage.milvus import open_store
-    from situate.tasks.embed import get_embedder
-    from situate.tasks.metrics import load_eval_set
+    from situate.tasks.embedders.base import get_embedder
+    from situate.tasks.retrieval.metrics import load_eval_set
 
     store = open_store(get_settings().milvus_uri)
     store.load(collection)

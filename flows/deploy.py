@@ -123,7 +123,7 @@ def check_serve_options(cfg: ServeConfig) -> None:
 
     from situate.core.settings import get_settings
     from situate.flows.options import check_evaluate_options, check_ingest_options
-    from situate.tasks.metrics import load_eval_set
+    from situate.tasks.retrieval.metrics import load_eval_set
 
     if not Path(cfg.corpus).exists():
         raise InputError(f"corpus not found: {cfg.corpus} (every ingest run re-reads it: give a "

@@ -26,8 +26,9 @@ from situate.flows.ingest import artifact_key
 from situate.flows.options import check_evaluate_options, split_collections
 from situate.flows.progress import bar
 from situate.storage.milvus import open_existing_store, open_store
-from situate.tasks.embed import release_embedders
-from situate.tasks.metrics import (
+from situate.tasks.embedders.base import release_embedders
+from situate.tasks.retrieval.chart import pass_at_k_chart
+from situate.tasks.retrieval.metrics import (
     EvalQuery,
     Golden,
     golden_ranks,
@@ -36,8 +37,7 @@ from situate.tasks.metrics import (
     miss_sources,
     pass_at_k_of_ranks,
 )
-from situate.tasks.report import pass_at_k_chart
-from situate.tasks.retrieve import retrieve
+from situate.tasks.retrieval.search import retrieve
 
 FAILURES_LISTED = 20  # failures listed in the Markdown report; the JSON keeps every rank
 SNIPPET_CHARS = 160
@@ -438,7 +438,7 @@ def search(query: str, collection: str, mode: str = "hybrid", k: int = 10,
     """The top `k` chunks of COLLECTION for one query (`situate search`): a plain function, not a
     flow, since one query needs no orchestration. The query is cleaned and bounded first
     (`clean_query`): an empty one fails before the store is opened."""
-    from situate.tasks.retrieve import clean_query
+    from situate.tasks.retrieval.search import clean_query
 
     query = clean_query(query)
     s = get_settings()

@@ -55,15 +55,16 @@ from situate.flows.progress import PROGRESS_LINE, reporter, reporting
 from situate.flows.progress import bar as progress_bar
 from situate.storage.cache import ContextCache
 from situate.storage.milvus import open_store
-from situate.tasks.contextualize import (
-    ContextResult,
-    Contextualizer,
-    get_contextualizer,
-    situate_corpus_cached,
-    situate_document,
-)
-from situate.tasks.embed import check_embedder, get_embedder, release_embedders
-from situate.tasks.load import CorpusScan, scan_corpus, scan_corpus_task, stream_corpus
+from situate.tasks.contexts.base import ContextResult, Contextualizer, get_contextualizer
+from situate.tasks.contexts.cache import situate_corpus_cached, situate_document
+from situate.tasks.corpus.load import CorpusScan, scan_corpus, stream_corpus
+from situate.tasks.embedders.base import check_embedder, get_embedder, release_embedders
+
+
+@task(task_run_name="scan-corpus", persist_result=False, cache_policy=NO_CACHE)
+def scan_corpus_task(path: str, chunk_size: int, chunk_overlap: int) -> CorpusScan:
+    """Prefect task over `scan_corpus`: the checking pass, seen in the UI."""
+    return scan_corpus(path, chunk_size, chunk_overlap)
 
 
 def artifact_key(*parts: str) -> str:

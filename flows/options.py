@@ -13,8 +13,8 @@ def check_ingest_options(collection: str, context: str, embedder: str, task_runn
                          dask_address: str | None = None, milvus_uri: str = "") -> None:
     """Collection name, context provider, embedder (package and key) and task runner."""
     from situate.storage.rows import validate_collection_name
-    from situate.tasks.contextualize import CONTEXTUALIZERS
-    from situate.tasks.embed import check_embedder
+    from situate.tasks.contexts.base import CONTEXTUALIZERS
+    from situate.tasks.embedders.base import check_embedder
 
     validate_collection_name(collection)
     CONTEXTUALIZERS.check(context)
@@ -59,14 +59,14 @@ def check_evaluate_options(collection: str, k: str, modes: str | None,
     """(cut-offs, modes) after checking the collection name, `k`, the modes and, for `rerank`,
     that the reranker is configured (its key, or its model's directory; nothing is loaded)."""
     from situate.storage.rows import validate_collection_name
-    from situate.tasks.metrics import parse_ks
-    from situate.tasks.retrieve import check_modes, default_modes
+    from situate.tasks.retrieval.metrics import parse_ks
+    from situate.tasks.retrieval.search import check_modes, default_modes
 
     validate_collection_name(collection)
     ks = parse_ks(k)
     mode_list = check_modes([m.strip() for m in (modes or default_modes(reranker)).split(",") if m.strip()])
     if "rerank" in mode_list:
-        from situate.tasks.rerank import get_reranker
+        from situate.tasks.rerankers.base import get_reranker
 
         get_reranker(reranker)
     if {"hybrid", "rerank"} & set(mode_list):

@@ -23,17 +23,11 @@ from situate.core.settings import get_settings
 from situate.flows.options import check_ingest_options
 from situate.storage.cache import ContextCache
 from situate.storage.milvus import is_missing_lite_file, open_store
-from situate.tasks.contextualize import (
-    Assumptions,
-    ContextConfig,
-    Contextualizer,
-    CostModel,
-    Estimate,
-    cached_split,
-    get_cost_models,
-)
-from situate.tasks.embed import check_embedder
-from situate.tasks.load import CorpusScan, scan_corpus, stream_corpus
+from situate.tasks.contexts.base import ContextConfig, Contextualizer
+from situate.tasks.contexts.cache import cached_split
+from situate.tasks.contexts.cost import Assumptions, CostModel, Estimate, get_cost_models
+from situate.tasks.corpus.load import CorpusScan, scan_corpus, stream_corpus
+from situate.tasks.embedders.base import check_embedder
 
 
 def fingerprint(doc: Document, pipeline: str) -> str:

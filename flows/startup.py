@@ -235,7 +235,7 @@ def load_model_early(milvus_uri: str, embedder: str) -> None:
     file yet): a local model loads in a process of its own, so the load overlaps Prefect's
     import, the temporary server's start and the first contexts. Call before importing Prefect."""
     from situate.storage.milvus import is_missing_lite_file
-    from situate.tasks.embed import get_embedder
+    from situate.tasks.embedders.base import get_embedder
 
     if is_missing_lite_file(milvus_uri):
         get_embedder(embedder)
@@ -250,7 +250,7 @@ def open_store_early(milvus_uri: str, token: str, embedder_for: Callable[[Any], 
     does not exist yet is opened, so created, only with `create` (ingest).
     """
     from situate.storage.milvus import is_missing_lite_file, open_store
-    from situate.tasks.embed import get_embedder
+    from situate.tasks.embedders.base import get_embedder
 
     if not create and is_missing_lite_file(milvus_uri):
         return
@@ -351,7 +351,7 @@ def _settle(flow_run_id: Any) -> None:
 def stop_models() -> None:
     """The command is over: no local model is needed any more, and a failed run must not wait at
     exit for one to finish loading."""
-    from situate.tasks.embed import release_embedders
+    from situate.tasks.embedders.base import release_embedders
 
     release_embedders(kill=True)
 

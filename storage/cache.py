@@ -1,5 +1,5 @@
 """Disk cache of generated contexts (diskcache); the keys are made by the contextualizers' driver
-(`situate.tasks.contextualize.context_key`) over everything that changes the output."""
+(`situate.tasks.contexts.base.context_key`) over everything that changes the output."""
 
 from __future__ import annotations
 

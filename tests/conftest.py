@@ -66,7 +66,7 @@ class HashEmbedding:
 
 @pytest.fixture(scope="session", autouse=True)
 def _register_hash_embedder():
-    from situate.tasks.embed import EMBEDDERS, EmbedderSpec
+    from situate.tasks.embedders.base import EMBEDDERS, EmbedderSpec
 
     EMBEDDERS.register("hash", EmbedderSpec("bow-64", "math", "", "", lambda model, key: HashEmbedding()))
     yield

@@ -17,7 +17,9 @@ import pytest
 from situate.core.errors import ProviderError
 from situate.core.records import Chunk, Document, Usage
 from situate.storage.cache import ContextCache
-from situate.tasks.claude import (
+from situate.tasks.contexts.base import ContextConfig, ContextResult, get_contextualizer
+from situate.tasks.contexts.cache import context_key, situate_corpus_cached, situate_document
+from situate.tasks.contexts.claude import (
     GROUP_PROMPT_VERSION,
     MODELS,
     PROMPT_VERSION,
@@ -30,15 +32,7 @@ from situate.tasks.claude import (
     parse_group_answer,
     price,
 )
-from situate.tasks.contextualize import (
-    ContextConfig,
-    ContextResult,
-    context_key,
-    get_contextualizer,
-    situate_corpus_cached,
-    situate_document,
-)
-from situate.tasks.load import make_chunks
+from situate.tasks.corpus.load import make_chunks
 
 try:  # tests/ is on sys.path when it is not a package (pytest's rootdir-less import mode)
     from anthropic_server import FakeAnthropic, Faults, ModelSpec, count_tokens

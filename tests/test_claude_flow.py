@@ -33,7 +33,7 @@ def fake(monkeypatch):
 def test_ingest_with_claude_contexts_pays_once(prefect_harness, state, fake, batch):
     from situate.flows.ingest import ingest_flow
     from situate.storage.milvus import open_store
-    from situate.tasks.load import load_corpus
+    from situate.tasks.corpus.load import load_corpus
 
     chunks = load_corpus(SAMPLE_CORPUS).chunk_count
     collection = "claude_batch" if batch else "claude"
@@ -120,7 +120,7 @@ def test_a_killed_ingest_pays_again_for_no_more_than_the_answers_in_flight(tmp_p
     the service billed at most one answer per chunk plus the `concurrency` still on the wire;
     and the collection holds every chunk exactly once, each with its context."""
     from situate.storage.milvus import MilvusStore
-    from situate.tasks.load import load_corpus
+    from situate.tasks.corpus.load import load_corpus
 
     concurrency = 8
     corpus = tmp_path / "corpus"

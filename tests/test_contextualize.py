@@ -7,16 +7,15 @@ import pytest
 from situate.core.errors import InputError, ProviderError
 from situate.core.records import Chunk, Document, Situated, Usage
 from situate.storage.cache import ContextCache
-from situate.tasks.contextualize import (
+from situate.tasks.contexts.base import (
     ContextConfig,
     ContextResult,
     Contextualizer,
-    context_key,
     get_contextualizer,
-    situate_document,
 )
-from situate.tasks.load import load_corpus, make_chunks
-from situate.tasks.structural import StructuralContextualizer, leading_comment, outline
+from situate.tasks.contexts.cache import context_key, situate_document
+from situate.tasks.contexts.structural import StructuralContextualizer, leading_comment, outline
+from situate.tasks.corpus.load import load_corpus, make_chunks
 from tests.conftest import CODEBASE
 
 RUST = '''//! Executor for differential fuzzing.

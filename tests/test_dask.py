@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 def _register_hash_embedder() -> int:
     """Runs in each Dask worker: the session fixture registered `hash` in this process only."""
-    from situate.tasks.embed import EMBEDDERS, EmbedderSpec
+    from situate.tasks.embedders.base import EMBEDDERS, EmbedderSpec
     from tests.conftest import HashEmbedding
 
     EMBEDDERS.register("hash", EmbedderSpec("bow-64", "math", "", "", lambda model, key: HashEmbedding()))
@@ -23,7 +23,7 @@ def _register_hash_embedder() -> int:
 
 
 def _embedded_here() -> bool:
-    from situate.tasks import embed
+    from situate.tasks.embedders import base as embed
 
     return any(key.startswith("hash:") for key in embed._LOADED)
 

@@ -150,7 +150,7 @@ def test_the_plan_follows_the_collection_and_the_disk_cache(prefect_harness, sta
 
 def test_free_contextualizers_plan_to_nothing(prefect_harness, state, tmp_path):
     from situate.flows.ingest import ingest_flow
-    from situate.tasks.load import load_corpus
+    from situate.tasks.corpus.load import load_corpus
 
     corpus = _corpus(tmp_path / "corpus")
     chunks = load_corpus(corpus).chunk_count
@@ -214,8 +214,9 @@ def test_cli_dry_run_of_a_bad_corpus_is_one_line(tmp_path):
 def test_a_plan_reuses_what_the_run_would(group, batch):
     """The configured mode comes first, and its cache identity is the contextualizer's own: a plan
     counts as unchanged and as cached exactly what the run will."""
-    from situate.tasks.claude import AnthropicContextualizer
-    from situate.tasks.contextualize import Assumptions, ContextConfig, get_cost_models
+    from situate.tasks.contexts.base import ContextConfig
+    from situate.tasks.contexts.claude import AnthropicContextualizer
+    from situate.tasks.contexts.cost import Assumptions, get_cost_models
 
     config = ContextConfig(name="anthropic", model="claude-sonnet-4-5", group_chunks=group,
                            batch=batch, extra={"group_size": 8, "max_tokens": 300})
@@ -233,7 +234,7 @@ def test_a_plan_reads_an_existing_cache_without_adding_to_it(tmp_path):
     """The plan opens a context cache that exists (to count what it answers) and adds nothing."""
     from situate.core.records import Chunk, Document
     from situate.storage.cache import ContextCache
-    from situate.tasks.contextualize import cached_split, context_key
+    from situate.tasks.contexts.cache import cached_split, context_key
 
     doc = Document("d", "alpha beta", (Chunk("d", 0, "alpha"), Chunk("d", 1, "beta")))
     cache = ContextCache(tmp_path / "cache")

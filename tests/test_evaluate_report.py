@@ -13,7 +13,7 @@ import pytest
 
 from situate.core.errors import InputError
 from situate.core.records import Hit
-from situate.tasks.metrics import EvalQuery, Golden, golden_ranks, latency_ms, miss_sources
+from situate.tasks.retrieval.metrics import EvalQuery, Golden, golden_ranks, latency_ms, miss_sources
 from tests.conftest import SAMPLE_CORPUS, SAMPLE_EVAL
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -118,7 +118,7 @@ def test_failure_listing_is_bounded_and_says_how_many_more():
 
 
 def test_benchmark_golden_chunks_know_their_document_and_path():
-    from situate.tasks.metrics import load_eval_set
+    from situate.tasks.retrieval.metrics import load_eval_set
     from tests.conftest import CODEBASE
 
     first = load_eval_set(CODEBASE / "evaluation_set.jsonl")[0]
@@ -127,7 +127,7 @@ def test_benchmark_golden_chunks_know_their_document_and_path():
 
 
 def test_golden_document_paths_are_optional_and_odd_shapes_are_ignored(tmp_path):
-    from situate.tasks.metrics import load_eval_set
+    from situate.tasks.retrieval.metrics import load_eval_set
 
     p = tmp_path / "e.jsonl"
     lines = [{"query": "q1", "golden_chunks": [{"content": "c", "doc_uuid": "u"}], "golden_documents": 5},
@@ -142,7 +142,7 @@ def test_golden_document_paths_are_optional_and_odd_shapes_are_ignored(tmp_path)
 
 def test_markdown_report_embeds_the_chart_and_the_failure_tables():
     from situate.flows.evaluate import failure_analysis, markdown_report
-    from situate.tasks.report import pass_at_k_chart
+    from situate.tasks.retrieval.chart import pass_at_k_chart
 
     queries, ranks, firsts = _case()
     result = {"collection": "c", "queries": 3, "eval_set": "e.jsonl", "embedder": "hash",
@@ -162,7 +162,7 @@ def test_markdown_report_embeds_the_chart_and_the_failure_tables():
 
 
 def test_chart_is_a_png_with_bars_and_grows_with_the_collections():
-    from situate.tasks.report import pass_at_k_chart
+    from situate.tasks.retrieval.chart import pass_at_k_chart
 
     scores = {"dense": {"5": 60.0, "10": 70.0}, "bm25": {"5": 80.0, "10": 85.0},
               "hybrid": {"5": 82.0, "10": 90.0}}
@@ -192,7 +192,7 @@ def test_two_collections_are_evaluated_and_compared(prefect_harness, state):
     evaluation over both, one comparison chart."""
     from situate.flows.evaluate import evaluate_flow, summary_text
     from situate.flows.ingest import ingest_flow
-    from situate.tasks.metrics import load_eval_set
+    from situate.tasks.retrieval.metrics import load_eval_set
 
     for name, context in (("with_ctx", "structural"), ("no_ctx", "none")):
         ingest_flow(corpus=str(SAMPLE_CORPUS), collection=name, context=context, embedder="hash")
@@ -254,7 +254,7 @@ class _RecordingStore:
 
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
 def test_retrieve_handles_and_times_each_query_alone(mode):
-    from situate.tasks.retrieve import retrieve
+    from situate.tasks.retrieval.search import retrieve
     from tests.conftest import HashEmbedding
 
     store = _RecordingStore()

@@ -31,7 +31,7 @@ def test_ingest_twice_then_evaluate_with_minilm(prefect_harness, state):
     from situate.flows.evaluate import evaluate_flow
     from situate.flows.ingest import ingest_flow
     from situate.storage.milvus import open_store
-    from situate.tasks.load import load_corpus
+    from situate.tasks.corpus.load import load_corpus
 
     corpus = load_corpus(SAMPLE_CORPUS)
     first = ingest_flow(corpus=str(SAMPLE_CORPUS), collection="sample", context="structural")
@@ -170,8 +170,8 @@ def test_launch_evaluate_reads_the_evaluation_set_once(prefect_harness, state, m
     reading instead of reading the file again."""
     from situate.flows import startup
     from situate.flows.ingest import ingest_flow
-    from situate.tasks import load
-    from situate.tasks.metrics import load_eval_set
+    from situate.tasks.corpus import load
+    from situate.tasks.retrieval.metrics import load_eval_set
 
     ingest_flow(corpus=str(SAMPLE_CORPUS), collection="once", context="none", embedder="hash")
     reads: list[str] = []

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from situate.core.errors import InputError
-from situate.tasks.load import MAX_CHUNK_BYTES, clean_text, load_corpus
-from situate.tasks.metrics import load_eval_set
-from situate.tasks.retrieve import MAX_QUERY_CHARS, clean_query
+from situate.tasks.corpus.load import MAX_CHUNK_BYTES, clean_text, load_corpus
+from situate.tasks.retrieval.metrics import load_eval_set
+from situate.tasks.retrieval.search import MAX_QUERY_CHARS, clean_query
 from tests.conftest import ROOT, SAMPLE_CORPUS
 
 SITUATE = Path(sys.executable).parent / "situate"

@@ -27,7 +27,7 @@ class CountingEmbedding(HashEmbedding):
 
 @pytest.fixture
 def counting(monkeypatch):
-    from situate.tasks.embed import EMBEDDERS, EmbedderSpec
+    from situate.tasks.embedders.base import EMBEDDERS, EmbedderSpec
 
     model = CountingEmbedding()
     EMBEDDERS.register("counting", EmbedderSpec("bow-64", "math", "", "", lambda m, k: model))

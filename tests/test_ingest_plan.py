@@ -4,8 +4,8 @@ context (the contextualizer's identity) or the chunking re-processes the documen
 from __future__ import annotations
 
 from situate.flows.plan import pipeline_id
-from situate.tasks.contextualize import Contextualizer, NoContext
-from situate.tasks.structural import StructuralContextualizer
+from situate.tasks.contexts.base import Contextualizer, NoContext
+from situate.tasks.contexts.structural import StructuralContextualizer
 
 
 class _Paid(Contextualizer):

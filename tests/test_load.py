@@ -7,8 +7,8 @@ import json
 import pytest
 
 from situate.core.errors import InputError
-from situate.tasks.chunking import chunk_text
-from situate.tasks.load import load_corpus
+from situate.tasks.corpus.chunking import chunk_text
+from situate.tasks.corpus.load import load_corpus
 from tests.conftest import CODEBASE, SAMPLE_CORPUS
 
 

@@ -1,4 +1,4 @@
-"""Local embedding models run in a process of their own (tasks/local_models.py)."""
+"""Local embedding models run in a process of their own (tasks/embedders/local.py)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def build_broken_model(model: str, api_key: str) -> object:
 
 @pytest.fixture
 def local_specs(monkeypatch):
-    from situate.tasks.embed import EMBEDDERS, EmbedderSpec, release_embedders
+    from situate.tasks.embedders.base import EMBEDDERS, EmbedderSpec, release_embedders
 
     EMBEDDERS.register("pid", EmbedderSpec("pid-1", "math", "", "", build_pid_model, local=True))
     EMBEDDERS.register("broken", EmbedderSpec("broken-1", "math", "", "", build_broken_model,
@@ -42,7 +42,7 @@ def local_specs(monkeypatch):
 
 
 def test_local_model_embeds_in_another_process_and_exits_when_released(local_specs):
-    from situate.tasks.embed import get_embedder, release_embedders
+    from situate.tasks.embedders.base import get_embedder, release_embedders
 
     emb = get_embedder("pid")
     assert emb.dim == 2
@@ -74,7 +74,7 @@ def test_killed_model_leaves_no_thread_for_the_exit_hook(local_specs):
     So killing must leave no manager thread and no open wake-up pipe behind."""
     import concurrent.futures.process as cfp
 
-    from situate.tasks.embed import get_embedder, release_embedders
+    from situate.tasks.embedders.base import get_embedder, release_embedders
 
     emb = get_embedder("pid")
     assert emb.dim == 2
@@ -88,7 +88,7 @@ def test_killed_model_leaves_no_thread_for_the_exit_hook(local_specs):
 
 def test_failed_load_is_one_provider_error(local_specs):
     from situate.core.errors import ProviderError
-    from situate.tasks.embed import get_embedder
+    from situate.tasks.embedders.base import get_embedder
 
     emb = get_embedder("broken")  # returns at once: the load runs in the other process
     with pytest.raises(ProviderError, match=r"embedder broken:broken-1 could not be loaded: "
@@ -99,7 +99,7 @@ def test_failed_load_is_one_provider_error(local_specs):
 
 
 def _pid_in_daemon(queue) -> None:
-    from situate.tasks.embed import EMBEDDERS, EmbedderSpec, get_embedder
+    from situate.tasks.embedders.base import EMBEDDERS, EmbedderSpec, get_embedder
 
     EMBEDDERS.register("pid", EmbedderSpec("pid-1", "math", "", "", build_pid_model, local=True))
     queue.put((os.getpid(), get_embedder("pid").embed_documents(["x"])[0][0]))

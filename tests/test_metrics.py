@@ -7,7 +7,7 @@ import json
 import pytest
 
 from situate.core.errors import InputError
-from situate.tasks.metrics import Golden, load_eval_set, mean_pass_at_k, parse_ks, pass_at_k
+from situate.tasks.retrieval.metrics import Golden, load_eval_set, mean_pass_at_k, parse_ks, pass_at_k
 from tests.conftest import CODEBASE, SAMPLE_EVAL
 
 
@@ -87,7 +87,7 @@ def test_missing_eval_set(tmp_path):
 
 
 def test_pass_at_k_of_ranks_is_the_benchmarks_pass_at_k():
-    from situate.tasks.metrics import golden_ranks, pass_at_k_of_ranks
+    from situate.tasks.retrieval.metrics import golden_ranks, pass_at_k_of_ranks
 
     gold = [Golden(content="a"), Golden(content="b")]
     cases = [(gold, [("d", "x"), ("d", "a"), ("d", "y"), ("d", "b")]),

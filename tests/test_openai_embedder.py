@@ -8,7 +8,7 @@ import math
 import pytest
 
 from situate.core.errors import ProviderError
-from situate.tasks.embed import get_embedder, release_embedders
+from situate.tasks.embedders.base import get_embedder, release_embedders
 from tests.openai_server import FakeOpenAI
 
 
@@ -18,7 +18,7 @@ def fake(monkeypatch):
         monkeypatch.setenv("OPENAI_API_KEY", server.api_key)
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url + "/v1")
         yield server
-    from situate.tasks import embed
+    from situate.tasks.embedders import base as embed
 
     embed._LOADED.pop("openai:text-embedding-3-small", None)
     release_embedders()

@@ -109,7 +109,7 @@ class _Paid:
     """A provider with a cache identity (so documents are situated on threads), no network."""
 
     def __new__(cls):
-        from situate.tasks.contextualize import NoContext
+        from situate.tasks.contexts.base import NoContext
 
         class Paid(NoContext):
             name = "paid"
@@ -123,8 +123,8 @@ class _Paid:
 @pytest.mark.parametrize("provider", ["structural", "paid"])
 def test_a_window_reports_each_document_it_situates(provider):
     from situate.flows.ingest import DOCUMENTS_SITUATED, situate_window
-    from situate.tasks.contextualize import ContextConfig, get_contextualizer
-    from situate.tasks.load import scan_corpus, stream_corpus
+    from situate.tasks.contexts.base import ContextConfig, get_contextualizer
+    from situate.tasks.corpus.load import scan_corpus, stream_corpus
 
     scan_corpus(SAMPLE_CORPUS, 800, 100)
     docs = list(stream_corpus(SAMPLE_CORPUS, 800, 100))
@@ -199,7 +199,7 @@ def _on_a_terminal(args: list[str], env: dict[str, str], timeout: float = 600) -
 
 @pytest.mark.slow
 def test_ingest_on_a_terminal_shows_bars_and_no_task_run_lines(prefect_home, tmp_path):
-    from situate.tasks.load import scan_corpus
+    from situate.tasks.corpus.load import scan_corpus
 
     scan = scan_corpus(SAMPLE_CORPUS, 800, 100)
     code, term, stdout = _on_a_terminal(_ingest_args(tmp_path), _env(prefect_home, tmp_path))

@@ -11,7 +11,7 @@ import pytest
 
 from situate.core.errors import InputError, ProviderError
 from situate.core.records import Hit
-from situate.tasks.rerank import Reranker, get_reranker
+from situate.tasks.rerankers.base import Reranker, get_reranker
 
 try:  # tests/ is on sys.path when it is not a package (pytest's rootdir-less import mode)
     from cohere_server import FakeCohere

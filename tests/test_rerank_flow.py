@@ -21,8 +21,8 @@ def test_evaluate_runs_rerank_when_a_cohere_key_is_set(prefect_harness, state, c
     from situate.flows.evaluate import evaluate_flow
     from situate.flows.ingest import ingest_flow
     from situate.storage.milvus import open_store
-    from situate.tasks.metrics import load_eval_set
-    from situate.tasks.retrieve import RERANK_DEPTH, retrieve
+    from situate.tasks.retrieval.metrics import load_eval_set
+    from situate.tasks.retrieval.search import RERANK_DEPTH, retrieve
 
     ingest_flow(corpus=str(SAMPLE_CORPUS), collection="rr", embedder="hash")
     store = open_store(state["milvus_uri"])
@@ -45,12 +45,12 @@ def test_evaluate_runs_rerank_when_a_cohere_key_is_set(prefect_harness, state, c
 
 def test_rerank_without_a_key_is_one_clear_error(monkeypatch, state):
     from situate.core.errors import ProviderError
-    from situate.tasks.retrieve import check_modes, default_modes
+    from situate.tasks.retrieval.search import check_modes, default_modes
 
     monkeypatch.delenv("COHERE_API_KEY", raising=False)
     assert "rerank" not in default_modes()
     assert check_modes(["rerank"]) == ["rerank"]
-    from situate.tasks.rerank import get_reranker
+    from situate.tasks.rerankers.base import get_reranker
 
     with pytest.raises(ProviderError, match="set COHERE_API_KEY"):
         get_reranker()

@@ -14,7 +14,7 @@ class _EmptyStore:
 @pytest.fixture
 def hash_embedder(monkeypatch):
     """A freshly loaded `hash` embedder, whose query batches are recorded."""
-    from situate.tasks import embed
+    from situate.tasks.embedders import base as embed
 
     monkeypatch.setattr(embed, "_LOADED", {})  # not one an earlier test has already warmed
     embedder = embed.get_embedder("hash")
@@ -26,7 +26,7 @@ def hash_embedder(monkeypatch):
 
 
 def test_a_model_is_warmed_once_for_every_timed_mode(hash_embedder):
-    from situate.tasks.retrieve import retrieve
+    from situate.tasks.retrieval.search import retrieve
 
     queries = ["alpha beta", "gamma", "delta"]
     seconds: list[float] = []
@@ -38,7 +38,7 @@ def test_a_model_is_warmed_once_for_every_timed_mode(hash_embedder):
 
 
 def test_an_untimed_search_is_not_warmed(hash_embedder):
-    from situate.tasks.retrieve import retrieve
+    from situate.tasks.retrieval.search import retrieve
 
     retrieve(_EmptyStore(), "c", "hash", ["alpha"], "dense", 5)
     assert hash_embedder == [["alpha"]]

@@ -1,5 +1,5 @@
 """`--embedder st:NAME_OR_PATH`: any sentence-transformers model, by saved directory or Hub name,
-found without a download (tasks/sentence_models.py); tested with tiny models built here."""
+found without a download (tasks/embedders/sentence.py); tested with tiny models built here."""
 
 from __future__ import annotations
 
@@ -30,14 +30,14 @@ def models(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture
 def released():
-    from situate.tasks.embed import release_embedders
+    from situate.tasks.embedders.base import release_embedders
 
     yield
     release_embedders()
 
 
 def test_a_saved_model_embeds_in_its_own_process_with_an_absolute_id(models, released, monkeypatch):
-    from situate.tasks.embed import get_embedder
+    from situate.tasks.embedders.base import get_embedder
 
     monkeypatch.chdir(models["a"].parent)
     emb = get_embedder("st:./tiny-a")  # relative: recorded absolute, valid from any directory
@@ -54,7 +54,7 @@ def test_a_saved_model_embeds_in_its_own_process_with_an_absolute_id(models, rel
 
 
 def test_different_models_get_different_ids(models):
-    from situate.tasks.embed import check_embedder
+    from situate.tasks.embedders.base import check_embedder
 
     ids = {":".join(check_embedder(f"st:{models[k]}")[:2]) for k in ("a", "b", "prompted")}
     assert len(ids) == 3
@@ -63,7 +63,7 @@ def test_different_models_get_different_ids(models):
 def test_the_models_own_prompts_prefix_queries_and_documents(models, released):
     from sentence_transformers import SentenceTransformer
 
-    from situate.tasks.embed import get_embedder
+    from situate.tasks.embedders.base import get_embedder
 
     emb = get_embedder(f"st:{models['prompted']}")
     query, doc = emb.embed_queries(["lease"])[0], emb.embed_documents(["lease"])[0]
@@ -74,7 +74,7 @@ def test_the_models_own_prompts_prefix_queries_and_documents(models, released):
 
 
 def test_missing_models_are_one_clear_error_before_anything_loads(tmp_path, monkeypatch):
-    from situate.tasks.embed import check_embedder
+    from situate.tasks.embedders.base import check_embedder
 
     with pytest.raises(ProviderError) as info:
         check_embedder(f"st:{tmp_path}/nope")
@@ -96,7 +96,7 @@ def test_missing_models_are_one_clear_error_before_anything_loads(tmp_path, monk
 
 
 def test_a_model_that_will_not_load_is_one_provider_error(tmp_path, released):
-    from situate.tasks.embed import get_embedder
+    from situate.tasks.embedders.base import get_embedder
 
     broken = tmp_path / "broken"
     broken.mkdir()

@@ -1,5 +1,5 @@
 """`--rerank st:NAME_OR_PATH`: a local sentence-transformers CrossEncoder beside Cohere's reranker
-(tasks/st_rerank.py), with tiny cross-encoders built here: wiring, errors and latency, not quality
+(tasks/rerankers/st.py), with tiny cross-encoders built here: wiring, errors and latency, not quality
 (no reranker weights can be loaded on this machine)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from situate.core.errors import InputError, ProviderError
 from situate.core.records import Hit
-from situate.tasks.rerank import Reranker, get_reranker
+from situate.tasks.rerankers.base import Reranker, get_reranker
 from tests.conftest import SAMPLE_CORPUS, SAMPLE_EVAL
 from tests.tiny_models import build_cross_encoder, build_embedder
 
@@ -128,7 +128,7 @@ def test_latency_per_query_of_a_hundred_candidates(encoder, capsys):
 def test_reranks_the_hybrid_candidates_of_a_real_collection(prefect_harness, state, encoder):
     from situate.flows.ingest import ingest_flow
     from situate.storage.milvus import open_store
-    from situate.tasks.retrieve import RERANK_DEPTH, retrieve
+    from situate.tasks.retrieval.search import RERANK_DEPTH, retrieve
 
     ingest_flow(corpus=str(SAMPLE_CORPUS), collection="strr", embedder="hash")
     store = open_store(state["milvus_uri"])
@@ -149,13 +149,13 @@ def test_reranks_the_hybrid_candidates_of_a_real_collection(prefect_harness, sta
 def test_evaluate_flow_reranks_with_a_cross_encoder(prefect_harness, state, encoder, monkeypatch):
     from situate.flows.evaluate import evaluate_flow
     from situate.flows.ingest import ingest_flow
-    from situate.tasks.metrics import load_eval_set
+    from situate.tasks.retrieval.metrics import load_eval_set
 
     if "reranker" not in inspect.signature(evaluate_flow.fn).parameters:
         pytest.skip("flows/evaluate.py takes no reranker yet (the --rerank wiring is proposed, not applied)")
     monkeypatch.delenv("COHERE_API_KEY", raising=False)
     ingest_flow(corpus=str(SAMPLE_CORPUS), collection="strr", embedder="hash")
-    from situate.tasks.st_rerank import CrossEncoderReranker
+    from situate.tasks.rerankers.st import CrossEncoderReranker
 
     calls: list[int] = []
     original = CrossEncoderReranker.rerank

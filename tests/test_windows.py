@@ -1,4 +1,4 @@
-"""Long texts embedded to their end (tasks/windows.py), on a tiny model built here (128 tokens)."""
+"""Long texts embedded to their end (tasks/embedders/windows.py), on a tiny model built here (128 tokens)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class Plain:
 
 
 def test_windows_are_exact_substrings_within_the_size(model):
-    from situate.tasks.windows import split_windows
+    from situate.tasks.embedders.windows import split_windows
 
     text = " ".join(f"word{i}" for i in range(300))
     pieces = split_windows(model.tokenizer, text, 126)
@@ -41,7 +41,7 @@ def test_windows_are_exact_substrings_within_the_size(model):
 
 
 def test_the_tail_of_a_long_text_changes_its_vector(model):
-    from situate.tasks.windows import Windowed
+    from situate.tasks.embedders.windows import Windowed
 
     head = " ".join(f"word{i}" for i in range(200))
     a, b = head + " zebra finch lives here", head + " quartz mining town"
@@ -54,7 +54,7 @@ def test_the_tail_of_a_long_text_changes_its_vector(model):
 
 
 def test_a_long_text_is_the_token_weighted_mean_of_its_windows_and_a_short_one_is_unchanged(model):
-    from situate.tasks.windows import Windowed, split_windows
+    from situate.tasks.embedders.windows import Windowed, split_windows
 
     plain = Plain(model)
     windowed = Windowed(plain, model)

@@ -4,8 +4,8 @@ a cross-encoder of any provider reorders a hybrid search's top candidates the sa
 A reranker reads the query and each candidate together, so it orders candidates better than
 either embedding or BM25 scores can. Providers register here by "module:attr", imported on first
 use, so that the cohere SDK is imported only when its reranker is asked for: `cohere[:MODEL]`
-(tasks/cohere_rerank.py) and `st:NAME_OR_PATH`, any sentence-transformers CrossEncoder run on this
-machine (tasks/st_rerank.py).
+(tasks/rerankers/cohere.py) and `st:NAME_OR_PATH`, any sentence-transformers CrossEncoder run on this
+machine (tasks/rerankers/st.py).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ class Reranker:
 
 # name -> constructor(model, **options) -> Reranker; "" model means the provider's default.
 RERANKERS: Registry[Callable[..., Reranker]] = Registry("reranker", hint=" (optionally name:model)")
-RERANKERS.register("cohere", "situate.tasks.cohere_rerank:from_spec")
-RERANKERS.register("st", "situate.tasks.st_rerank:from_spec")
+RERANKERS.register("cohere", "situate.tasks.rerankers.cohere:from_spec")
+RERANKERS.register("st", "situate.tasks.rerankers.st:from_spec")
 
 
 def get_reranker(spec: str = DEFAULT_RERANKER, **options: object) -> Reranker:

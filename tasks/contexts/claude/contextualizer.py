@@ -36,11 +36,11 @@ from typing import Any
 from situate.core.records import Chunk, Document
 from situate.core.retry import RetryPolicy
 from situate.core.secrets import api_key as resolve_key
-from situate.tasks.claude.answers import Outcome
-from situate.tasks.claude.batches import Batches, BatchState
-from situate.tasks.claude.client import ClaudeClient
-from situate.tasks.claude.planning import Job, Options, Unit
-from situate.tasks.contextualize import ContextConfig, ContextResult, Contextualizer, Keep
+from situate.tasks.contexts.base import ContextConfig, ContextResult, Contextualizer, Keep
+from situate.tasks.contexts.claude.answers import Outcome
+from situate.tasks.contexts.claude.batches import Batches, BatchState
+from situate.tasks.contexts.claude.client import ClaudeClient
+from situate.tasks.contexts.claude.planning import Job, Options, Unit
 
 
 class AnthropicContextualizer(Contextualizer):

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from situate.core.errors import InputError
-from situate.tasks.retrieve import clean_query
+from situate.tasks.corpus.load import iter_jsonl
+from situate.tasks.retrieval.search import clean_query
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,6 @@ def load_eval_set(path: str | Path) -> list[EvalQuery]:
     benchmark's format) or `golden_quotes` (objects with `doc_id` and `quote`). A query is cleaned
     and bounded as `situate search` does it (`clean_query`); a blank one is an error.
     """
-    # Here, not at the top: situate.tasks.load imports Prefect, and `parse_ks` must not (the CLI
-    # checks --k with it before Prefect is imported).
-    from situate.tasks.load import iter_jsonl
-
     p = Path(path)
     if not p.exists():
         raise InputError(f"evaluation set not found: {p} (give a JSONL file, one query a line)")

@@ -21,7 +21,7 @@ import anthropic
 from situate.core.errors import ProviderError
 from situate.core.retry import RetryPolicy
 from situate.core.secrets import KEYS, redact
-from situate.tasks.claude.planning import Job, Unit
+from situate.tasks.contexts.claude.planning import Job, Unit
 
 log = logging.getLogger("situate.claude")
 T = TypeVar("T")

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from situate.core.records import Chunk, Situated, Usage
-from situate.tasks.claude.planning import Job
-from situate.tasks.claude.pricing import Pricing, price
-from situate.tasks.claude.prompts import parse_group_answer
-from situate.tasks.contextualize import ContextResult, Keep
+from situate.tasks.contexts.base import ContextResult, Keep
+from situate.tasks.contexts.claude.planning import Job
+from situate.tasks.contexts.claude.pricing import Pricing, price
+from situate.tasks.contexts.claude.prompts import parse_group_answer
 
 
 @dataclass

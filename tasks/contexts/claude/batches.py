@@ -16,11 +16,11 @@ from typing import Any
 import anthropic
 
 from situate.core.records import Chunk, Document
-from situate.tasks.claude.answers import Outcome
-from situate.tasks.claude.client import ClaudeClient
-from situate.tasks.claude.planning import Job, Planner, Unit
-from situate.tasks.claude.pricing import Pricing
-from situate.tasks.contextualize import ContextResult, Keep
+from situate.tasks.contexts.base import ContextResult, Keep
+from situate.tasks.contexts.claude.answers import Outcome
+from situate.tasks.contexts.claude.client import ClaudeClient
+from situate.tasks.contexts.claude.planning import Job, Planner, Unit
+from situate.tasks.contexts.claude.pricing import Pricing
 
 log = logging.getLogger("situate.claude")
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from situate.core.records import Chunk, Document, Situated
-from situate.tasks.contextualize import ContextResult, Contextualizer
+from situate.tasks.contexts.base import ContextResult, Contextualizer
 
 _DEFINITION = re.compile(
     r"""^(?P<indent>[ \t]*)

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 
 from situate.core.records import Chunk, Document, Usage
 from situate.core.secrets import KEYS, has_key
-from situate.tasks.claude.planning import Job, Options
-from situate.tasks.claude.pricing import CHARS_PER_TOKEN, expected_tokens, price
-from situate.tasks.contextualize import Assumptions, ContextConfig, CostModel, Estimate
+from situate.tasks.contexts.base import ContextConfig
+from situate.tasks.contexts.claude.planning import Job, Options
+from situate.tasks.contexts.claude.pricing import CHARS_PER_TOKEN, expected_tokens, price
+from situate.tasks.contexts.cost import Assumptions, CostModel, Estimate
 
 log = logging.getLogger("situate.claude")
 

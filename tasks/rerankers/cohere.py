@@ -1,4 +1,4 @@
-"""The Cohere reranker (`cohere[:MODEL]` in `situate.tasks.rerank.RERANKERS`): Cohere's v2 rerank
+"""The Cohere reranker (`cohere[:MODEL]` in `situate.tasks.rerankers.base.RERANKERS`): Cohere's v2 rerank
 API through the cohere SDK.
 
 A cross-encoder reads the query and each candidate together, so it orders a hybrid search's top
@@ -30,7 +30,7 @@ from situate.core.errors import InputError, ProviderError
 from situate.core.records import Hit
 from situate.core.retry import RetryPolicy
 from situate.core.secrets import api_key, redact
-from situate.tasks.rerank import Reranker
+from situate.tasks.rerankers.base import Reranker
 
 log = logging.getLogger("situate.rerank")
 T = TypeVar("T")

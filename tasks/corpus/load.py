@@ -21,14 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from situate.core.errors import InputError
 from situate.core.records import Chunk, Document
 from situate.core.settings import get_settings
-from situate.tasks.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, make_chunks
-from situate.tasks.clean import MAX_CHUNK_BYTES, Tally, clean_text, clean_value, id_problem
+from situate.tasks.corpus.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, make_chunks
+from situate.tasks.corpus.clean import MAX_CHUNK_BYTES, Tally, clean_text, clean_value, id_problem
 
 TEXT_SUFFIXES = frozenset(
     ".txt .md .markdown .rst .adoc .org .tex .csv .tsv .json .yaml .yml .toml .ini .cfg .xml .html "
@@ -394,10 +391,3 @@ def _iter_directory(root: Path, size: int, overlap: int, tally: Tally) -> Iterat
             yield doc
     if not found and not tally.empty and not tally.large_files and not tally.skipped_chunks:
         raise InputError(f"{root}: no text, Markdown or source files found in the directory")
-
-
-@task(task_run_name="scan-corpus", persist_result=False, cache_policy=NO_CACHE)
-def scan_corpus_task(path: str, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                     chunk_overlap: int = DEFAULT_CHUNK_OVERLAP) -> CorpusScan:
-    """Prefect task over `scan_corpus`."""
-    return scan_corpus(path, chunk_size, chunk_overlap)

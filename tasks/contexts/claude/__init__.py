@@ -1,5 +1,5 @@
 """Claude as a context provider (`--context anthropic`): the public names of the package, so that
-callers and the registry ("situate.tasks.claude:from_config") need not know its modules.
+callers and the registry ("situate.tasks.contexts.claude:from_config") need not know its modules.
 
 `contextualizer` puts the pieces together; `prompts`, `pricing`, `planning`, `client`, `answers`
 and `batches` each hold one responsibility (see their opening lines); `estimate` prices a run
@@ -8,10 +8,10 @@ before it is made (`situate ingest --dry-run`).
 
 from __future__ import annotations
 
-from situate.tasks.claude.contextualizer import AnthropicContextualizer, from_config
-from situate.tasks.claude.estimate import cost_models
-from situate.tasks.claude.planning import DEFAULT_MODEL
-from situate.tasks.claude.pricing import (
+from situate.tasks.contexts.claude.contextualizer import AnthropicContextualizer, from_config
+from situate.tasks.contexts.claude.estimate import cost_models
+from situate.tasks.contexts.claude.planning import DEFAULT_MODEL
+from situate.tasks.contexts.claude.pricing import (
     BATCH_DISCOUNT,
     MODELS,
     ModelInfo,
@@ -21,7 +21,7 @@ from situate.tasks.claude.pricing import (
     model_info,
     price,
 )
-from situate.tasks.claude.prompts import (
+from situate.tasks.contexts.claude.prompts import (
     CHUNK_PROMPT,
     DOCUMENT_PROMPT,
     GROUP_PROMPT,

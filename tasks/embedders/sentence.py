@@ -10,7 +10,7 @@ cached is downloaded only when the Hub may be reached (HF_HUB_OFFLINE unset), el
 error line saying how to get the model.
 
 This module imports no Prefect, no torch and no project module with state: the model process
-(tasks/local_models.py) imports it to build the model.
+(tasks/embedders/local.py) imports it to build the model.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def build_sentence_embedding(model: str, api_key: str) -> object:
     quiet()
     from sentence_transformers import SentenceTransformer
 
-    from situate.tasks.windows import Windowed
+    from situate.tasks.embedders.windows import Windowed
 
     st = SentenceTransformer(model, device="cpu", **options)
     prompts = [p for p in (getattr(st, "prompts", None) or {}).values() if p]

@@ -12,8 +12,8 @@ from typing import Any
 
 from situate.core.errors import ProviderError
 from situate.core.records import Chunk, Document, sha256
-from situate.tasks.claude.pricing import UNKNOWN_MODEL, ModelInfo, estimate_tokens, model_info
-from situate.tasks.claude.prompts import (
+from situate.tasks.contexts.claude.pricing import UNKNOWN_MODEL, ModelInfo, estimate_tokens, model_info
+from situate.tasks.contexts.claude.prompts import (
     GROUP_PROMPT_VERSION,
     PROMPT_VERSION,
     chunk_prompt,

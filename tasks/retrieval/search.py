@@ -12,8 +12,8 @@ from situate.core.errors import InputError
 from situate.core.protocols import SEARCH_MODES, ChunkStore
 from situate.core.records import Hit
 from situate.core.secrets import has_key
-from situate.tasks.clean import clean_text
-from situate.tasks.embed import get_embedder
+from situate.tasks.corpus.clean import clean_text
+from situate.tasks.embedders.base import get_embedder
 
 MODES = (*SEARCH_MODES, "rerank")
 # Hybrid candidates handed to the reranker: one Cohere request (one search unit) per query.
@@ -69,7 +69,7 @@ def retrieve(store: ChunkStore, collection: str, embedder_spec: str, queries: Se
     embedder = get_embedder(embedder_spec) if mode in ("dense", "hybrid", "rerank") else None
     reranker = None
     if mode == "rerank":
-        from situate.tasks.rerank import get_reranker
+        from situate.tasks.rerankers.base import get_reranker
 
         reranker = get_reranker(reranker_spec)
     if embedder is not None and queries and on_query is not None:

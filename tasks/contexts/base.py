@@ -1,0 +1,110 @@
+"""Contextualizers: given a document and some of its chunks, write a short context for each chunk.
+
+One small interface (`Contextualizer.situate`) and a registry by name (`CONTEXTUALIZERS`). Every
+provider is driven through `situate.tasks.contexts.cache` (cached answers read, each new one kept
+as it arrives) and priced before a run by `situate.tasks.contexts.cost`. The providers live
+beside it: `structural.py`, `claude/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from situate.core.records import Chunk, Document, Situated, Usage
+from situate.core.registry import Registry
+
+
+@dataclass(frozen=True)
+class ContextConfig:
+    """Everything a contextualizer may be configured with; built by the flow from settings."""
+
+    name: str = "structural"
+    model: str = ""
+    concurrency: int = 8
+    max_attempts: int = 8
+    group_chunks: bool = False
+    batch: bool = False
+    # Where a provider may persist its own state (a batch id); the cache dir by default.
+    state_dir: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+Keep = Callable[[Document, Chunk, str], None]
+"""Persists one generated context of (document, chunk) as its answer arrives; thread-safe."""
+
+
+@dataclass
+class ContextResult:
+    """What situating one document returns: one Situated per chunk, in chunk order, and the bill."""
+
+    situated: list[Situated]
+    usage: Usage = field(default_factory=Usage)
+    notes: list[str] = field(default_factory=list)
+
+
+class Contextualizer:
+    """Base of all contextualizers.
+
+    `situate` is the one method a provider must implement. `cache_identity` names everything,
+    besides the document and chunk, that changes the output (provider, model, prompt version,
+    max_tokens, ...); None means the provider is free and deterministic and its output is not
+    worth caching.
+
+    A provider with an identity is given `keep` by the driver and calls `keep(doc, chunk,
+    context)` for each context the moment its answer arrives (from any thread), before it
+    starts the request that takes that answer's place; what it returns without having kept is
+    kept by the driver when `situate` returns. A free provider (no identity) is never given one.
+    """
+
+    name: str = "base"
+    generates: bool = True  # False: chunks are indexed as they are (no context to count)
+
+    def situate(self, doc: Document, chunks: Sequence[Chunk],
+                keep: Keep | None = None) -> ContextResult:
+        raise NotImplementedError
+
+    def cache_identity(self) -> dict[str, str | int] | None:
+        return None
+
+    def situate_corpus(
+        self, items: Sequence[tuple[Document, Sequence[Chunk]]], keep: Keep | None = None
+    ) -> list[ContextResult] | None:
+        """Situate many documents in one go (a Message Batch); None when not supported.
+
+        Providers that only work per document leave this alone and the flow fans out per document.
+        `keep` as for `situate`: called per context as each result is read.
+        """
+        return None
+
+    def abort(self) -> None:
+        """Another document failed and the run stops: end the work still going on quickly (every
+        later call may fail at once). Called by the flow before it waits for its tasks to end."""
+
+    def close(self) -> None:
+        """Release clients; called once by the flow at the end of a run."""
+
+
+class NoContext(Contextualizer):
+    """Index chunks as they are: the baseline of every comparison."""
+
+    name = "none"
+    generates = False
+
+    def situate(self, doc: Document, chunks: Sequence[Chunk],
+                keep: Keep | None = None) -> ContextResult:
+        return ContextResult([Situated(c, "", "none") for c in chunks])
+
+
+# --- the registry ---------------------------------------------------------------------------------
+
+CONTEXTUALIZERS: Registry[Callable[[ContextConfig], Contextualizer]] = Registry("context provider")
+CONTEXTUALIZERS.register("none", lambda config: NoContext())
+CONTEXTUALIZERS.register("structural", "situate.tasks.contexts.structural:from_config")
+# Imported on demand so that the offline default never imports the anthropic SDK.
+CONTEXTUALIZERS.register("anthropic", "situate.tasks.contexts.claude:from_config")
+
+
+def get_contextualizer(config: ContextConfig) -> Contextualizer:
+    """The contextualizer named by `config.name`; an InputError lists the known names."""
+    return CONTEXTUALIZERS.get(config.name)(config)
