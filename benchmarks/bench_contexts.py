@@ -87,7 +87,7 @@ def main() -> None:
                                          for d, situated, ts in rows])
                 scores = {}
                 for mode in ("dense", "bm25", "hybrid"):
-                    hits = retrieve(store, collection, "minilm", [q.query for q in queries], mode, 20)
+                    hits = retrieve(store, collection, [q.query for q in queries], mode, 20, embedder=emb)
                     cases = [(q.golden, [(h.doc_id, h.text) for h in hs]) for q, hs in zip(queries, hits,
                                                                                            strict=True)]
                     scores[mode] = {str(k): round(mean_pass_at_k(cases, k), 2) for k in (5, 10, 20)}

@@ -61,6 +61,7 @@ def build(path: str, size: int) -> None:
 
 def measure(path: str, queries: int) -> dict[str, float]:
     from situate.storage.milvus import MilvusStore
+    from situate.tasks.retrieval.search import hybrid
 
     rng, nrng = random.Random(11), np.random.default_rng(11)
     store = MilvusStore(path)
@@ -76,10 +77,10 @@ def measure(path: str, queries: int) -> dict[str, float]:
         return (time.perf_counter() - t0) / queries * 1000
 
     def legs(q, v):
-        return [store._search_leg(C, m, q, v, 100) for m in ("dense", "bm25")]
+        return [store.search(C, m, q, v, 100) for m in ("dense", "bm25")]
 
     def exact(q, v):
-        return store.search(C, "hybrid", q, v, 20, fusion="cdbsf")
+        return hybrid(store, C, q, v, 20, fusion="cdbsf")
 
     for _ in range(2):  # the first pass warms the loaded segments
         out = {"legs_ms": per_query(legs), "exact_cdbsf_ms": per_query(exact)}

@@ -1,4 +1,11 @@
-"""The project's error tree. Every message says what went wrong, where, and what to do."""
+"""The project's error tree. Every message says what went wrong, where, and what to do.
+
+The store's errors carry what they are about (collection, URI, embedders) as attributes and say
+what to do in plain words; the CLI words the same advice as commands and flags
+(`situate.flows.messages`), so no layer below it names a flag.
+"""
+
+from __future__ import annotations
 
 
 class SituateError(Exception):
@@ -15,3 +22,48 @@ class ProviderError(SituateError):
 
 class StoreError(SituateError):
     """Milvus could not be reached or refused an operation."""
+
+
+class CollectionNotFound(StoreError):
+    """A read needs a collection that is not there (`detail`: why, e.g. no Lite file at all)."""
+
+    def __init__(self, collection: str, uri: str, detail: str = "") -> None:
+        self.collection, self.uri, self.detail = collection, uri, detail
+        super().__init__(f"collection {collection!r} not found at {uri}{detail}: ingest a corpus "
+                         "into it first")
+
+
+class EmbedderMismatch(StoreError):
+    """A collection holds vectors of another embedder (or dimension) than the one asked for."""
+
+    def __init__(self, collection: str, uri: str, stored: str, wanted: str,
+                 stored_dim: int | None = None, wanted_dim: int | None = None) -> None:
+        self.collection, self.uri, self.stored, self.wanted = collection, uri, stored, wanted
+        self.stored_dim, self.wanted_dim = stored_dim, wanted_dim
+        super().__init__(f"{self.holds()}: use another collection or the embedder it was built with")
+
+    def holds(self) -> str:
+        if self.wanted_dim is not None:
+            return (f"collection {self.collection!r} at {self.uri} holds {self.stored_dim}-d vectors "
+                    f"from {self.stored or 'another embedder'}, not {self.wanted_dim}-d from "
+                    f"{self.wanted}")
+        return (f"collection {self.collection!r} at {self.uri} holds vectors from {self.stored}, "
+                f"not {self.wanted}")
+
+
+class StoreUnreachable(StoreError):
+    """A Milvus server did not answer within the retry budget."""
+
+    def __init__(self, uri: str, what: str, attempts: int, seconds: float, cause: str,
+                 stopped: bool = False, wrote: bool = False) -> None:
+        self.uri, self.what, self.wrote = uri, what, wrote
+        self.attempts, self.seconds, self.cause, self.stopped = attempts, seconds, cause, stopped
+        super().__init__(self.says("start it"))
+
+    def says(self, start: str) -> str:
+        """The message with `start` as its advice ("start it", or the CLI's words)."""
+        plural = "s" if self.attempts != 1 else ""
+        tail = "; what was written is kept and the rest will be written then" if self.wrote else ""
+        return (f"Milvus at {self.uri} did not answer ({self.what}) after {self.attempts} "
+                f"attempt{plural} over {self.seconds:.0f} s{' (stopped)' if self.stopped else ''} "
+                f"({self.cause}): {start} and run the same command again{tail}")

@@ -2,32 +2,26 @@
 
 `dbsf` (`SITUATE_FUSION=dbsf`): distribution-based score fusion. Each leg's scores
 are standardised over its own candidates, z = (s - mean) / std, and summed. A candidate that one
-leg did not return is scored by that leg all the same (the store searches those ids alone: their
-cosine, or their BM25, 0 when they share no term with the query) and standardised with that leg's
-mean and std; without such a score it gets the leg's lowest z (it scored at most that there). A
-leg counts for as much as it is sure for this query: one whose best candidates stand far above
-the rest (an exact identifier match in BM25, a close paraphrase in dense) dominates, one whose
-candidates are all alike barely reorders the other. No weight is fitted to any corpus. (Qdrant
-ships the same idea as its `dbsf` fusion.)
+leg did not return is scored by that leg all the same (the retrieval module asks the store for
+those ids' own cosine, or BM25, 0 when they share no term with the query) and standardised with
+that leg's mean and std; without such a score it gets the leg's lowest z (it scored at most that
+there). No weight is fitted to any corpus. (Qdrant ships the same idea as its `dbsf` fusion.)
 
-`cdbsf` (the default, `SITUATE_FUSION=cdbsf`): confidence-weighted dbsf. Each leg's z-scores
-are weighted, query by query, by how far that leg's best candidate stands above its own
-candidates (its top z, a scale-free post-retrieval query-performance predictor), the weights
-normalised to sum to 1: a leg that is sure of this query leads it, a leg that is guessing
-follows (QPP-weighted fusion; Santra et al. 2026, arXiv 2601.17339). Still nothing fitted to a
-corpus. Chosen over dbsf, min-max and RRF by a rule written down before they were measured
-(BENCHMARKS.md, "Issue 12, round 2"); the missing candidates' own scores by round 3's.
+`cdbsf` (the default): confidence-weighted dbsf. Each leg's z-scores are weighted, query by
+query, by how far that leg's best candidate stands above its own candidates (its top z, a
+scale-free post-retrieval query-performance predictor), the weights normalised to sum to 1: a
+leg that is sure of this query leads it, a leg that is guessing follows (QPP-weighted fusion;
+Santra et al. 2026, arXiv 2601.17339). How it was chosen: BENCHMARKS.md.
 
-`rrf`: reciprocal rank fusion, sum of 1 / (k + rank), k = 60, equal weight whatever the scores;
-Milvus's own `RRFRanker` does it (storage/milvus.py), so it is not re-written here.
+`rrf`: reciprocal rank fusion, the sum of 1 / (k + rank) over the legs (rank from 1, k = 60),
+equal weight whatever the scores; the same rule as Milvus's `RRFRanker`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-FUSIONS = ("cdbsf", "dbsf", "rrf")
 RRF_K = 60
 
 Leg = Sequence[tuple[str, float]]  # (id, score), best first
@@ -84,5 +78,18 @@ def cdbsf(legs: Sequence[Leg], extras: Sequence[Extra] | None = None) -> list[tu
     return _fused(legs, extras, weighted=True)
 
 
-# The fusions done here, by name; `rrf` is Milvus's own ranker.
-CLIENT_FUSIONS = {"cdbsf": cdbsf, "dbsf": dbsf}
+def rrf(legs: Sequence[Leg], extras: Sequence[Extra] | None = None,
+        k: int = RRF_K) -> list[tuple[str, float]]:
+    """All candidates of `legs`, best first, by the sum of 1 / (k + rank) over the legs that
+    returned them (ranks from 1). Scores and `extras` are not used: ranks alone decide."""
+    fused: dict[str, float] = {}
+    for leg in legs:
+        for rank, (i, _) in enumerate(leg, start=1):
+            fused[i] = fused.get(i, 0.0) + 1.0 / (k + rank)
+    return sorted(fused.items(), key=lambda item: -item[1])
+
+
+Fusion = Callable[[Sequence[Leg], Sequence[Extra] | None], list[tuple[str, float]]]
+# Every fusion by name; those in SCORED use the legs' scores of each other's candidates.
+FUSIONS: dict[str, Fusion] = {"cdbsf": cdbsf, "dbsf": dbsf, "rrf": rrf}
+SCORED = frozenset({"cdbsf", "dbsf"})

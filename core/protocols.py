@@ -7,14 +7,16 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from situate.core.records import EmbeddedDocument, Hit
+from situate.core.records import CollectionInfo, EmbeddedDocument, Hit
 
-SEARCH_MODES = ("dense", "bm25", "hybrid")
+# The store's searches, one retriever each; fusing them (hybrid) and reranking are retrieval's
+# (situate.tasks.retrieval.search), over any ChunkStore.
+LEGS = ("dense", "bm25")
 
 
 @runtime_checkable
 class ChunkStore(Protocol):
-    """A store of situated, embedded chunks: one collection per corpus, searchable three ways.
+    """A store of situated, embedded chunks: one collection per corpus, searched one leg at a time.
 
     It owns its rows: given documents' situated chunks and vectors it builds the schema's fields
     (ids, truncation to the field limits, the BM25 text) itself. `write` replaces whole documents
@@ -31,7 +33,7 @@ class ChunkStore(Protocol):
 
     def check_embedder(self, collection: str, embedder: str) -> None: ...
 
-    def describe(self, collection: str) -> dict[str, Any]: ...
+    def describe(self, collection: str) -> CollectionInfo: ...
 
     def require(self, collection: str) -> None: ...
 
@@ -53,9 +55,17 @@ class ChunkStore(Protocol):
 
     def rows(self, collection: str, fields: Sequence[str] = ...) -> Iterator[dict[str, Any]]: ...
 
-    def search(self, collection: str, mode: str, query_text: str,
-               query_vector: Sequence[float] | None, limit: int,
-               fusion: str | None = None) -> list[Hit]: ...
+    def search(self, collection: str, leg: str, query_text: str,
+               query_vector: Sequence[float] | None, limit: int) -> list[Hit]:
+        """The top `limit` chunks of one retriever (`leg` in LEGS): dense cosine of
+        `query_vector`, or BM25 of `query_text`; best first, scores higher-is-better."""
+        ...
+
+    def leg_scores(self, collection: str, leg: str, query_text: str,
+                   query_vector: Sequence[float] | None, ids: Sequence[str]) -> dict[str, float]:
+        """One retriever's own scores of the chunks `ids` (a search restricted to them), on the
+        same scale as `search`'s; BM25 gives 0 to a chunk sharing no term with the query."""
+        ...
 
     def close(self) -> None: ...
 

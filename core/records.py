@@ -84,6 +84,15 @@ class Situated:
 
 
 @dataclass(frozen=True)
+class CollectionInfo:
+    """What a collection says of itself: its vectors' dimension and the embedder that made them
+    ("" for a collection made before situate recorded it)."""
+
+    dim: int | None
+    embedder: str
+
+
+@dataclass(frozen=True)
 class Hit:
     """One retrieved chunk."""
 

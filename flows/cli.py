@@ -261,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except SituateError as e:
-        print(f"situate {args.command}: error: {e}", file=sys.stderr)
+        from situate.flows.messages import user_message
+
+        print(f"situate {args.command}: error: {user_message(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"situate {args.command}: interrupted", file=sys.stderr)

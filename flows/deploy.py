@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from situate.core.errors import InputError
+from situate.core.uri import is_lite
 
 DEPLOYMENT = "situate"
 INGEST_CRON = "0 * * * *"
@@ -75,7 +76,7 @@ def resolve_paths(cfg: ServeConfig) -> ServeConfig:
     from situate.core.settings import get_settings
 
     uri = cfg.milvus_uri or get_settings().milvus_uri
-    if "://" not in uri:
+    if is_lite(uri):
         uri = str(Path(uri).resolve())
     return replace(cfg, corpus=str(Path(cfg.corpus).resolve()), milvus_uri=uri,
                    eval_set=str(Path(cfg.eval_set).resolve()) if cfg.eval_set else None)
@@ -85,7 +86,7 @@ def run_limit(cfg: ServeConfig) -> int | None:
     """How many flow runs `situate serve` runs at once: one on a Milvus Lite file, so that runs
     due at the same moment never open it together (the others stay scheduled until it is free,
     then run in order); no limit with a Milvus server, which takes many clients."""
-    return 1 if "://" not in (cfg.milvus_uri or "") else None
+    return 1 if is_lite(cfg.milvus_uri or "") else None
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from situate.flows.ingest import artifact_key
 from situate.flows.options import check_evaluate_options, split_collections
 from situate.flows.progress import bar
 from situate.storage.milvus import open_existing_store, open_store
-from situate.tasks.embedders.base import release_embedders
+from situate.tasks.embedders.base import Embedder, get_embedder, release_embedders
+from situate.tasks.rerankers.base import Reranker, get_reranker
 from situate.tasks.retrieval.chart import pass_at_k_chart
 from situate.tasks.retrieval.metrics import (
     EvalQuery,
@@ -291,9 +292,18 @@ def retrieve_task(uri: str, token: str, collection: str, embedder_spec: str, que
         if advance is not None:
             advance(1)
 
-    hits = retrieve(open_store(uri, token), collection, embedder_spec, queries, mode, limit,
-                    reranker_spec, on_query=done)
+    embedder, reranker = _tools(mode, embedder_spec, reranker_spec)
+    hits = retrieve(open_store(uri, token), collection, queries, mode, limit, embedder=embedder,
+                    reranker=reranker, fusion=get_settings().fusion, on_query=done)
     return hits, seconds
+
+
+def _tools(mode: str, embedder_spec: str, reranker_spec: str) -> tuple[Embedder | None,
+                                                                       Reranker | None]:
+    """The embedder and the reranker one retrieval mode needs (loaded once per process)."""
+    embedder = get_embedder(embedder_spec) if mode != "bm25" else None
+    reranker = get_reranker(reranker_spec) if mode == "rerank" else None
+    return embedder, reranker
 
 
 PUBLIC_KEYS = ("collection", "queries", "pass_at_k", "latency_ms", "failures", "per_query")
@@ -305,7 +315,7 @@ def _evaluate_collection(collection: str, queries: list[EvalQuery], ks: list[int
     """Every mode over one collection: the result dict (Pass@k, latency, ranks, failures)."""
     s = get_settings()
     store = open_existing_store(uri, collection, token)
-    stored_embedder = store.describe(collection)["embedder"]
+    stored_embedder = store.describe(collection).embedder
     if embedder and stored_embedder and not stored_embedder.startswith(embedder.split(":")[0]):
         raise InputError(f"collection {collection!r} was embedded with {stored_embedder}, not "
                          f"{embedder}: drop --embedder or use the same one")
@@ -446,5 +456,6 @@ def search(query: str, collection: str, mode: str = "hybrid", k: int = 10,
     check_evaluate_options(collection, "1", mode, reranker)
     store = open_existing_store(milvus_uri or s.milvus_uri, collection,
                                 s.milvus_token.get_secret_value())
-    embedder = store.describe(collection)["embedder"] or s.embedder
-    return retrieve(store, collection, embedder, [query], mode, k, reranker)[0]
+    embedder, ranker = _tools(mode, store.describe(collection).embedder or s.embedder, reranker)
+    return retrieve(store, collection, [query], mode, k, embedder=embedder, reranker=ranker,
+                    fusion=s.fusion)[0]

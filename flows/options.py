@@ -5,6 +5,7 @@ fraction of a second and write nothing. Imports no Prefect."""
 from __future__ import annotations
 
 from situate.core.errors import InputError, StoreError
+from situate.core.uri import is_lite
 
 TASK_RUNNERS = ("threads", "dask")
 
@@ -28,7 +29,7 @@ def check_task_runner(kind: str, dask_address: str | None = None, milvus_uri: st
         raise InputError(f"unknown task runner {kind!r}: use one of {', '.join(TASK_RUNNERS)}")
     if kind == "threads" and dask_address:
         raise InputError("--dask-address needs --task-runner dask")
-    if kind == "dask" and milvus_uri and "://" not in milvus_uri:
+    if kind == "dask" and milvus_uri and is_lite(milvus_uri):
         raise InputError(f"--task-runner dask needs a Milvus server, not the Milvus Lite file "
                          f"{milvus_uri!r} (one process per file): run `milvus-lite server --data-dir "
                          "DIR --port 19530` or a Milvus Standalone and pass --milvus-uri "
@@ -70,11 +71,8 @@ def check_evaluate_options(collection: str, k: str, modes: str | None,
 
         get_reranker(reranker)
     if {"hybrid", "rerank"} & set(mode_list):
-        from situate.core.fusion import FUSIONS
         from situate.core.settings import get_settings
+        from situate.tasks.retrieval.search import check_fusion
 
-        fusion = get_settings().fusion
-        if fusion not in FUSIONS:
-            raise InputError(f"SITUATE_FUSION={fusion!r} is not a fusion: use one of "
-                             f"{', '.join(FUSIONS)}")
+        check_fusion(get_settings().fusion)
     return ks, mode_list

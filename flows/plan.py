@@ -20,9 +20,10 @@ from typing import Any
 from situate.core.protocols import ChunkStore
 from situate.core.records import Document, grouped, sha256
 from situate.core.settings import get_settings
+from situate.core.uri import is_missing_lite_file
 from situate.flows.options import check_ingest_options
 from situate.storage.cache import ContextCache
-from situate.storage.milvus import is_missing_lite_file, open_store
+from situate.storage.milvus import open_store
 from situate.tasks.contexts.base import ContextConfig, Contextualizer
 from situate.tasks.contexts.cache import cached_split
 from situate.tasks.contexts.cost import Assumptions, CostModel, Estimate, get_cost_models

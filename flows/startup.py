@@ -164,8 +164,12 @@ class _DropUserErrors(logging.Filter):
         msg = record.getMessage()
         if "NotReady(" in msg and "Upstream task run" in msg:
             return False  # a task left waiting on the failed one: same failure, said once
-        return not any(name in msg for name in ("SituateError", "InputError", "ProviderError",
-                                                  "StoreError"))
+        return not any(name in msg for name in _error_names(SituateError))
+
+
+def _error_names(base: type) -> set[str]:
+    """The names of `base` and of every class derived from it."""
+    return {base.__name__}.union(*(_error_names(sub) for sub in base.__subclasses__()))
 
 
 class _QuietTaskRuns(logging.Filter):
@@ -234,7 +238,7 @@ def load_model_early(milvus_uri: str, embedder: str) -> None:
     """Start loading the embedding model now when the collection is surely new (no Milvus Lite
     file yet): a local model loads in a process of its own, so the load overlaps Prefect's
     import, the temporary server's start and the first contexts. Call before importing Prefect."""
-    from situate.storage.milvus import is_missing_lite_file
+    from situate.core.uri import is_missing_lite_file
     from situate.tasks.embedders.base import get_embedder
 
     if is_missing_lite_file(milvus_uri):
@@ -249,7 +253,8 @@ def open_store_early(milvus_uri: str, token: str, embedder_for: Callable[[Any], 
     Call once the input is validated (bad input must not create a Milvus Lite file); a file that
     does not exist yet is opened, so created, only with `create` (ingest).
     """
-    from situate.storage.milvus import is_missing_lite_file, open_store
+    from situate.core.uri import is_missing_lite_file
+    from situate.storage.milvus import open_store
     from situate.tasks.embedders.base import get_embedder
 
     if not create and is_missing_lite_file(milvus_uri):
@@ -435,13 +440,14 @@ def launch_evaluate(eval_set: str, collection: str, **options: Any) -> dict[str,
     prepare_eval_set(eval_set)  # a bad one fails before any flow run starts; the flow takes it
     s = get_settings()
     uri = options.get("milvus_uri") or s.milvus_uri
-    from situate.storage.milvus import is_missing_lite_file, open_existing_store
+    from situate.core.uri import is_missing_lite_file
+    from situate.storage.milvus import open_existing_store
 
     if is_missing_lite_file(uri):  # nothing to evaluate: say so before Prefect starts a server
         open_existing_store(uri, names[0])  # raises the store's "run situate ingest first"
     open_store_early(uri, s.milvus_token.get_secret_value(),
                      lambda store: store.exists(names[0])
-                     and (store.describe(names[0])["embedder"] or s.embedder))
+                     and (store.describe(names[0]).embedder or s.embedder))
     start_temporary_server()
     return run_flow(evaluate_flow, ("situate", "evaluate", *(f"collection:{n}" for n in names)),
                     eval_set=eval_set, collection=collection, **options)

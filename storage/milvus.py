@@ -16,7 +16,6 @@ after a failed one, never duplicates a row.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import threading
@@ -25,12 +24,11 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from situate.core.errors import StoreError
-from situate.core.fusion import CLIENT_FUSIONS, FUSIONS, RRF_K
-from situate.core.protocols import SEARCH_MODES
-from situate.core.records import EmbeddedDocument, Hit, batched
+from situate.core.errors import CollectionNotFound, EmbedderMismatch, StoreError, StoreUnreachable
+from situate.core.protocols import LEGS
+from situate.core.records import CollectionInfo, EmbeddedDocument, Hit, batched
 from situate.core.retry import RetryPolicy
-from situate.core.settings import get_settings
+from situate.core.uri import is_lite, is_missing_lite_file
 from situate.storage.faults import (
     IN_CALL,
     describe,
@@ -49,11 +47,8 @@ from situate.storage.rows import (
     validate_collection_name,
 )
 
-MODES = SEARCH_MODES
 # Per-request cap well under Milvus's 256 MiB gRPC limit; rows carry texts of a few KiB at most.
 WRITE_BATCH = 512
-# Candidates each leg of a hybrid search contributes to the fusion.
-FUSION_DEPTH = 100
 HIT_FIELDS = ["doc_id", "chunk_index", "text", "context", "metadata"]
 # How long a call waits for a server that is down or restarting: 8 attempts, waits doubling from
 # 0.5 s up to 10 s, with jitter (about 18-36 s of waiting in all). Constructor arguments override.
@@ -71,7 +66,7 @@ log = logging.getLogger(__name__)
 
 
 class MilvusStore:
-    """Schema, rows, batched writes, deletes by document and the three search modes over one client."""
+    """Schema, rows, batched writes, deletes by document and one-leg searches over one client."""
 
     def __init__(self, uri: str, token: str = "", db_name: str = "", *,
                  retry_attempts: int | None = None, retry_base: float | None = None,
@@ -90,10 +85,10 @@ class MilvusStore:
                                  RETRY_BASE if retry_base is None else retry_base,
                                  RETRY_CAP if retry_cap is None else retry_cap)
         self.stop = stop
-        if "://" not in uri:
+        if is_lite(uri):
             Path(uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
         kwargs: dict[str, Any] = {"uri": uri}
-        if "://" not in uri:
+        if is_lite(uri):
             # Milvus Lite's embedded gRPC server keeps gRPC's default ping policy and answers
             # pymilvus's idle keepalive pings (every 10 s) with GOAWAY "too_many_pings" after a
             # few minutes; ping only while calls are in flight.
@@ -112,7 +107,7 @@ class MilvusStore:
             raise
         except Exception as e:  # pymilvus raises several unrelated types on connect
             hint = (" (Milvus Lite allows one process per file: stop the other process or run "
-                    "`milvus-lite server` and use its http:// URI)" if "://" not in uri else
+                    "`milvus-lite server` and use its http:// URI)" if is_lite(uri) else
                     " (is the server running and the token right?)")
             raise StoreError(f"cannot open Milvus at {uri}: {getattr(e, 'message', e)}{hint}") from None
 
@@ -140,21 +135,14 @@ class MilvusStore:
             raise
         except Exception as e:
             if not self.is_local and is_transient(e):
-                raise StoreError(self._unreachable(what, attempts, time.monotonic() - start, e,
-                                                   write or IN_CALL.writing > 0)) from None
+                raise StoreUnreachable(
+                    self.uri, what, attempts, time.monotonic() - start, describe(e),
+                    stopped=self.stop is not None and self.stop.is_set(),
+                    wrote=write or IN_CALL.writing > 0) from None
             if not as_store_error:
                 raise
             raise translate(e, what, self.uri) from None
         raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
-
-    def _unreachable(self, what: str, attempts: int, seconds: float, error: BaseException,
-                     write: bool) -> str:
-        stopped = " (stopped)" if self.stop is not None and self.stop.is_set() else ""
-        tail = ("; what was written is kept and the rest will be written then" if write else "")
-        return (f"Milvus at {self.uri} did not answer ({what}) after {attempts} "
-                f"attempt{'s' if attempts != 1 else ''} over {seconds:.0f} s{stopped} "
-                f"({describe(error)}): start it (or check --milvus-uri) and run the same command "
-                f"again{tail}")
 
     # --- schema ----------------------------------------------------------------------------------
 
@@ -172,12 +160,8 @@ class MilvusStore:
         validate_collection_name(collection)
         if self.exists(collection):
             info = self.describe(collection)
-            if info.get("dim") != dim or info.get("embedder") not in ("", embedder):
-                raise StoreError(
-                    f"collection {collection!r} at {self.uri} holds {info.get('dim')}-d vectors "
-                    f"from {info.get('embedder') or 'another embedder'}, not {dim}-d from "
-                    f"{embedder}: use another --collection or the same --embedder"
-                )
+            if info.dim != dim or info.embedder not in ("", embedder):
+                raise EmbedderMismatch(collection, self.uri, info.embedder, embedder, info.dim, dim)
             self._ensure_indexes(collection)
             self.load(collection)
             return
@@ -212,25 +196,23 @@ class MilvusStore:
 
     def check_embedder(self, collection: str, embedder: str) -> None:
         """Refuse to add vectors from another embedder to an existing collection."""
-        stored = self.describe(collection).get("embedder")
+        stored = self.describe(collection).embedder
         if stored and stored != embedder:
-            raise StoreError(f"collection {collection!r} at {self.uri} holds vectors from {stored}, "
-                             f"not {embedder}: use another --collection or --embedder {stored}")
+            raise EmbedderMismatch(collection, self.uri, stored, embedder)
         self._ensure_indexes(collection)
         self.load(collection)
 
-    def describe(self, collection: str) -> dict[str, Any]:
+    def describe(self, collection: str) -> CollectionInfo:
         info = self._call(f"describing collection {collection!r}",
                           lambda: self.client.describe_collection(collection))
         dim = next((f.get("params", {}).get("dim") for f in info.get("fields", [])
                     if f.get("name") == "dense"), None)
         embedder = (info.get("properties") or {}).get("situate.embedder", "")
-        return {"dim": int(dim) if dim is not None else None, "embedder": embedder}
+        return CollectionInfo(int(dim) if dim is not None else None, embedder)
 
     def require(self, collection: str) -> None:
         if not self.exists(collection):
-            raise StoreError(f"collection {collection!r} not found at {self.uri}: run "
-                             f"`situate ingest CORPUS --collection {collection}` first")
+            raise CollectionNotFound(collection, self.uri)
         self.load(collection)
 
     def drop(self, collection: str) -> None:
@@ -319,14 +301,14 @@ class MilvusStore:
         return out
 
     def document_ids(self, collection: str) -> set[str]:
-        """The ids of every document with rows in the collection (what `--prune` compares the
+        """The ids of every document with rows in the collection (what pruning compares the
         corpus with); read row by row, kept once per document."""
         return {row["doc_id"] for row in self.rows(collection, fields=("doc_id",))}
 
     @property
     def is_local(self) -> bool:
         """Milvus Lite (a file path) rather than a server URI."""
-        return "://" not in self.uri
+        return is_lite(self.uri)
 
     def rows(self, collection: str, fields: Sequence[str] = ("id", "doc_id", "chunk_index", "text",
                                                               "context", "doc_hash", "chunk_hash"),
@@ -363,81 +345,43 @@ class MilvusStore:
         self._call(f"loading collection {collection!r}",
                    lambda: self.client.load_collection(collection))
 
-    def search(self, collection: str, mode: str, query_text: str,
-               query_vector: Sequence[float] | None, limit: int,
-               fusion: str | None = None) -> list[Hit]:
-        """Top `limit` chunks by dense cosine, BM25, or both fused (`fusion`, default the
-        `SITUATE_FUSION` setting: `cdbsf` or `dbsf` here over each leg's FUSION_DEPTH
-        candidates, every one scored by both legs, or `rrf` with Milvus's own RRFRanker)."""
-        if mode not in MODES:
-            raise StoreError(f"unknown search mode {mode!r}: use one of {', '.join(MODES)}")
-        if mode != "hybrid":
-            return self._search_leg(collection, mode, query_text, query_vector, limit)
-        method = fusion or get_settings().fusion
-        depth = max(limit, FUSION_DEPTH)
-        if method == "rrf":
-            from pymilvus import RRFRanker
-
-            reqs = [self._request(leg, query_text, query_vector, depth) for leg in ("dense", "bm25")]
-            res = self._call(f"hybrid search in {collection!r}", lambda: self.client.hybrid_search(
-                collection, reqs, ranker=RRFRanker(RRF_K), limit=limit, output_fields=HIT_FIELDS))
-            return self._hits(res, "hybrid")
-        fuse = CLIENT_FUSIONS.get(method)
-        if fuse is None:
-            raise StoreError(f"unknown fusion {method!r} (SITUATE_FUSION): use one of "
-                             f"{', '.join(FUSIONS)}")
-        legs = [self._search_leg(collection, leg, query_text, query_vector, depth)
-                for leg in ("dense", "bm25")]
-        by_id = {h.id: h for leg in reversed(legs) for h in leg}
-        # Each leg scores the other leg's candidates it did not return (round 3 of issue 12):
-        # their own cosine or BM25, not a guess.
-        returned = [{h.id for h in leg} for leg in legs]
-        extras = [self.leg_scores(collection, mode, query_text, query_vector,
-                                  [i for i in by_id if i not in ids])
-                  for mode, ids in zip(("dense", "bm25"), returned, strict=True)]
-        fused = fuse([[(h.id, h.score) for h in leg] for leg in legs], extras)
-        return [dataclasses.replace(by_id[i], score=score) for i, score in fused[:limit]]
+    def search(self, collection: str, leg: str, query_text: str,
+               query_vector: Sequence[float] | None, limit: int) -> list[Hit]:
+        """The top `limit` chunks of one retriever: dense cosine of `query_vector`, or BM25 of
+        `query_text` (its identifiers split as the rows' are, `rows.lexical_text`)."""
+        data, field, metric = self._leg(leg, query_text, query_vector)
+        res = self._call(f"{leg} search in {collection!r}", lambda: self.client.search(
+            collection, data=data, anns_field=field, limit=limit, output_fields=HIT_FIELDS,
+            search_params={"metric_type": metric}))
+        return self._hits(res, leg)
 
     @staticmethod
-    def _leg(mode: str, query_text: str, query_vector: Sequence[float] | None
+    def _leg(leg: str, query_text: str, query_vector: Sequence[float] | None
              ) -> tuple[list[Any], str, str]:
         """(data, field, metric) of one retriever's search: dense cosine or BM25."""
-        if mode == "dense":
+        if leg not in LEGS:
+            raise StoreError(f"unknown search leg {leg!r}: use one of {', '.join(LEGS)}")
+        if leg == "dense":
+            if query_vector is None:
+                raise StoreError("a dense search needs a query vector")
             return [list(query_vector)], "dense", "COSINE"
         return [lexical_text(query_text)], "sparse", "BM25"
 
-    def _request(self, mode: str, query_text: str, query_vector: Sequence[float] | None,
-                 limit: int) -> Any:
-        from pymilvus import AnnSearchRequest
-
-        data, field, metric = self._leg(mode, query_text, query_vector)
-        return AnnSearchRequest(data=data, anns_field=field, param={"metric_type": metric},
-                                limit=limit)
-
-    def leg_scores(self, collection: str, mode: str, query_text: str,
+    def leg_scores(self, collection: str, leg: str, query_text: str,
                    query_vector: Sequence[float] | None, ids: Sequence[str]) -> dict[str, float]:
         """One retriever's own scores of `ids` (a search restricted to them): their cosine, or
         their BM25 under the collection's statistics, 0 for a chunk sharing no term with the
         query (Milvus returns only chunks that score)."""
         if not ids:
             return {}
-        data, field, metric = self._leg(mode, query_text, query_vector)
-        res = self._call(f"{mode} scores in {collection!r}", lambda: self.client.search(
+        data, field, metric = self._leg(leg, query_text, query_vector)
+        res = self._call(f"{leg} scores in {collection!r}", lambda: self.client.search(
             collection, data=data, anns_field=field, limit=len(ids),
             filter=f"id in {json.dumps(list(ids))}", output_fields=[],
             search_params={"metric_type": metric}))
-        scores = dict.fromkeys(ids, 0.0) if mode == "bm25" else {}
-        scores.update((_hit_id(h), _hit_score(h, mode)) for h in (res[0] if res else []))
+        scores = dict.fromkeys(ids, 0.0) if leg == "bm25" else {}
+        scores.update((_hit_id(h), _hit_score(h, leg)) for h in (res[0] if res else []))
         return scores
-
-    def _search_leg(self, collection: str, mode: str, query_text: str,
-                    query_vector: Sequence[float] | None, limit: int) -> list[Hit]:
-        """One retriever alone: dense cosine or BM25."""
-        data, field, metric = self._leg(mode, query_text, query_vector)
-        res = self._call(f"{mode} search in {collection!r}", lambda: self.client.search(
-            collection, data=data, anns_field=field, limit=limit, output_fields=HIT_FIELDS,
-            search_params={"metric_type": metric}))
-        return self._hits(res, mode)
 
     @staticmethod
     def _hits(res: Any, mode: str) -> list[Hit]:
@@ -481,18 +425,11 @@ _OPEN: dict[tuple[str, str], MilvusStore] = {}
 _OPEN_LOCK = threading.Lock()
 
 
-def is_missing_lite_file(uri: str) -> bool:
-    """A Milvus Lite file that does not exist yet: it holds no collection, and opening it would
-    create it."""
-    return "://" not in uri and not Path(uri).exists()
-
-
 def open_existing_store(uri: str, collection: str, token: str = "") -> MilvusStore:
     """The store holding `collection`, for reading: a Milvus Lite file that does not exist is not
     created (opening one creates it), the user is told to ingest first."""
     if is_missing_lite_file(uri):
-        raise StoreError(f"collection {collection!r} not found at {uri} (no Milvus Lite file "
-                         f"there): run `situate ingest CORPUS --collection {collection}` first")
+        raise CollectionNotFound(collection, uri, " (no Milvus Lite file there)")
     store = open_store(uri, token)
     store.require(collection)
     return store

@@ -14,6 +14,7 @@ def test_exported_bulk_files_read_back_to_the_same_rows(prefect_harness, state, 
     from situate.flows.ingest import ingest_flow
     from situate.storage.bulk import collection_schema, export_collection, input_fields, read_rows
     from situate.storage.milvus import open_store
+    from situate.tasks.retrieval.search import search
 
     ingest_flow(corpus=str(SAMPLE_CORPUS), collection="bulk_src", embedder="hash", context="structural")
     store = open_store(state["milvus_uri"])
@@ -38,15 +39,15 @@ def test_exported_bulk_files_read_back_to_the_same_rows(prefect_harness, state, 
                 assert row[f] == want[f], (row["id"], f)
 
     # What bulk_import would do on a cluster, done by upsert here (Milvus Lite has no bulk_import).
-    store.ensure_collection("bulk_dst", HashEmbedding.dim, store.describe("bulk_src")["embedder"])
+    store.ensure_collection("bulk_dst", HashEmbedding.dim, store.describe("bulk_src").embedder)
     store.upsert("bulk_dst", back)
     emb = HashEmbedding()
     for query in ("How does Harbor make sure two workers never lease the same job?",
                   "How is the retry delay computed?"):
         for mode in ("dense", "bm25", "hybrid"):
             vec = emb.encode_queries([query])[0]
-            src = [h.id for h in store.search("bulk_src", mode, query, vec, 5)]
-            dst = [h.id for h in store.search("bulk_dst", mode, query, vec, 5)]
+            src = [h.id for h in search(store, "bulk_src", mode, query, vec, 5)]
+            dst = [h.id for h in search(store, "bulk_dst", mode, query, vec, 5)]
             assert src == dst and src, (mode, query)
 
 

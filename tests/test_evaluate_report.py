@@ -247,25 +247,33 @@ class _RecordingStore:
     def __init__(self) -> None:
         self.searches: list[tuple[str, str, list[float] | None, int]] = []
 
-    def search(self, collection, mode, query, vector, limit):
-        self.searches.append((mode, query, vector, limit))
+    def search(self, collection, leg, query, vector, limit):
+        self.searches.append((leg, query, vector, limit))
         return [hit(f"doc-{query}", query)]
+
+    def leg_scores(self, collection, leg, query, vector, ids):
+        return {}
 
 
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
 def test_retrieve_handles_and_times_each_query_alone(mode):
+    from situate.tasks.embedders.base import get_embedder
     from situate.tasks.retrieval.search import retrieve
     from tests.conftest import HashEmbedding
 
     store = _RecordingStore()
     seconds: list[float] = []
     queries = ["alpha beta", "gamma", "delta epsilon zeta"]
-    hits = retrieve(store, "c", "hash", queries, mode, 7, on_query=seconds.append)
+    hits = retrieve(store, "c", queries, mode, 7, embedder=get_embedder("hash"),
+                    on_query=seconds.append)
     assert [[h.doc_id for h in hs] for hs in hits] == [[f"doc-{q}"] for q in queries]
     assert len(seconds) == 3 and all(0 < s < 60 for s in seconds)
-    assert [(m, q, limit) for m, q, _, limit in store.searches] == [(mode, q, 7) for q in queries]
-    # Each query searched with its own vector (none for BM25), embedded as a query on its own.
-    expected = [None] * 3 if mode == "bm25" else [HashEmbedding()._one(q) for q in queries]
+    # hybrid: each leg searched to the fusion's depth, per query
+    legs = [("dense", 100), ("bm25", 100)] if mode == "hybrid" else [(mode, 7)]
+    assert [(m, q, limit) for m, q, _, limit in store.searches] == [
+        (m, q, limit) for q in queries for m, limit in legs]
+    # Each query searched with its own vector (none needed by BM25), embedded as a query on its own.
+    expected = [None if mode == "bm25" else HashEmbedding()._one(q) for q in queries for _ in legs]
     assert [v for _, _, v, _ in store.searches] == expected
 
 

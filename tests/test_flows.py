@@ -170,13 +170,13 @@ def test_launch_evaluate_reads_the_evaluation_set_once(prefect_harness, state, m
     reading instead of reading the file again."""
     from situate.flows import startup
     from situate.flows.ingest import ingest_flow
-    from situate.tasks.corpus import load
+    from situate.tasks.retrieval import metrics
     from situate.tasks.retrieval.metrics import load_eval_set
 
     ingest_flow(corpus=str(SAMPLE_CORPUS), collection="once", context="none", embedder="hash")
     reads: list[str] = []
-    read = load.iter_jsonl
-    monkeypatch.setattr(load, "iter_jsonl", lambda path: reads.append(str(path)) or read(path))
+    read = metrics.iter_jsonl
+    monkeypatch.setattr(metrics, "iter_jsonl", lambda path: reads.append(str(path)) or read(path))
     result = startup.launch_evaluate(str(SAMPLE_EVAL), "once", modes="bm25")
     assert reads == [str(SAMPLE_EVAL)]
     assert result["queries"] == len(load_eval_set(SAMPLE_EVAL)) == len(result["per_query"])

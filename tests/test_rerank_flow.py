@@ -21,14 +21,17 @@ def test_evaluate_runs_rerank_when_a_cohere_key_is_set(prefect_harness, state, c
     from situate.flows.evaluate import evaluate_flow
     from situate.flows.ingest import ingest_flow
     from situate.storage.milvus import open_store
+    from situate.tasks.embedders.base import get_embedder
+    from situate.tasks.rerankers.base import get_reranker
     from situate.tasks.retrieval.metrics import load_eval_set
     from situate.tasks.retrieval.search import RERANK_DEPTH, retrieve
 
     ingest_flow(corpus=str(SAMPLE_CORPUS), collection="rr", embedder="hash")
     store = open_store(state["milvus_uri"])
     query = "How can I requeue a dead-lettered job?"
-    hybrid = retrieve(store, "rr", "hash", [query], "hybrid", RERANK_DEPTH)[0]
-    reranked = retrieve(store, "rr", "hash", [query], "rerank", 5)[0]
+    embedder, reranker = get_embedder("hash"), get_reranker("cohere")
+    hybrid = retrieve(store, "rr", [query], "hybrid", RERANK_DEPTH, embedder=embedder)[0]
+    reranked = retrieve(store, "rr", [query], "rerank", 5, embedder=embedder, reranker=reranker)[0]
     assert len(reranked) == 5
     # The reranker saw every hybrid candidate (context + chunk) and ordered them by its scores.
     sent = cohere.log[-1]

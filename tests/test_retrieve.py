@@ -7,8 +7,11 @@ import pytest
 
 
 class _EmptyStore:
-    def search(self, collection, mode, query, vector, limit):
+    def search(self, collection, leg, query, vector, limit):
         return []
+
+    def leg_scores(self, collection, leg, query, vector, ids):
+        return {}
 
 
 @pytest.fixture
@@ -30,15 +33,19 @@ def test_a_model_is_warmed_once_for_every_timed_mode(hash_embedder):
 
     queries = ["alpha beta", "gamma", "delta"]
     seconds: list[float] = []
+    from situate.tasks.embedders.base import get_embedder
+
+    embedder = get_embedder("hash")
     for mode in ("dense", "bm25", "hybrid"):
-        retrieve(_EmptyStore(), "c", "hash", queries, mode, 5, on_query=seconds.append)
+        retrieve(_EmptyStore(), "c", queries, mode, 5, embedder=embedder, on_query=seconds.append)
     # One untimed warm-up query, then each query embedded alone in each mode that embeds.
     assert hash_embedder == [["alpha beta"]] + [[q] for q in queries] * 2
     assert len(seconds) == 3 * len(queries)
 
 
 def test_an_untimed_search_is_not_warmed(hash_embedder):
+    from situate.tasks.embedders import base as embed
     from situate.tasks.retrieval.search import retrieve
 
-    retrieve(_EmptyStore(), "c", "hash", ["alpha"], "dense", 5)
+    retrieve(_EmptyStore(), "c", ["alpha"], "dense", 5, embedder=embed.get_embedder("hash"))
     assert hash_embedder == [["alpha"]]

@@ -128,14 +128,17 @@ def test_latency_per_query_of_a_hundred_candidates(encoder, capsys):
 def test_reranks_the_hybrid_candidates_of_a_real_collection(prefect_harness, state, encoder):
     from situate.flows.ingest import ingest_flow
     from situate.storage.milvus import open_store
+    from situate.tasks.embedders.base import get_embedder
+    from situate.tasks.rerankers.base import get_reranker
     from situate.tasks.retrieval.search import RERANK_DEPTH, retrieve
 
     ingest_flow(corpus=str(SAMPLE_CORPUS), collection="strr", embedder="hash")
     store = open_store(state["milvus_uri"])
     query = "How can I requeue a dead-lettered job?"
-    hybrid = retrieve(store, "strr", "hash", [query], "hybrid", RERANK_DEPTH)[0]
+    embedder, reranker = get_embedder("hash"), get_reranker(f"st:{encoder}")
+    hybrid = retrieve(store, "strr", [query], "hybrid", RERANK_DEPTH, embedder=embedder)[0]
     start = time.perf_counter()
-    reranked = retrieve(store, "strr", "hash", [query], "rerank", 5, reranker_spec=f"st:{encoder}")[0]
+    reranked = retrieve(store, "strr", [query], "rerank", 5, embedder=embedder, reranker=reranker)[0]
     print(f"hybrid + st rerank of {len(hybrid)} candidates: {time.perf_counter() - start:.3f} s")
     # Every hybrid candidate was read, and the top 5 are its best by the cross-encoder's scores.
     scores = _own_scores(encoder, query, hybrid)

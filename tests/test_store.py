@@ -56,6 +56,7 @@ def test_document_rows_are_the_schema_fields_cut_to_their_limits():
 
 def test_each_leg_scores_the_candidates_it_did_not_return_and_hybrid_fuses_those_scores(tmp_path):
     from situate.core.fusion import cdbsf
+    from situate.tasks.retrieval.search import hybrid
 
     s = MilvusStore(str(tmp_path / "m.db"))
     s.ensure_collection(C, EMB.dim, EMBEDDER)
@@ -73,7 +74,7 @@ def test_each_leg_scores_the_candidates_it_did_not_return_and_hybrid_fuses_those
     missing = [i for i in every if i not in {h.id for h in legs["bm25"]}]
     pairs = [[(h.id, h.score) for h in legs[m]] for m in ("dense", "bm25")]
     exact = cdbsf(pairs, [{}, dict.fromkeys(missing, 0.0)])
-    hits = s.search(C, "hybrid", query, vector, 10, fusion="cdbsf")
+    hits = hybrid(s, C, query, vector, 10, fusion="cdbsf")
     assert [(h.id, h.score) for h in hits] == [(i, pytest.approx(v)) for i, v in exact]
     assert dict(exact) != pytest.approx(dict(cdbsf(pairs)))
     s.close()

@@ -1,21 +1,31 @@
-"""Retrieval variants over a chunk store: dense, BM25, hybrid (the store fuses them: cdbsf,
-dbsf or RRF) and hybrid reranked (Cohere or a local cross-encoder), for many queries, each
-handled and timed alone. The store is given (any `situate.core.protocols.ChunkStore`); the flows open it."""
+"""Retrieval over any `ChunkStore`: dense, BM25, hybrid (both legs fused here: cdbsf, dbsf or
+RRF, `situate.core.fusion`) and hybrid reranked (Cohere or a local cross-encoder), for many
+queries, each handled and timed alone. The store searches one leg at a time; the embedder and the
+reranker are given, loaded by the caller."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from situate.core.errors import InputError
-from situate.core.protocols import SEARCH_MODES, ChunkStore
+from situate.core.fusion import FUSIONS, SCORED
+from situate.core.protocols import LEGS, ChunkStore
 from situate.core.records import Hit
 from situate.core.secrets import has_key
 from situate.tasks.corpus.clean import clean_text
-from situate.tasks.embedders.base import get_embedder
 
+if TYPE_CHECKING:
+    from situate.tasks.embedders.base import Embedder
+    from situate.tasks.rerankers.base import Reranker
+
+SEARCH_MODES = (*LEGS, "hybrid")
 MODES = (*SEARCH_MODES, "rerank")
+# Candidates each leg of a hybrid search contributes to the fusion.
+FUSION_DEPTH = 100
 # Hybrid candidates handed to the reranker: one Cohere request (one search unit) per query.
 RERANK_DEPTH = 100
 # Characters of a query kept for embedding and BM25: ten times a chunk, and far more than any
@@ -53,36 +63,73 @@ def check_modes(modes: Sequence[str]) -> list[str]:
     return list(modes)
 
 
-def retrieve(store: ChunkStore, collection: str, embedder_spec: str, queries: Sequence[str],
-             mode: str, limit: int, reranker_spec: str = "cohere",
+def check_fusion(fusion: str) -> str:
+    if fusion not in FUSIONS:
+        raise InputError(f"SITUATE_FUSION={fusion!r} is not a fusion: use one of "
+                         f"{', '.join(FUSIONS)}")
+    return fusion
+
+
+def search(store: ChunkStore, collection: str, mode: str, query_text: str,
+           query_vector: Sequence[float] | None, limit: int, fusion: str = "cdbsf") -> list[Hit]:
+    """The top `limit` chunks of one search mode: a leg of the store (`dense`, `bm25`) or both
+    legs fused (`hybrid`)."""
+    if mode == "hybrid":
+        return hybrid(store, collection, query_text, query_vector, limit, fusion)
+    if mode not in LEGS:
+        raise InputError(f"unknown search mode {mode!r}: use one of {', '.join(SEARCH_MODES)}")
+    return store.search(collection, mode, query_text, query_vector, limit)
+
+
+def hybrid(store: ChunkStore, collection: str, query_text: str,
+           query_vector: Sequence[float] | None, limit: int, fusion: str = "cdbsf") -> list[Hit]:
+    """Dense and BM25 fused: each leg's top FUSION_DEPTH candidates, and (for the score-based
+    fusions) each leg's own scores of the other leg's candidates it did not return, fused by
+    `fusion`; each hit's score becomes its fused score."""
+    fuse = FUSIONS[check_fusion(fusion)]
+    depth = max(limit, FUSION_DEPTH)
+    legs = [store.search(collection, leg, query_text, query_vector, depth) for leg in LEGS]
+    by_id = {h.id: h for leg in reversed(legs) for h in leg}
+    extras = None
+    if fusion in SCORED:
+        returned = [{h.id for h in leg} for leg in legs]
+        extras = [store.leg_scores(collection, leg, query_text, query_vector,
+                                   [i for i in by_id if i not in ids])
+                  for leg, ids in zip(LEGS, returned, strict=True)]
+    fused = fuse([[(h.id, h.score) for h in leg] for leg in legs], extras)
+    return [dataclasses.replace(by_id[i], score=score) for i, score in fused[:limit]]
+
+
+def retrieve(store: ChunkStore, collection: str, queries: Sequence[str], mode: str, limit: int, *,
+             embedder: Embedder | None = None, reranker: Reranker | None = None,
+             fusion: str = "cdbsf",
              on_query: Callable[[float], None] | None = None) -> list[list[Hit]]:
     """Top `limit` hits for each query in one mode.
 
-    Each query is handled as a user's would be, alone: embedded (dense, hybrid, rerank), searched
-    and, for `rerank`, reranked; `on_query` gets its wall time in seconds as it finishes (the
-    evaluation's latency and progress). Loading the model and the reranker is not timed: with
-    `on_query`, a model is warmed with one untimed query the first time it is used
-    (`Embedder.warm_up`: once per loaded model, not per call; the evaluation calls this once per
-    mode and collection).
+    Each query is handled as a user's would be, alone: embedded (dense, hybrid, rerank: the
+    `embedder` is needed), searched and, for `rerank`, reranked by `reranker`; `on_query` gets
+    its wall time in seconds as it finishes (the evaluation's latency and progress). Loading the
+    model is not timed: with `on_query`, a model is warmed with one untimed query the first time
+    it is used (`Embedder.warm_up`: once per loaded model, not per call).
     """
     check_modes([mode])
-    embedder = get_embedder(embedder_spec) if mode in ("dense", "hybrid", "rerank") else None
-    reranker = None
-    if mode == "rerank":
-        from situate.tasks.rerankers.base import get_reranker
-
-        reranker = get_reranker(reranker_spec)
-    if embedder is not None and queries and on_query is not None:
-        embedder.warm_up(queries[0])  # untimed, once per model: only when timing is asked for
+    if mode != "bm25" and embedder is None:
+        raise InputError(f"retrieval mode {mode!r} needs an embedder")
+    if mode == "rerank" and reranker is None:
+        raise InputError("retrieval mode 'rerank' needs a reranker")
+    encoder = embedder if mode != "bm25" else None
+    if encoder is not None and queries and on_query is not None:
+        encoder.warm_up(queries[0])  # untimed, once per model: only when timing is asked for
     results: list[list[Hit]] = []
     for q in queries:
         started = time.perf_counter()
-        vector = embedder.embed_queries([q])[0] if embedder is not None else None
-        if reranker is None:
-            hits = store.search(collection, mode, q, vector, limit)
+        vector = encoder.embed_queries([q])[0] if encoder is not None else None
+        if mode == "rerank":
+            assert reranker is not None
+            candidates = hybrid(store, collection, q, vector, max(limit, RERANK_DEPTH), fusion)
+            hits = reranker.rerank(q, candidates, limit)
         else:
-            hits = reranker.rerank(q, store.search(collection, "hybrid", q, vector,
-                                                   max(limit, RERANK_DEPTH)), limit)
+            hits = search(store, collection, mode, q, vector, limit, fusion)
         results.append(hits)
         if on_query is not None:
             on_query(time.perf_counter() - started)
