@@ -1,6 +1,8 @@
 """All configuration in one place: `SITUATE_*` environment variables (or a `.env` file), which CLI
 flags and deployment parameters override. Read at run time through `get_settings()`, never at
-import time.
+import time; a command's options (situate.flows.options) are filled from them. The one value set
+otherwise is a secret given as a flag (`--milvus-token`): `configure` puts it in the process's
+settings, never in the environment or a flow parameter.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ class Settings(BaseSettings):
     results_dir: str = Field("data/results", description="evaluation JSON reports")
     context: str = Field("", description="structural | anthropic | none; default: anthropic when "
                                           "an Anthropic key is configured, else structural")
-    embedder: str = Field("minilm", description="minilm | voyage | cohere | openai | bge-m3, "
-                                                "optionally name:model")
-    reranker: str = Field("cohere", description="reranker of the rerank mode: cohere[:model] (needs a "
-                          "key) or st:NAME_OR_PATH (a local sentence-transformers CrossEncoder)")
+    embedder: str = Field("minilm", description="embedder by name (`situate ingest --help` lists "
+                                                "them), optionally name:model")
+    reranker: str = Field("cohere", description="reranker of the rerank mode: cohere[:model] (needs "
+                          "COHERE_API_KEY) or st:NAME_OR_PATH (a local sentence-transformers "
+                          "CrossEncoder)")
     fusion: str = Field("cdbsf", description="how hybrid search fuses dense and BM25: cdbsf "
                         "(per-query standardised scores, each leg weighted by how far its best "
                         "stands out) | dbsf (the same, unweighted) | rrf (reciprocal ranks, k=60)")
@@ -46,6 +49,17 @@ class Settings(BaseSettings):
         return "anthropic" if has_key("anthropic") else "structural"
 
 
+_configured: dict[str, object] = {}
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    return Settings(**_configured)  # type: ignore[arg-type]
+
+
+def configure(**values: object) -> Settings:
+    """Values that override the environment for this process from now on (the CLI's secret
+    flags); None leaves a value alone. Returns the settings then in force."""
+    _configured.update({k: v for k, v in values.items() if v is not None})
+    get_settings.cache_clear()
+    return get_settings()

@@ -9,84 +9,69 @@ each in a subprocess.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from situate.core.errors import InputError
 from situate.core.uri import is_lite
-
-DEPLOYMENT = "situate"
-INGEST_CRON = "0 * * * *"
-EVALUATE_CRON = "30 * * * *"
+from situate.flows import prefect_internals
+from situate.flows.options import EvaluateOptions, IngestOptions, ServeOptions
 
 
-@dataclass(frozen=True)
-class ServeConfig:
-    """What the two deployments run with; the token stays in SITUATE_MILVUS_TOKEN, off the UI."""
-
-    corpus: str
-    collection: str
-    eval_set: str | None = None
-    context: str | None = None
-    embedder: str | None = None
-    milvus_uri: str | None = None
-    prune: bool = True
-    ingest_cron: str = INGEST_CRON
-    evaluate_cron: str = EVALUATE_CRON
-    name: str = DEPLOYMENT
-    paused: bool = False
-
-
-def _drop_none(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in params.items() if v is not None}
-
-
-def build_deployments(cfg: ServeConfig) -> list[Any]:
+def build_deployments(options: ServeOptions) -> list[Any]:
     """The ingest (and, given an evaluation set, evaluate) deployments with their schedules.
 
-    Ingest has a concurrency limit of 1: a slow run and the next scheduled one must not write the
-    same collection at once (and a Milvus Lite file admits one process anyway).
+    Each takes its flow's options as its one parameter: the values given here, and nothing else,
+    so each run resolves the rest from the settings where it runs. Ingest has a concurrency limit
+    of 1: a slow run and the next scheduled one must not write the same collection at once (and
+    a Milvus Lite file admits one process anyway).
     """
     from situate.flows.evaluate import evaluate_flow
     from situate.flows.ingest import ingest_flow
-    from situate.storage.rows import validate_collection_name
 
-    validate_collection_name(cfg.collection)
-    tags = ["situate", f"collection:{cfg.collection}"]
+    tags = ["situate", f"collection:{options.collection}"]
+    ingest, evaluate = deployment_options(options)
     out = [ingest_flow.to_deployment(
-        name=cfg.name, cron=cfg.ingest_cron, paused=cfg.paused, concurrency_limit=1,
+        name=options.name, cron=options.ingest_cron, paused=options.paused, concurrency_limit=1,
         tags=[*tags, "ingest"],
-        description=f"Incremental ingest of {cfg.corpus} into {cfg.collection}",
-        parameters=_drop_none({"corpus": cfg.corpus, "collection": cfg.collection,
-                               "context": cfg.context, "embedder": cfg.embedder,
-                               "milvus_uri": cfg.milvus_uri, "prune": cfg.prune}))]
-    if cfg.eval_set:
+        description=f"Incremental ingest of {options.corpus} into {options.collection}",
+        parameters={"options": ingest.given()})]
+    if evaluate is not None:
         out.append(evaluate_flow.to_deployment(
-            name=cfg.name, cron=cfg.evaluate_cron, paused=cfg.paused, tags=[*tags, "evaluate"],
-            description=f"Pass@k of {cfg.collection} on {cfg.eval_set}",
-            parameters=_drop_none({"eval_set": cfg.eval_set, "collection": cfg.collection,
-                                   "milvus_uri": cfg.milvus_uri})))
+            name=options.name, cron=options.evaluate_cron, paused=options.paused,
+            tags=[*tags, "evaluate"],
+            description=f"Pass@k of {options.collection} on {options.eval_set}",
+            parameters={"options": evaluate.given()}))
     return out
 
 
-def resolve_paths(cfg: ServeConfig) -> ServeConfig:
-    """Runs start in subprocesses, maybe from another directory: absolute paths, and the Milvus
-    URI from settings when none is given."""
-    from situate.core.settings import get_settings
+def deployment_options(options: ServeOptions) -> tuple[IngestOptions, EvaluateOptions | None]:
+    """The options each deployment's runs take, built (so checked) from what serve was given."""
+    ingest = IngestOptions.build(corpus=options.corpus, collection=options.collection,
+                                 context=options.context, embedder=options.embedder,
+                                 milvus_uri=options.milvus_uri, prune=options.prune)
+    evaluate = (EvaluateOptions.build(eval_set=options.eval_set, collection=options.collection,
+                                      milvus_uri=options.milvus_uri)
+                if options.eval_set else None)
+    return ingest, evaluate
 
-    uri = cfg.milvus_uri or get_settings().milvus_uri
-    if is_lite(uri):
-        uri = str(Path(uri).resolve())
-    return replace(cfg, corpus=str(Path(cfg.corpus).resolve()), milvus_uri=uri,
-                   eval_set=str(Path(cfg.eval_set).resolve()) if cfg.eval_set else None)
+
+def resolve_paths(options: ServeOptions) -> ServeOptions:
+    """Runs start in subprocesses, maybe from another directory: absolute paths (the Milvus URI
+    a Lite file's)."""
+    uri = options.milvus_uri
+    return options.model_copy(update={
+        "corpus": str(Path(options.corpus).resolve()),
+        "milvus_uri": str(Path(uri).resolve()) if is_lite(uri) else uri,
+        "eval_set": str(Path(options.eval_set).resolve()) if options.eval_set else None})
 
 
-def run_limit(cfg: ServeConfig) -> int | None:
+def run_limit(options: ServeOptions) -> int | None:
     """How many flow runs `situate serve` runs at once: one on a Milvus Lite file, so that runs
     due at the same moment never open it together (the others stay scheduled until it is free,
     then run in order); no limit with a Milvus server, which takes many clients."""
-    return 1 if is_lite(cfg.milvus_uri or "") else None
+    return 1 if is_lite(options.milvus_uri) else None
 
 
 @dataclass(frozen=True)
@@ -97,13 +82,13 @@ class Stopped:
     runs: int
 
 
-def serve_deployments(cfg: ServeConfig) -> Stopped | None:
+def serve_deployments(options: ServeOptions) -> Stopped | None:
     """Register the deployments with the Prefect API and run their flow runs until SIGTERM or
     Ctrl-C."""
     early = _EarlySignals()
     from prefect.settings import PREFECT_API_URL
 
-    cfg = resolve_paths(cfg)
+    cfg = resolve_paths(options)
     check_serve_options(cfg)
     url = PREFECT_API_URL.value()  # from the environment or the active Prefect profile
     if not url:
@@ -117,23 +102,19 @@ def serve_deployments(cfg: ServeConfig) -> Stopped | None:
     return serve(build_deployments(cfg), limit=limit, note=note, received=early.received)
 
 
-def check_serve_options(cfg: ServeConfig) -> None:
+def check_serve_options(cfg: ServeOptions) -> None:
     """What every run would fail on, said once as `serve` starts rather than by each run: the
-    corpus and evaluation set, the options both flows check, the schedules."""
+    corpus and evaluation set, the options both flows check (building them checks them), the
+    schedules."""
     from prefect.client.schemas.schedules import CronSchedule
 
-    from situate.core.settings import get_settings
-    from situate.flows.options import check_evaluate_options, check_ingest_options
     from situate.tasks.retrieval.metrics import load_eval_set
 
     if not Path(cfg.corpus).exists():
         raise InputError(f"corpus not found: {cfg.corpus} (every ingest run re-reads it: give a "
                          "pre-chunked .json, a .jsonl of documents, or a directory)")
-    s = get_settings()
-    check_ingest_options(cfg.collection, cfg.context or s.default_context(),
-                         cfg.embedder or s.embedder, milvus_uri=cfg.milvus_uri or s.milvus_uri)
+    deployment_options(cfg)
     if cfg.eval_set:
-        check_evaluate_options(cfg.collection, "5,10,20", None)
         load_eval_set(cfg.eval_set)
     for flag, cron in (("--ingest-cron", cfg.ingest_cron), ("--evaluate-cron", cfg.evaluate_cron)):
         try:
@@ -256,8 +237,7 @@ async def _run_until_signal(runner: Any, received: list[int]) -> Stopped | None:
         received.append(signum)
         loop.call_soon_threadsafe(stop.set)
 
-    # Runner.start installs `self.handle_sigterm` for SIGTERM: ours, set on the instance.
-    runner.handle_sigterm = on_signal
+    prefect_internals.set_runner_sigterm(runner, on_signal)
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         if received:  # stopped while starting: nothing has run
@@ -269,7 +249,7 @@ async def _run_until_signal(runner: Any, received: list[int]) -> Stopped | None:
             stopping.cancel()
             serving.result()
             return None
-        held = _runs_in_hand(runner)
+        held = prefect_internals.runs_in_hand(runner)
         finished = await _let_finished_runs_exit(runner, held)
         killer = loop.call_later(KILL_AFTER_SECONDS, _kill_children)
         try:
@@ -278,26 +258,13 @@ async def _run_until_signal(runner: Any, received: list[int]) -> Stopped | None:
             await _abandon(serving)
         finally:
             killer.cancel()
-        held |= _runs_in_hand(runner)
+        held |= prefect_internals.runs_in_hand(runner)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     _kill_children()
     await _close_records(held - finished)
     return Stopped(signal.Signals(received[0]).name, len(held - finished))
-
-
-def _runs_in_hand(runner: Any) -> set[Any]:
-    """Ids of the flow runs this runner has started or is starting (Prefect 3.8's private
-    bookkeeping, read defensively: if a release renames it, the runs are still cancelled by
-    `astop`, only not re-checked afterwards)."""
-    ids: set[Any] = set()
-    manager = getattr(runner, "_process_manager", None)
-    if manager is not None and hasattr(manager, "flow_run_ids"):
-        ids |= set(manager.flow_run_ids())
-    poller = getattr(runner, "_scheduled_run_poller", None)
-    ids |= set(getattr(poller, "_submitting_flow_run_ids", ()) or ())
-    return ids
 
 
 async def _finished(flow_run_ids: set[Any]) -> set[Any]:
@@ -324,7 +291,7 @@ async def _let_finished_runs_exit(runner: Any, held: set[Any]) -> set[Any]:
 
     finished = await _finished(held) if held else set()
     deadline = asyncio.get_running_loop().time() + FINISHING_SECONDS
-    while finished & _runs_in_hand(runner) and asyncio.get_running_loop().time() < deadline:
+    while finished & prefect_internals.runs_in_hand(runner) and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.1)
     return finished
 
@@ -353,7 +320,7 @@ async def _abandon(serving: Any) -> None:
 
 def _kill_children() -> None:
     """Whatever a run left behind (its process, a model process) ends with `situate serve`."""
-    from situate.flows.startup import stop_process_tree
+    from situate.flows.signals import stop_process_tree
 
     stop_process_tree(2.0)
 

@@ -1,26 +1,365 @@
-"""Checks of a run's options, written once: the flows call them as they start (deployment runs),
-and the CLI calls the same functions before Prefect is even imported, so bad options fail in a
-fraction of a second and write nothing. Imports no Prefect."""
+"""What each command is told: one pydantic model per command, defined once.
+
+A model is the flow's one parameter (Prefect renders it as the deployment's run form and
+validates values against it), the source of the CLI's flags, choices and help (`situate.flows.cli`
+builds its parser from the fields), and of the README's configuration table (`options_table`;
+a test fails when they differ). A field that a `SITUATE_*` setting can fill carries `FromSetting`:
+left empty, it is filled from the settings when the model is made, so a run is resolved once,
+where it runs. Building a model checks it: a bad option is one `InputError` line, before Prefect
+is even imported. Imports no Prefect.
+"""
 
 from __future__ import annotations
 
-from situate.core.errors import InputError, StoreError
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+
+from situate.core.errors import InputError, SituateError, StoreError
+from situate.core.settings import Settings, get_settings
 from situate.core.uri import is_lite
 
+DEFAULT_KS = (5, 10, 20)
 TASK_RUNNERS = ("threads", "dask")
 
 
-def check_ingest_options(collection: str, context: str, embedder: str, task_runner: str = "threads",
-                         dask_address: str | None = None, milvus_uri: str = "") -> None:
-    """Collection name, context provider, embedder (package and key) and task runner."""
-    from situate.storage.rows import validate_collection_name
-    from situate.tasks.contexts.base import CONTEXTUALIZERS
-    from situate.tasks.embedders.base import check_embedder
+# --- what a field says besides its type -----------------------------------------------------------
 
-    validate_collection_name(collection)
-    CONTEXTUALIZERS.check(context)
-    check_embedder(embedder)
-    check_task_runner(task_runner, dask_address, milvus_uri)
+@dataclass(frozen=True)
+class Flag:
+    """How a field appears on the command line: `names` ("--context"), none for a positional
+    argument; `negate` for a True default a flag turns off (`--no-prune`); `choices` names the
+    values help lists (from a registry, so help cannot drift); `strict` also refuses others."""
+
+    names: tuple[str, ...] = ()
+    metavar: str | None = None
+    negate: bool = False
+    choices: Callable[[], Sequence[str]] | None = None
+    strict: bool = False
+    hint: str = ""  # after the choices in help, e.g. "or name:model"
+    default_text: str = ""  # the default, in words, where the value alone would not say it
+
+
+@dataclass(frozen=True)
+class FromSetting:
+    """The `SITUATE_*` setting that fills the field when it is left empty."""
+
+    name: str
+    value: Callable[[Settings], Any] | None = None  # how to read it, when not the attribute
+
+    @property
+    def env(self) -> str:
+        return f"SITUATE_{self.name.upper()}"
+
+    def read(self, settings: Settings) -> Any:
+        return self.value(settings) if self.value else getattr(settings, self.name)
+
+
+def _meta(field: FieldInfo, kind: type[T]) -> T | None:
+    return next((m for m in field.metadata if isinstance(m, kind)), None)
+
+
+T = TypeVar("T")
+
+
+def _context_names() -> list[str]:
+    from situate.tasks.contexts.base import CONTEXTUALIZERS
+
+    return CONTEXTUALIZERS.names()
+
+
+def _embedder_names() -> list[str]:
+    from situate.tasks.embedders.base import EMBEDDERS
+
+    return EMBEDDERS.names()
+
+
+def _reranker_names() -> list[str]:
+    from situate.tasks.rerankers.base import RERANKERS
+
+    return RERANKERS.names()
+
+
+def _fusion_names() -> list[str]:
+    from situate.core.fusion import FUSIONS
+
+    return list(FUSIONS)
+
+
+def _mode_names() -> list[str]:
+    from situate.tasks.retrieval.search import MODES
+
+    return list(MODES)
+
+
+class Options(BaseModel):
+    """Base of every command's options: frozen, no unknown field, settings filled in."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_settings(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        settings = None
+        filled = dict(data)
+        for name, field in cls.model_fields.items():
+            source = _meta(field, FromSetting)
+            if source is not None and filled.get(name) is None:
+                settings = settings or get_settings()
+                filled[name] = source.read(settings)
+        return filled
+
+    @classmethod
+    def build(cls: type[OptionsT], **values: Any) -> OptionsT:
+        """The options from `values` (None: not given), checked; a bad value is one InputError
+        naming its flag."""
+        given = {k: v for k, v in values.items() if v is not None}
+        try:
+            return cls(**given)
+        except ValidationError as e:
+            raise InputError(_one_line(cls, e)) from None
+
+    def given(self) -> dict[str, Any]:
+        """The values set explicitly, as JSON (what a deployment stores: the rest is resolved
+        from the settings where each run runs)."""
+        return self.model_dump(mode="json", include=self.model_fields_set)
+
+
+OptionsT = TypeVar("OptionsT", bound=Options)
+
+
+def _one_line(model: type[Options], error: ValidationError) -> str:
+    first = error.errors()[0]
+    name = str(first["loc"][0]) if first["loc"] else ""
+    field = model.model_fields.get(name)
+    flag = _meta(field, Flag) if field is not None else None
+    label = (flag.names[0] if flag and flag.names else name) or model.__name__
+    return f"{label} {first.get('input')!r}: {first['msg'].removeprefix('Value error, ')}"
+
+
+# --- the commands' options ------------------------------------------------------------------------
+
+Collection = Annotated[str, Flag(("--collection",))]
+MilvusUri = Annotated[str, Flag(("--milvus-uri",)), FromSetting("milvus_uri")]
+JsonOut = Annotated[str | None, Flag(("--json",), metavar="OUT")]
+
+
+class IngestOptions(Options):
+    """`situate ingest`, and the ingest flow's parameter."""
+
+    corpus: Annotated[str, Flag()] = Field(
+        description="the corpus: a pre-chunked .json, a .jsonl of documents, or a directory (or "
+                    "file) of text, Markdown and source files")
+    collection: Collection = Field(description="Milvus collection name")
+    milvus_uri: MilvusUri = Field(None, description="Milvus Lite file, or http(s)://host:port")
+    context: Annotated[str, Flag(("--context",), choices=_context_names),
+                       FromSetting("context", Settings.default_context)] = Field(
+        None, description="context provider")
+    embedder: Annotated[str, Flag(("--embedder",), choices=_embedder_names,
+                                  hint="optionally name:model; st:NAME_OR_PATH"),
+                        FromSetting("embedder")] = Field(None, description="embedder")
+    model: Annotated[str, Flag(("--model",)), FromSetting("anthropic_model")] = Field(
+        None, description="Claude model for --context anthropic")
+    concurrency: Annotated[int, Flag(("--concurrency",)), FromSetting("concurrency")] = Field(
+        None, ge=1, description="concurrent context requests")
+    group_chunks: Annotated[bool, Flag(("--group-chunks",))] = Field(
+        False, description="situate all chunks of a small document in one request")
+    batch: Annotated[bool, Flag(("--batch",))] = Field(
+        False, description="use the Message Batches API (half price)")
+    cache_dir: Annotated[str, Flag(("--cache-dir",)), FromSetting("cache_dir")] = Field(
+        None, description="context cache directory")
+    chunk_size: Annotated[int, Flag(("--chunk-size",)), FromSetting("chunk_size")] = Field(
+        None, description="characters per chunk for unchunked input")
+    chunk_overlap: Annotated[int, Flag(("--chunk-overlap",)), FromSetting("chunk_overlap")] = Field(
+        None, description="characters shared by consecutive chunks")
+    prune: Annotated[bool, Flag(("--prune",))] = Field(
+        False, description="delete documents no longer in the corpus")
+    force: Annotated[bool, Flag(("--force",))] = Field(
+        False, description="re-process unchanged documents too")
+    task_runner: Annotated[Literal["threads", "dask"],
+                           Flag(("--task-runner",), choices=lambda: TASK_RUNNERS, strict=True)] = Field(
+        "threads", description="run the per-window tasks on threads here, or on Dask (needs a "
+                               "Milvus server --milvus-uri)")
+    dask_address: Annotated[str | None, Flag(("--dask-address",))] = Field(
+        None, description="scheduler of an existing Dask cluster, e.g. tcp://10.0.0.5:8786 "
+                          "(default with dask: a LocalCluster for this run)")
+    dry_run: Annotated[bool, Flag(("--dry-run",))] = Field(
+        False, description="plan the run against the collection and print what it would do and "
+                           "cost; writes and calls nothing")
+    json_out: JsonOut = Field(None, description="write the run's summary (or with --dry-run, the "
+                                                "plan) as JSON")
+    chars_per_token: Annotated[float | None, Flag(("--chars-per-token",))] = Field(
+        None, gt=0, description="--dry-run's token estimate: characters per token (default 3.5; "
+                                "about 3 for code); calibrate on a real bill")
+    context_tokens: Annotated[int | None, Flag(("--context-tokens",))] = Field(
+        None, ge=1, description="--dry-run's output estimate: tokens per context (default 100)")
+
+    @model_validator(mode="after")
+    def _check(self) -> IngestOptions:
+        from situate.storage.rows import validate_collection_name
+        from situate.tasks.contexts.base import CONTEXTUALIZERS
+        from situate.tasks.embedders.base import check_embedder
+
+        _collection_name(self.collection, validate_collection_name)
+        CONTEXTUALIZERS.check(self.context)
+        check_embedder(self.embedder)
+        check_task_runner(self.task_runner, self.dask_address, self.milvus_uri)
+        return self
+
+
+class EvaluateOptions(Options):
+    """`situate evaluate`, and the evaluate flow's parameter."""
+
+    eval_set: Annotated[str, Flag()] = Field(
+        description="evaluation JSONL (the codebase evaluation_set.jsonl format)")
+    collection: Collection = Field(
+        description="Milvus collection; several, comma-separated (a,b), are each evaluated and "
+                    "compared in one chart")
+    milvus_uri: MilvusUri = Field(None, description="Milvus Lite file, or http(s)://host:port")
+    k: Annotated[list[int], Flag(("--k",), default_text="5,10,20")] = Field(
+        default_factory=lambda: list(DEFAULT_KS), description="cut-offs, comma-separated")
+    modes: Annotated[list[str], Flag(("--modes",), choices=_mode_names,
+                                     default_text="dense,bm25,hybrid (and rerank)")] = Field(
+        default_factory=list, description="retrieval modes to compare, comma-separated (default: "
+                                          "all but rerank; rerank too with a local --rerank "
+                                          "st:... or when COHERE_API_KEY is set)")
+    reranker: Annotated[str, Flag(("--rerank",), metavar="RERANKER", choices=_reranker_names,
+                                  hint="cohere[:model] or st:NAME_OR_PATH"),
+                        FromSetting("reranker")] = Field(None, description="reranker of the rerank mode")
+    fusion: Annotated[str, Flag(("--fusion",), choices=_fusion_names, strict=True),
+                      FromSetting("fusion")] = Field(None, description="how hybrid search fuses "
+                                                                       "dense and BM25")
+    embedder: Annotated[str | None, Flag(("--embedder",), choices=_embedder_names)] = Field(
+        None, description="embedder of the queries (default: the one the collection was built "
+                          "with; must be the same)")
+    json_out: JsonOut = Field(None, description="write the results as JSON")
+    results_dir: Annotated[str, Flag(("--results-dir",)), FromSetting("results_dir")] = Field(
+        None, description="evaluation history directory")
+
+    @field_validator("k", mode="before")
+    @classmethod
+    def _ks(cls, value: Any) -> Any:
+        from situate.tasks.retrieval.metrics import parse_ks
+
+        return parse_ks(value) if isinstance(value, str) else value
+
+    @field_validator("modes", mode="before")
+    @classmethod
+    def _modes(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [m.strip() for m in value.split(",") if m.strip()] or value.split(",")
+        return value
+
+    @field_validator("fusion")
+    @classmethod
+    def _fusion(cls, value: str) -> str:
+        return _check_fusion(value)
+
+    @model_validator(mode="after")
+    def _check(self) -> EvaluateOptions:
+        from situate.tasks.retrieval.metrics import parse_ks
+        from situate.tasks.retrieval.search import check_modes, default_modes
+
+        split_collections(self.collection)  # every name checked
+        parse_ks(",".join(str(k) for k in self.k))
+        if not self.modes:  # frozen: set once, here
+            object.__setattr__(self, "modes", default_modes(self.reranker).split(","))
+        check_modes(self.modes)
+        if "rerank" in self.modes:
+            from situate.tasks.rerankers.base import check_reranker
+
+            check_reranker(self.reranker)
+        return self
+
+    @property
+    def names(self) -> list[str]:
+        return split_collections(self.collection)
+
+
+class SearchOptions(Options):
+    """`situate search` (one query: no flow)."""
+
+    query: Annotated[str, Flag()] = Field(description="what to search for")
+    collection: Collection = Field(description="Milvus collection name")
+    milvus_uri: MilvusUri = Field(None, description="Milvus Lite file, or http(s)://host:port")
+    k: Annotated[int, Flag(("--k",))] = Field(10, ge=1, description="number of hits")
+    mode: Annotated[str, Flag(("--mode",), choices=_mode_names, strict=True)] = Field(
+        "hybrid", description="retrieval mode (rerank: hybrid reranked by --rerank)")
+    reranker: Annotated[str, Flag(("--rerank",), metavar="RERANKER", choices=_reranker_names,
+                                  hint="cohere[:model] or st:NAME_OR_PATH"),
+                        FromSetting("reranker")] = Field(None, description="reranker of the rerank mode")
+    fusion: Annotated[str, Flag(("--fusion",), choices=_fusion_names, strict=True),
+                      FromSetting("fusion")] = Field(None, description="how hybrid search fuses "
+                                                                       "dense and BM25")
+
+    @field_validator("fusion")
+    @classmethod
+    def _fusion(cls, value: str) -> str:
+        return _check_fusion(value)
+
+    @model_validator(mode="after")
+    def _check(self) -> SearchOptions:
+        from situate.storage.rows import validate_collection_name
+        from situate.tasks.retrieval.search import clean_query
+
+        _collection_name(self.collection, validate_collection_name)
+        object.__setattr__(self, "query", clean_query(self.query))
+        if self.mode == "rerank":
+            from situate.tasks.rerankers.base import check_reranker
+
+            check_reranker(self.reranker)
+        return self
+
+
+class ServeOptions(Options):
+    """`situate serve`: the two deployments and their schedules. The context, embedder and URI
+    left empty are resolved by each run from the settings where it runs."""
+
+    corpus: Annotated[str, Flag()] = Field(description="corpus the ingest deployment re-reads on "
+                                                        "every run")
+    collection: Collection = Field(description="Milvus collection name")
+    milvus_uri: MilvusUri = Field(None, description="Milvus Lite file, or http(s)://host:port")
+    eval_set: Annotated[str | None, Flag(("--eval-set",))] = Field(
+        None, description="evaluation JSONL; without it only ingest is served")
+    context: Annotated[str | None, Flag(("--context",), choices=_context_names)] = Field(
+        None, description="context provider of the ingest runs")
+    embedder: Annotated[str | None, Flag(("--embedder",), choices=_embedder_names,
+                                         hint="optionally name:model; st:NAME_OR_PATH")] = Field(
+        None, description="embedder of the ingest runs")
+    ingest_cron: Annotated[str, Flag(("--ingest-cron",))] = Field(
+        "0 * * * *", description="ingest schedule (cron: minute hour day month weekday)")
+    evaluate_cron: Annotated[str, Flag(("--evaluate-cron",))] = Field(
+        "30 * * * *", description="evaluate schedule")
+    prune: Annotated[bool, Flag(("--no-prune",), negate=True)] = Field(
+        True, description="delete documents that left the corpus (--no-prune keeps them)")
+    paused: Annotated[bool, Flag(("--paused",))] = Field(
+        False, description="register the schedules paused (runs only when triggered)")
+    name: Annotated[str, Flag(("--name",))] = Field(
+        "situate", description="deployment name (ingest/NAME, evaluate/NAME)")
+
+
+COMMANDS: dict[str, type[Options]] = {"ingest": IngestOptions, "evaluate": EvaluateOptions,
+                                      "search": SearchOptions, "serve": ServeOptions}
+
+
+# --- checks shared by the models -------------------------------------------------------------------
+
+def _check_fusion(value: str) -> str:
+    from situate.tasks.retrieval.search import check_fusion
+
+    return check_fusion(value)  # a bad SITUATE_FUSION is said as such
+
+
+def _collection_name(name: str, validate: Callable[[str], str]) -> None:
+    try:
+        validate(name)
+    except StoreError as e:
+        raise InputError(str(e)) from None
 
 
 def check_task_runner(kind: str, dask_address: str | None = None, milvus_uri: str = "") -> None:
@@ -45,34 +384,58 @@ def split_collections(text: str) -> list[str]:
     if not all(names):
         raise InputError(f"--collection {text!r} has an empty name: give names separated by commas")
     for name in names:
-        try:
-            validate_collection_name(name)
-        except StoreError as e:
-            raise InputError(str(e)) from None
+        _collection_name(name, validate_collection_name)
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise InputError(f"--collection names {repeated[0]!r} twice: give each collection once")
     return names
 
 
-def check_evaluate_options(collection: str, k: str, modes: str | None,
-                           reranker: str = "cohere") -> tuple[list[int], list[str]]:
-    """(cut-offs, modes) after checking the collection name, `k`, the modes and, for `rerank`,
-    that the reranker is configured (its key, or its model's directory; nothing is loaded)."""
-    from situate.storage.rows import validate_collection_name
-    from situate.tasks.retrieval.metrics import parse_ks
-    from situate.tasks.retrieval.search import check_modes, default_modes
+# --- the documentation view -----------------------------------------------------------------------
 
-    validate_collection_name(collection)
-    ks = parse_ks(k)
-    mode_list = check_modes([m.strip() for m in (modes or default_modes(reranker)).split(",") if m.strip()])
-    if "rerank" in mode_list:
-        from situate.tasks.rerankers.base import get_reranker
+def fields(model: type[Options]) -> list[tuple[str, FieldInfo, Flag | None, FromSetting | None]]:
+    """(name, field, flag, setting) of each field of `model`, in order."""
+    return [(name, f, _meta(f, Flag), _meta(f, FromSetting)) for name, f in model.model_fields.items()]
 
-        get_reranker(reranker)
-    if {"hybrid", "rerank"} & set(mode_list):
-        from situate.core.settings import get_settings
-        from situate.tasks.retrieval.search import check_fusion
 
-        check_fusion(get_settings().fusion)
-    return ks, mode_list
+def describe_default(field: FieldInfo, flag: Flag | None, setting: FromSetting | None) -> str:
+    if flag is not None and flag.default_text:
+        return flag.default_text
+    if setting is not None:
+        default = Settings.model_fields[setting.name].default
+        return {"context": "anthropic if ANTHROPIC_API_KEY is set, else structural"}.get(
+            setting.name, str(default))
+    if field.default is None or field.is_required():
+        return "none" if field.default is None else "required"
+    return str(field.default).lower() if isinstance(field.default, bool) else str(field.default)
+
+
+def options_table() -> str:
+    """The README's configuration table: every option of every command (its flag, its variable,
+    its default), then the settings no flag sets."""
+    rows: dict[str, dict[str, Any]] = {}
+    for command, model in COMMANDS.items():
+        for name, field, flag, setting in fields(model):
+            label = (flag.names[0] if flag and flag.names else name.upper())
+            row = rows.setdefault(label, {"what": field.description or "", "flag": label,
+                                          "env": setting.env if setting else "",
+                                          "default": describe_default(field, flag, setting),
+                                          "commands": []})
+            row["commands"].append(command)
+    lines = ["| option | flag | environment | default | commands |", "|---|---|---|---|---|"]
+    for row in rows.values():
+        flag = f"`{row['flag']}`" if row["flag"].startswith("--") else f"{row['flag']} (argument)"
+        env = f"`{row['env']}`" if row["env"] else ""
+        lines.append(f"| {row['what']} | {flag} | {env} | {row['default']} | "
+                     f"{', '.join(row['commands'])} |")
+    flagged = {s.name for m in COMMANDS.values() for *_, s in fields(m) if s is not None}
+    for name, field in Settings.model_fields.items():
+        if name not in flagged and name != "milvus_token":
+            lines.append(f"| {field.description} | | `SITUATE_{name.upper()}` | {field.default} | "
+                         f"all |")
+    return "\n".join(lines)
+
+
+__all__ = ["COMMANDS", "DEFAULT_KS", "EvaluateOptions", "Flag", "FromSetting", "IngestOptions",
+           "Options", "SearchOptions", "ServeOptions", "SituateError", "check_task_runner",
+           "options_table", "split_collections"]

@@ -3,8 +3,9 @@
 `plan_ingest` compares documents with the rows the collection holds for them, by fingerprint
 (new, changed, unchanged; the chunks a changed document no longer has): the ingest flow
 (`situate.flows.ingest`) plans each window with it before acting. `plan_run` makes the same plan
-for a whole corpus without acting on it, and prices it (`situate ingest --dry-run`); `plan_table`
-and `plan_text` show it. The flow imports this module, never the other way round.
+for a whole corpus without acting on it, and prices it (`situate ingest --dry-run`) as an
+`IngestPlan`. `prepare` is the start both share. The flow imports this module, never the other
+way round.
 """
 
 from __future__ import annotations
@@ -15,20 +16,27 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from situate.core.protocols import ChunkStore
 from situate.core.records import Document, grouped, sha256
 from situate.core.settings import get_settings
 from situate.core.uri import is_missing_lite_file
-from situate.flows.options import check_ingest_options
+from situate.flows.options import IngestOptions
+from situate.flows.resources import Resources
+from situate.flows.results import Alternative, Bill, IngestPlan, PlanAssumptions
 from situate.storage.cache import ContextCache
-from situate.storage.milvus import open_store
 from situate.tasks.contexts.base import ContextConfig, Contextualizer
 from situate.tasks.contexts.cache import cached_split
 from situate.tasks.contexts.cost import Assumptions, CostModel, Estimate, get_cost_models
 from situate.tasks.corpus.load import CorpusScan, scan_corpus, stream_corpus
 from situate.tasks.embedders.base import check_embedder
+
+IN_FLIGHT = 2  # windows in memory at once: one written while the next is situated and embedded
+# Message Batches answer a whole window in one batch, which can take an hour: their windows are
+# larger, so a big corpus makes few batches (each well under the API's 100,000 requests).
+BATCH_WINDOW_FACTOR = 25
+# diskcache's database file: a context cache directory without it holds no context.
+_CACHE_FILE = "cache.db"
 
 
 def fingerprint(doc: Document, pipeline: str) -> str:
@@ -47,6 +55,16 @@ def pipeline_id(contextualizer: Contextualizer | CostModel, chunk_size: int,
     return f"{described}|{chunk_size}|{chunk_overlap}"
 
 
+def context_config(options: IngestOptions) -> ContextConfig:
+    return ContextConfig(name=options.context, model=options.model,
+                         concurrency=options.concurrency, group_chunks=options.group_chunks,
+                         batch=options.batch, state_dir=options.cache_dir)
+
+
+def window_size(options: IngestOptions) -> int:
+    return get_settings().window * (BATCH_WINDOW_FACTOR if options.batch else 1)
+
+
 @dataclass
 class Plan:
     """Which documents to process, and what to delete, after comparing with the collection."""
@@ -57,38 +75,19 @@ class Plan:
     unchanged: int = 0
     stale_ids: list[str] = field(default_factory=list)  # chunks of changed docs no longer produced
     new_ids: set[str] = field(default_factory=set)  # documents with no row stored at all
-    deleted_docs: list[str] = field(default_factory=list)
 
-
-IN_FLIGHT = 2  # windows in memory at once: one written while the next is situated and embedded
-# Message Batches answer a whole window in one batch, which can take an hour: their windows are
-# larger, so a big corpus makes few batches (each well under the API's 100,000 requests).
-BATCH_WINDOW_FACTOR = 25
-
-
-def resolve_options(collection: str, context: str | None, embedder: str | None,
-                    milvus_uri: str | None, cache_dir: str | None, model: str | None,
-                    concurrency: int | None, group_chunks: bool, batch: bool,
-                    chunk_size: int | None, chunk_overlap: int | None
-                    ) -> tuple[str, str, str, ContextConfig, int, int]:
-    """An ingest's options, each flag or else its setting, checked: (uri, token, embedder,
-    context config, chunk size, overlap). The run and its dry run resolve them alike."""
-    s = get_settings()
-    config = ContextConfig(
-        name=context or s.default_context(), model=model or s.anthropic_model,
-        concurrency=concurrency or s.concurrency, group_chunks=group_chunks, batch=batch,
-        state_dir=cache_dir or s.cache_dir)
-    embedder_spec = embedder or s.embedder
-    check_ingest_options(collection, config.name, embedder_spec)
-    return (milvus_uri or s.milvus_uri, s.milvus_token.get_secret_value(), embedder_spec, config,
-            chunk_size or s.chunk_size, chunk_overlap or s.chunk_overlap)
+    def add(self, other: Plan) -> None:
+        """Counts and stale chunks of another window's plan (its documents are not kept)."""
+        self.new += other.new
+        self.changed += other.changed
+        self.unchanged += other.unchanged
+        self.stale_ids.extend(other.stale_ids)
 
 
 def plan_ingest(documents: Iterable[Document], existing: dict[str, dict[str, str]], pipeline: str,
                 force: bool) -> Plan:
     """Compare documents with the rows already stored for them (doc_id -> {chunk id:
-    fingerprint}). Pruning is planned once the corpus is through (see
-    `situate.flows.ingest.ingest_flow`)."""
+    fingerprint}). Pruning is planned once the corpus is through."""
     plan = Plan()
     for doc in documents:
         rows = existing.get(doc.id)
@@ -112,11 +111,35 @@ def windows(documents: Iterable[Document], size: int) -> Iterator[list[Document]
     return grouped(documents, size, lambda d: len(d.chunks))
 
 
+@dataclass
+class Setup:
+    """What a run and its dry run start from: the checked corpus, the embedder's id, and the
+    store with whether the collection exists (None: a Milvus Lite file that does not exist,
+    which a dry run does not create)."""
+
+    scan: CorpusScan
+    embedder_id: str
+    store: ChunkStore | None
+    existed: bool
+
+
+def prepare(options: IngestOptions, resources: Resources, dry_run: bool = False) -> Setup:
+    """The corpus checked (or the command's check taken), the embedder checked, the store opened
+    and an existing collection checked against the embedder (no model is loaded for it)."""
+    scan = resources.scan or scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap)
+    resources.scan = None  # taken once
+    name, model, _ = check_embedder(options.embedder)
+    embedder_id = f"{name}:{model}"
+    store = (None if dry_run and is_missing_lite_file(options.milvus_uri)
+             else resources.store(options.milvus_uri))
+    existed = store is not None and store.exists(options.collection)
+    if existed:
+        assert store is not None
+        store.check_embedder(options.collection, embedder_id)
+    return Setup(scan, embedder_id, store, existed)
+
+
 # --- the plan of a run, made without running it (`situate ingest --dry-run`) ---------------------
-
-# diskcache's database file: a context cache directory without it holds no context.
-_CACHE_FILE = "cache.db"
-
 
 @dataclass
 class _ModeTally:
@@ -127,202 +150,100 @@ class _ModeTally:
     counts: Plan = field(default_factory=Plan)
     estimate: Estimate = field(default_factory=Estimate)
     written: int = 0
-    stale: int = 0
     rows_delta: int = 0  # rows after the run minus rows before, over the documents processed
     to_situate: int = 0
 
-    def summary(self, waves: int) -> dict[str, Any]:
-        """The bill under the run summary's names."""
+    def bill(self, waves: int) -> dict[str, int | float]:
+        """The bill under the summary's names, and the time its requests should take."""
         u = self.estimate.usage
         u.cost_usd = self.model.price(u)
-        return {
-            "contexts_generated": u.contexts_generated,
-            "contexts_from_cache": u.contexts_from_cache,
-            "requests": u.requests,
-            "input_tokens": u.input_tokens,
-            "output_tokens": u.output_tokens,
-            "cache_write_tokens": u.cache_creation_input_tokens,
-            "cache_read_tokens": u.cache_read_input_tokens,
-            "prompt_cache_hit_ratio": round(u.prompt_cache_hit_ratio, 4),
-            "cost_usd": round(u.cost_usd, 6),
-            "estimated_seconds": round(self.model.seconds(self.estimate, waves), 1),
-        }
+        return {**Bill.of(u),
+                "estimated_seconds": round(self.model.seconds(self.estimate, waves), 1)}
+
+    def add_window(self, docs: list[Document], existing: dict[str, dict[str, str]], force: bool,
+                   cache: ContextCache | None) -> None:
+        """One window of documents planned as the ingest flow plans it, and priced."""
+        plan = plan_ingest(docs, existing, self.pipeline, force)
+        self.counts.add(plan)
+        identity = self.model.cache_identity()
+        for doc in plan.process:
+            cached, missing = cached_split(identity, doc, cache)
+            estimate = self.model.estimate(doc, missing)
+            estimate.usage.contexts_from_cache += cached
+            self.estimate.add(estimate)
+            self.written += len(doc.chunks)
+            self.rows_delta += len(doc.chunks) - len(existing.get(doc.id, {}))
+            self.to_situate += len(missing)
 
 
-def plan_run(corpus: str, collection: str, *, context: str | None = None,
-             embedder: str | None = None, milvus_uri: str | None = None,
-             cache_dir: str | None = None, model: str | None = None,
-             concurrency: int | None = None, group_chunks: bool = False, batch: bool = False,
-             chunk_size: int | None = None, chunk_overlap: int | None = None, prune: bool = False,
-             force: bool = False, chars_per_token: float | None = None,
-             context_tokens: int | None = None, scan: CorpusScan | None = None) -> dict[str, Any]:
-    """What `ingest_flow` with the same options would do and cost, worked out without doing it.
+def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
+    """What the ingest flow with the same options would do and cost, worked out without doing it.
 
     The same loader and windows, the same plan against the collection (its stored fingerprints:
     new, changed, unchanged, and with `prune` deleted), the same disk cache (a cached context
     costs nothing) and the same requests (`get_cost_models`: the contextualizer's own planner).
     Writes nothing and calls nothing: a Milvus Lite file that does not exist is not created (it
     holds nothing: every document is new), nor is a cache; no model is loaded, no provider asked.
-    Returns the run summary's keys with the expected figures, plus `dry_run`, `mode`,
-    `estimated_seconds`, the other modes (`alternatives`) and the `assumptions`.
     """
-    s = get_settings()
-    uri, token, embedder_spec, config, size, overlap = resolve_options(
-        collection, context, embedder, milvus_uri, cache_dir, model, concurrency, group_chunks,
-        batch, chunk_size, chunk_overlap)
-    assumptions = Assumptions(chars_per_token=chars_per_token,
-                              context_tokens=context_tokens or Assumptions.context_tokens)
-    timings: dict[str, float] = {}
-
+    config = context_config(options)
+    assumptions = Assumptions(chars_per_token=options.chars_per_token,
+                              context_tokens=options.context_tokens or Assumptions.context_tokens)
     t = time.perf_counter()
-    scan = scan or scan_corpus(corpus, size, overlap)
+    setup = prepare(options, resources, dry_run=True)
     models = get_cost_models(config, assumptions)
-    name, model_name, _ = check_embedder(embedder_spec)
-    embedder_id = f"{name}:{model_name}"
-    store: ChunkStore | None = None if is_missing_lite_file(uri) else open_store(uri, token)
-    existed = store is not None and store.exists(collection)
-    if existed:
-        store.check_embedder(collection, embedder_id)
-    timings["scan"] = time.perf_counter() - t
-
+    seconds = {"scan": time.perf_counter() - t}
     t = time.perf_counter()
-    cache = (ContextCache(config.state_dir)
-             if (Path(config.state_dir) / _CACHE_FILE).is_file() else None)
-    tallies = [_ModeTally(m, pipeline_id(m, size, overlap)) for m in models]
-    window = s.window * (BATCH_WINDOW_FACTOR if config.batch else 1)
-    try:
-        for docs in windows(stream_corpus(corpus, size, overlap), window):
-            existing = store.fingerprints(collection, [d.id for d in docs]) if existed else {}
-            for tally in tallies:
-                _plan_window(tally, docs, existing, force, cache)
-        gone: list[str] = []
-        pruned_rows = count = 0
-        if existed:
-            count = store.count(collection)
-            if prune:
-                gone = sorted(set(store.document_ids(collection)) - scan.ids)
-                pruned_rows = sum(len(rows) for rows in
-                                  (store.fingerprints(collection, gone) if gone else {}).values())
-    finally:
-        if cache is not None:
-            cache.close()
-    timings["plan"] = time.perf_counter() - t
+    tallies = [_ModeTally(m, pipeline_id(m, options.chunk_size, options.chunk_overlap))
+               for m in models]
+    gone, pruned_rows, count = _tally(options, setup, tallies)
+    seconds["plan"] = time.perf_counter() - t
 
-    batch_window = s.window * BATCH_WINDOW_FACTOR
+    batch_window = get_settings().window * BATCH_WINDOW_FACTOR
 
     def waves(tally: _ModeTally) -> int:
         return math.ceil(math.ceil(tally.to_situate / batch_window) / IN_FLIGHT)
 
     chosen = tallies[0]
-    summary: dict[str, Any] = {
-        "dry_run": True,
-        "collection": collection,
-        "corpus": corpus,
-        "context": config.name,
-        "embedder": embedder_id,
-        "mode": chosen.model.mode,
-        "documents": scan.documents,
-        "new": chosen.counts.new,
-        "changed": chosen.counts.changed,
-        "unchanged": chosen.counts.unchanged,
-        "deleted_documents": len(gone),
-        "skipped_empty": scan.skipped_empty,
-        "skipped_large_files": scan.skipped_large_files,
-        "skipped_chunks": scan.skipped_chunks,
-        "cleaned_chars": scan.cleaned_chars,
-        "chunks_written": chosen.written,
-        "chunks_deleted": chosen.stale + pruned_rows,
-        "rows": count + chosen.rows_delta - pruned_rows,
-        **chosen.summary(waves(chosen)),
-        "alternatives": {tally.model.mode: {"flags": tally.model.flags,
-                                            "changed": tally.counts.changed,
-                                            **tally.summary(waves(tally))}
-                         for tally in tallies[1:]},
-        "assumptions": {
-            "chars_per_token": chosen.model.chars_per_token,
-            "context_tokens": assumptions.context_tokens,
-            "request_seconds": assumptions.request_seconds,
-            "output_tokens_per_second": assumptions.output_tokens_per_second,
-            "batch_round_seconds": assumptions.batch_round_seconds,
-            "concurrency": config.concurrency,
-        },
-        "seconds": {k: round(v, 3) for k, v in timings.items()},
-    }
-    return summary
+    scan = setup.scan
+    return IngestPlan(
+        collection=options.collection, corpus=options.corpus, context=config.name,
+        embedder=setup.embedder_id, mode=chosen.model.mode, documents=scan.documents,
+        new=chosen.counts.new, changed=chosen.counts.changed, unchanged=chosen.counts.unchanged,
+        deleted_documents=len(gone), skipped_empty=scan.skipped_empty,
+        skipped_large_files=scan.skipped_large_files, skipped_chunks=scan.skipped_chunks,
+        cleaned_chars=scan.cleaned_chars, chunks_written=chosen.written,
+        chunks_deleted=len(chosen.counts.stale_ids) + pruned_rows,
+        rows=count + chosen.rows_delta - pruned_rows, **chosen.bill(waves(chosen)),
+        alternatives={t.model.mode: Alternative(flags=t.model.flags, changed=t.counts.changed,
+                                                **t.bill(waves(t)))
+                      for t in tallies[1:]},
+        assumptions=PlanAssumptions(
+            chars_per_token=chosen.model.chars_per_token, context_tokens=assumptions.context_tokens,
+            request_seconds=assumptions.request_seconds,
+            output_tokens_per_second=assumptions.output_tokens_per_second,
+            batch_round_seconds=assumptions.batch_round_seconds, concurrency=config.concurrency),
+        seconds={k: round(v, 3) for k, v in seconds.items()})
 
 
-def _plan_window(tally: _ModeTally, docs: list[Document], existing: dict[str, dict[str, str]],
-                 force: bool, cache: ContextCache | None) -> None:
-    """One window of documents planned as `ingest_flow` plans it, and priced."""
-    plan = plan_ingest(docs, existing, tally.pipeline, force)
-    tally.counts.new += plan.new
-    tally.counts.changed += plan.changed
-    tally.counts.unchanged += plan.unchanged
-    tally.stale += len(plan.stale_ids)
-    identity = tally.model.cache_identity()
-    for doc in plan.process:
-        cached, missing = cached_split(identity, doc, cache)
-        estimate = tally.model.estimate(doc, missing)
-        estimate.usage.contexts_from_cache += cached
-        tally.estimate.add(estimate)
-        tally.written += len(doc.chunks)
-        tally.rows_delta += len(doc.chunks) - len(existing.get(doc.id, {}))
-        tally.to_situate += len(missing)
-
-
-def plan_table(plan: dict[str, Any]) -> list[dict[str, str]]:
-    """The plan as the rows of its table artifact: the run summary's metrics, then each other
-    mode's bill and time, then the assumptions."""
-    rows = [{"metric": k, "value": str(v)} for k, v in plan.items()
-            if k not in ("alternatives", "assumptions", "seconds")]
-    for mode, alt in plan["alternatives"].items():
-        for key in ("requests", "cost_usd", "estimated_seconds"):
-            rows.append({"metric": f"{key} {mode} ({alt['flags'] or 'no flag'})",
-                         "value": str(alt[key])})
-    rows += [{"metric": f"assumed {k}", "value": str(v)} for k, v in plan["assumptions"].items()]
-    return rows
-
-
-def plan_text(plan: dict[str, Any]) -> str:
-    """The plan as the CLI prints it: what the run would do, what it would cost in each mode, how
-    long its context requests would take, and on which assumptions."""
-    hidden = ("dry_run", "alternatives", "assumptions", "seconds")
-    rows = [(k, v) for k, v in plan.items() if k not in hidden]
-    width = max(len(k) for k, _ in rows)
-    lines = [f"plan of ingesting {plan['corpus']} into {plan['collection']} (dry run: nothing "
-             "written, no request made):"]
-    lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
-    a = plan["assumptions"]
-    if plan["alternatives"]:
-        cost = plan["cost_usd"]
-        lines.append(f"the same run in the other modes (now {plan['mode']}):")
-        for mode, alt in plan["alternatives"].items():
-            ratio = f", x{alt['cost_usd'] / cost:.2f}" if cost else ""
-            lines.append(f"  {mode:<14} {alt['flags'] or '(no flag)':<24} {alt['requests']} "
-                         f"requests, ${alt['cost_usd']:.4f}{ratio}, "
-                         f"~{_duration(alt['estimated_seconds'])}")
-    if a["chars_per_token"]:
-        lines.append(
-            f"estimates: {a['chars_per_token']:g} characters per token, contexts of "
-            f"{a['context_tokens']} tokens; a live request {a['request_seconds']:g} s plus "
-            f"{a['output_tokens_per_second']:g} output tokens/s, {a['concurrency']} at once "
-            f"(~{_duration(plan['estimated_seconds'])} for this run's requests); a round of "
-            f"Message Batches {_duration(a['batch_round_seconds'])}")
-    return "\n".join(lines)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def write_json(summary: dict[str, Any], out: str | None) -> None:
-    """The summary (of a run, or of a plan) as JSON at `out`, when given."""
-    if not out:
-        return
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(summary, indent=2) + "\n")
+def _tally(options: IngestOptions, setup: Setup,
+           tallies: list[_ModeTally]) -> tuple[list[str], int, int]:
+    """Every window through every mode's tally; (documents pruning would delete, their rows, the
+    collection's rows now)."""
+    store, collection = setup.store, options.collection
+    cache_file = Path(options.cache_dir) / _CACHE_FILE
+    cache = ContextCache(options.cache_dir) if cache_file.is_file() else None
+    try:
+        for docs in windows(stream_corpus(options.corpus, options.chunk_size, options.chunk_overlap),
+                            window_size(options)):
+            existing = (store.fingerprints(collection, [d.id for d in docs])
+                        if setup.existed and store is not None else {})
+            for tally in tallies:
+                tally.add_window(docs, existing, options.force, cache)
+    finally:
+        if cache is not None:
+            cache.close()
+    if not setup.existed or store is None:
+        return [], 0, 0
+    gone = (sorted(set(store.document_ids(collection)) - setup.scan.ids) if options.prune else [])
+    pruned = sum(len(rows) for rows in (store.fingerprints(collection, gone) if gone else {}).values())
+    return gone, pruned, store.count(collection)

@@ -81,6 +81,8 @@ class MilvusStore:
 
         install_quiet_filter()
         self.uri = uri
+        self._token = token
+        self.copied = False  # a copy made in another process (see __setstate__)
         self.retry = RetryPolicy(RETRY_ATTEMPTS if retry_attempts is None else retry_attempts,
                                  RETRY_BASE if retry_base is None else retry_base,
                                  RETRY_CAP if retry_cap is None else retry_cap)
@@ -110,6 +112,23 @@ class MilvusStore:
                     "`milvus-lite server` and use its http:// URI)" if is_lite(uri) else
                     " (is the server running and the token right?)")
             raise StoreError(f"cannot open Milvus at {uri}: {getattr(e, 'message', e)}{hint}") from None
+
+    # Sent to another process (a Dask worker): the URI, the token and the retry budget travel,
+    # and the other side connects anew (and closes its copy when its task is done).
+    def __getstate__(self) -> dict[str, Any]:
+        return {"uri": self.uri, "token": self._token, "retry": self.retry}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        retry = state["retry"]
+        self.__init__(state["uri"], state["token"], retry_attempts=retry.max_attempts,  # type: ignore[misc]
+                      retry_base=retry.base, retry_cap=retry.cap)
+        self.copied = True
+
+    def __enter__(self) -> MilvusStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # --- calls -----------------------------------------------------------------------------------
 
@@ -421,38 +440,15 @@ def _deleted_count(res: Any) -> int:
     return len(res or [])
 
 
-_OPEN: dict[tuple[str, str], MilvusStore] = {}
-_OPEN_LOCK = threading.Lock()
-
-
 def open_existing_store(uri: str, collection: str, token: str = "") -> MilvusStore:
     """The store holding `collection`, for reading: a Milvus Lite file that does not exist is not
     created (opening one creates it), the user is told to ingest first."""
     if is_missing_lite_file(uri):
         raise CollectionNotFound(collection, uri, " (no Milvus Lite file there)")
-    store = open_store(uri, token)
-    store.require(collection)
-    return store
-
-
-def open_store(uri: str, token: str = "", *, retry_attempts: int | None = None,
-               retry_base: float | None = None, retry_cap: float | None = None) -> MilvusStore:
-    """One MilvusStore per (URI, token) per process.
-
-    Milvus Lite lets a single process hold its file, so every task in a process must share one
-    client; against a server this just saves reconnecting. The retry budget (see MilvusStore)
-    applies when the store is first opened.
-    """
-    key = (uri, token)
-    with _OPEN_LOCK:
-        if key not in _OPEN:
-            _OPEN[key] = MilvusStore(uri, token, retry_attempts=retry_attempts,
-                                     retry_base=retry_base, retry_cap=retry_cap)
-        return _OPEN[key]
-
-
-def close_stores() -> None:
-    """Close every client `open_store` handed out (tests, and long-lived processes between runs)."""
-    while _OPEN:
-        _, store = _OPEN.popitem()
+    store = MilvusStore(uri, token)
+    try:
+        store.require(collection)
+    except BaseException:
         store.close()
+        raise
+    return store

@@ -9,7 +9,8 @@ beyond the answers still on the wire (at most the provider's concurrency).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from situate.core.protocols import ContextCache
 from situate.core.records import Chunk, Document, Situated, Usage, sha256
@@ -125,3 +126,39 @@ def situate_corpus_cached(
         result.usage.contexts_from_cache += sum(1 for s in hits.values() if s.source == "cache")
         result.situated = [hits[c.index] for c in doc.chunks if c.index in hits]
     return results
+
+
+# Documents situated at once by a paid provider (its own concurrency bounds the requests).
+SITUATE_THREADS = 16
+
+
+def situate_documents(contextualizer: Contextualizer, docs: Sequence[Document],
+                      cache: ContextCache | None,
+                      report: Callable[[int], None] = lambda n: None) -> list[ContextResult]:
+    """Contexts of every chunk of `docs`, in order; `report(n)` as documents are done.
+
+    A provider that batches a whole corpus (Message Batches) gets them in one call; a paid one
+    gets `SITUATE_THREADS` documents at once; a free one works through them in turn. When one
+    document fails, the provider is told to stop (`abort`) and the others end quickly."""
+    batched = situate_corpus_cached(contextualizer, docs, cache)
+    if batched is not None:
+        report(len(docs))
+        return batched
+    if contextualizer.cache_identity() is None or len(docs) == 1:
+        results = []
+        for d in docs:
+            results.append(situate_document(contextualizer, d, cache))
+            report(1)
+        return results
+    with ThreadPoolExecutor(max_workers=min(SITUATE_THREADS, len(docs)),
+                            thread_name_prefix="situate") as pool:
+        futures = [pool.submit(situate_document, contextualizer, d, cache) for d in docs]
+        for f in futures:
+            f.add_done_callback(lambda f: f.cancelled() or f.exception() or report(1))
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            contextualizer.abort()
+            for f in futures:
+                f.cancel()
+            raise

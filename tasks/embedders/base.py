@@ -82,12 +82,14 @@ EMBEDDERS.register("st", EmbedderSpec("", "sentence_transformers", "sentence-tra
 class Embedder:
     """A named pymilvus-model embedding function with batched document and query methods."""
 
-    def __init__(self, name: str, model: str, function: object) -> None:
+    def __init__(self, name: str, model: str, function: object,
+                 forget: Callable[[Embedder], None] | None = None) -> None:
         self.name = name
         self.model = model
         self._function = function
         self._lock = threading.Lock()
         self._warm = False
+        self._forget = forget  # told of a failed load, so that a later call loads afresh
 
     @property
     def id(self) -> str:
@@ -105,9 +107,8 @@ class Embedder:
             try:
                 self._function.wait_loaded()
             except Exception as e:
-                with _LOAD_LOCK:  # forgotten, so a later call tries a fresh load
-                    if _LOADED.get(self.id) is self:
-                        _LOADED.pop(self.id).close()
+                if self._forget is not None:
+                    self._forget(self)
                 raise ProviderError(f"embedder {self.id} could not be loaded: "
                                     f"{type(e).__name__}: {_one_line(str(e))}") from None
 
@@ -152,14 +153,6 @@ def _one_line(text: str, limit: int = 500) -> str:
     return " ".join(text.split())[:limit]
 
 
-def known_embedders() -> list[str]:
-    return EMBEDDERS.names()
-
-
-_LOADED: dict[str, Embedder] = {}
-_LOAD_LOCK = threading.Lock()
-
-
 def check_embedder(spec: str) -> tuple[str, str, EmbedderSpec]:
     """(name, model, spec) of `name` or `name:model`, checked without loading anything.
 
@@ -178,37 +171,67 @@ def check_embedder(spec: str) -> tuple[str, str, EmbedderSpec]:
     return name, model, entry
 
 
-def get_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
-    """The embedder `name` or `name:model`, loaded once per process (until released).
+class Embedders:
+    """The embedders of one run (or command), each loaded once, on first use, and let go together.
 
-    A local model starts loading in a process of its own and this returns at once; a failed load
-    is reported on first use. Raises InputError for an unknown name and ProviderError when its
-    package or key is missing.
+    A local model starts loading in a process of its own and `get` returns at once; a failed
+    load is reported on first use, and the next `get` loads afresh. Pickled into another process
+    (a Dask worker), a pool becomes that process's own pool, so a worker loads a model once for
+    every window it is given.
     """
-    name, model, entry = check_embedder(spec)
-    key = f"{name}:{model}"
-    with _LOAD_LOCK:
-        if key in _LOADED:
-            return _LOADED[key]
-        secret = api_key(entry.key, user=f"embedder {name!r}") if entry.key else ""
-        try:
-            if entry.local and can_start_process():
-                function: object = ModelProcess(entry.build, model)
-            else:
-                function = entry.build(model, secret)
-        except Exception as e:
-            raise ProviderError(f"embedder {key} could not be loaded: {type(e).__name__}: "
-                                f"{redact(str(e), secret)}") from None
-        _LOADED[key] = Embedder(name, model, function)
-        return _LOADED[key]
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, Embedder] = {}
+        self._lock = threading.Lock()
+
+    def get(self, spec: str = DEFAULT_EMBEDDER) -> Embedder:
+        """The embedder `name` or `name:model`. Raises InputError for an unknown name and
+        ProviderError when its package or key is missing."""
+        name, model, entry = check_embedder(spec)
+        key = f"{name}:{model}"
+        with self._lock:
+            if key in self._loaded:
+                return self._loaded[key]
+            secret = api_key(entry.key, user=f"embedder {name!r}") if entry.key else ""
+            try:
+                if entry.local and can_start_process():
+                    function: object = ModelProcess(entry.build, model)
+                else:
+                    function = entry.build(model, secret)
+            except Exception as e:
+                raise ProviderError(f"embedder {key} could not be loaded: {type(e).__name__}: "
+                                    f"{redact(str(e), secret)}") from None
+            self._loaded[key] = Embedder(name, model, function, forget=self._forget)
+            return self._loaded[key]
+
+    def _forget(self, embedder: Embedder) -> None:
+        with self._lock:
+            if self._loaded.get(embedder.id) is embedder:
+                self._loaded.pop(embedder.id).close()
+
+    def release(self, kill: bool = False) -> None:
+        """Let go of the local models running in processes of their own; each exits once its
+        last call is done. Called when a run has embedded all it will: the memory comes back
+        while it goes on with its writes. In-process embedders stay. With `kill`, for a run
+        that ends before it needed them, a loading model is stopped at once."""
+        with self._lock:
+            for key in [k for k, e in self._loaded.items() if isinstance(e._function, ModelProcess)]:
+                self._loaded.pop(key).close(kill=kill)
+
+    def __getstate__(self) -> dict[str, object]:
+        return {}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        shared = _in_this_process()
+        self._loaded, self._lock = shared._loaded, shared._lock
 
 
-def release_embedders(kill: bool = False) -> None:
-    """Let go of the local models running in processes of their own; each exits once its last
-    call is done. Called when a flow has embedded all it will: the memory comes back while the
-    flow goes on with its writes, and the next run loads afresh. In-process embedders stay.
-    With `kill`, for a run that ends before it needed them, a loading model is stopped at once.
-    """
-    with _LOAD_LOCK:
-        for key in [k for k, e in _LOADED.items() if isinstance(e._function, ModelProcess)]:
-            _LOADED.pop(key).close(kill=kill)
+_PROCESS_POOL: list[Embedders] = []  # the pool of a process a pool was sent to (a Dask worker)
+_PROCESS_LOCK = threading.Lock()
+
+
+def _in_this_process() -> Embedders:
+    with _PROCESS_LOCK:
+        if not _PROCESS_POOL:
+            _PROCESS_POOL.append(Embedders())
+        return _PROCESS_POOL[0]

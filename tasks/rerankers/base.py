@@ -41,3 +41,8 @@ def get_reranker(spec: str = DEFAULT_RERANKER, **options: object) -> Reranker:
     says what is missing (package, key)."""
     name, _, model = spec.strip().partition(":")
     return RERANKERS.get(name.lower())(model.strip(), **options)
+
+
+def check_reranker(spec: str = DEFAULT_RERANKER) -> None:
+    """Whether `spec` can rerank here (its key, or its model's directory), loading nothing."""
+    get_reranker(spec)

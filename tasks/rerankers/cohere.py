@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TypeVar
@@ -43,8 +42,6 @@ _HINTS = {
     403: "the key may not use model {model}",
     404: "check the model name {model!r} and COHERE_BASE_URL",
 }
-_clients: dict[tuple[str, str | None], cohere.ClientV2] = {}
-_clients_lock = threading.Lock()
 
 
 class CohereReranker(Reranker):
@@ -140,18 +137,14 @@ def _describe(e: BaseException | None) -> str:
 
 def from_spec(model: str = "", *, max_attempts: int = 6, timeout: float = 60.0,
               retry_base: float = 1.0) -> CohereReranker:
-    """The Cohere reranker for `model` (default rerank-v3.5), on the process's shared client.
+    """The Cohere reranker for `model` (default rerank-v3.5), with a client of its own (its
+    connections are reused across the queries it reranks).
 
     The key comes from COHERE_API_KEY (or a Prefect Secret block) and the endpoint from
-    COHERE_BASE_URL (a loopback fake in tests); clients are cached per (key, endpoint) so
-    connections are reused across queries.
+    COHERE_BASE_URL (a loopback fake in tests).
     """
     key = api_key("cohere", user="reranker 'cohere'")
     base_url = os.environ.get("COHERE_BASE_URL", "").strip() or None
-    with _clients_lock:
-        client = _clients.get((key, base_url))
-        if client is None:
-            client = _clients[(key, base_url)] = cohere.ClientV2(api_key=key, base_url=base_url,
-                                                                 max_retries=0)
+    client = cohere.ClientV2(api_key=key, base_url=base_url, max_retries=0)
     return CohereReranker(client, model.strip() or DEFAULT_MODEL, key, base_url=base_url,
                           max_attempts=max_attempts, timeout=timeout, retry_base=retry_base)

@@ -4,7 +4,7 @@ sentence-transformers `CrossEncoder`, by Hub name or saved directory, run on thi
 Like Cohere's, it reads the query with each hybrid candidate and orders them by its relevance
 score; unlike Cohere's, it costs nothing and needs no network. The model is found as the `st:`
 embedder's are (tasks/embedders/sentence.py: a local directory never touches the network, a Hub name
-comes from the local cache when it is there) and loaded once per process, on the first query, so
+comes from the local cache when it is there) and loaded by the reranker on its first query, so
 that checking a run's options loads nothing. Calls to one model are serialized: torch already
 uses every core for one batch of pairs.
 """
@@ -28,27 +28,19 @@ from situate.tasks.rerankers.base import Reranker
 
 log = logging.getLogger("situate.rerank")
 
-_models: dict[str, tuple[Any, threading.Lock]] = {}
-_models_lock = threading.Lock()
-
-
 def _one_line(text: str, limit: int = 300) -> str:
     return " ".join(text.split())[:limit]
 
 
-def _loaded(model: str) -> tuple[Any, threading.Lock]:
-    """The CrossEncoder `model` and the lock its calls take, loaded once per process."""
-    with _models_lock:
-        if model not in _models:
-            start = time.perf_counter()
-            try:
-                encoder = load_cross_encoder(model)
-            except Exception as e:  # OSError, ValueError...: the library's message says what is wrong
-                raise ProviderError(f"reranker 'st' could not load {model}: {type(e).__name__}: "
-                                    f"{_one_line(str(e))}") from None
-            log.info(f"cross-encoder {model} loaded in {time.perf_counter() - start:.1f} s")
-            _models[model] = (encoder, threading.Lock())
-        return _models[model]
+def _load(model: str) -> Any:
+    start = time.perf_counter()
+    try:
+        encoder = load_cross_encoder(model)
+    except Exception as e:  # OSError, ValueError...: the library's message says what is wrong
+        raise ProviderError(f"reranker 'st' could not load {model}: {type(e).__name__}: "
+                            f"{_one_line(str(e))}") from None
+    log.info(f"cross-encoder {model} loaded in {time.perf_counter() - start:.1f} s")
+    return encoder
 
 
 class CrossEncoderReranker(Reranker):
@@ -59,6 +51,8 @@ class CrossEncoderReranker(Reranker):
     def __init__(self, model: str, *, batch_size: int = 32) -> None:
         self.model = model
         self.batch_size = max(1, batch_size)
+        self._encoder: Any = None
+        self._lock = threading.Lock()  # one load, and one batch of pairs at a time
 
     def __repr__(self) -> str:
         return f"CrossEncoderReranker(model={self.model!r})"
@@ -75,10 +69,11 @@ class CrossEncoderReranker(Reranker):
         if not hits:
             return []
         pairs = [(query, f"{h.text}\n\n{h.context}" if h.context else h.text) for h in hits]
-        encoder, lock = _loaded(self.model)
-        with lock:
+        with self._lock:
+            if self._encoder is None:
+                self._encoder = _load(self.model)
             try:
-                raw = encoder.predict(pairs, batch_size=self.batch_size, show_progress_bar=False,
+                raw = self._encoder.predict(pairs, batch_size=self.batch_size, show_progress_bar=False,
                                       convert_to_numpy=True)
             except Exception as e:
                 raise ProviderError(f"reranker 'st' ({self.model}) failed: {type(e).__name__}: "

@@ -1,0 +1,190 @@
+"""Starting a one-off `situate` command's flow run: each step here exists to make a run start
+sooner, print less noise or end cleanly, and says which.
+
+The CLI calls `prepare_process` first, then `launch_ingest` or `launch_evaluate`; deployment
+runs call the flows directly and need none of this. In order, because each step is slower than
+the one before: the options (checked as they were built, before Prefect is imported), the input
+(read once, here; the flow run takes it), the model's load (seconds, in its own process) and the
+store (opened in the background), and Prefect's temporary server (started while the model
+loads).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from situate.core.errors import CollectionNotFound
+from situate.core.uri import is_missing_lite_file
+from situate.flows.options import EvaluateOptions, IngestOptions, Options
+from situate.flows.resources import Resources, provided
+from situate.flows.results import IngestPlan, IngestSummary
+from situate.tasks.retrieval.results import Evaluation
+
+# Quiet, offline one-off runs: set before Prefect is imported (a user's own values win).
+PREFECT_DEFAULTS = {
+    # No telemetry: the machine may have no network, and a failed send prints a warning.
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    # A fresh PREFECT_HOME migrates its database on the first start (~20 s on 2 cores).
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
+    # The temporary server of a one-off run is never browsed: no UI build to serve.
+    "PREFECT_UI_ENABLED": "false",
+    # Block-type registration imports every installed Prefect collection (Dask's among them);
+    # situate's one-off runs use no blocks, and `prefect server start` registers them for the UI.
+    "PREFECT_API_BLOCKS_REGISTER_ON_START": "false",
+    "PREFECT_MEMOIZE_BLOCK_AUTO_REGISTRATION": "false",
+    "DO_NOT_TRACK": "1",
+    # Models come from installed packages; a hub lookup would only time out.
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    # The tokenizers' own thread pool warns when the process forks (Prefect's server does).
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+# How long to wait, after a flow, for the temporary server to record the task runs' last states
+# (it is stopped right after, and a recorder cut off mid-write prints a traceback).
+SETTLE_SECONDS = 10.0
+
+
+def prepare_process() -> None:
+    """Environment defaults before Prefect is imported, and the collector kept off the objects
+    every command loads: a one-off command loads several hundred thousand long-lived objects,
+    and the interpreter's final collections would walk them all for about a second after the
+    work is done (frozen objects are left out; registered first, this runs after every other
+    exit handler)."""
+    import atexit
+
+    for key, value in PREFECT_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    atexit.register(gc.freeze)
+
+
+def launch_ingest(options: IngestOptions) -> IngestSummary | IngestPlan:
+    """Check, warm up, then run the ingest flow; returns its summary.
+
+    A dry run is planned here, without a flow run (`plan.plan_run`): no Prefect server, no
+    model, no store or cache created; it returns the plan (and writes it to `json_out`).
+    """
+    resources = Resources()
+    try:
+        if options.dry_run:
+            from situate.flows.plan import plan_run
+
+            plan = plan_run(options, resources)
+            plan.write_json(options.json_out)
+            return plan
+        if is_missing_lite_file(options.milvus_uri):  # surely a new collection: load the model
+            resources.embedders.get(options.embedder)
+        from situate.tasks.corpus.load import scan_corpus
+
+        resources.scan = scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap)
+        from situate.flows.ingest import ingest_flow  # Prefect comes with it (seconds)
+
+        def warm(store: Any) -> None:  # an existing collection loads no model unless it must
+            if not store.exists(options.collection):
+                resources.embedders.get(options.embedder)
+
+        resources.open_in_background(options.milvus_uri, then=warm)
+        return run_flow(ingest_flow, ("situate", "ingest", f"collection:{options.collection}"),
+                        options, resources)
+    finally:
+        resources.close(kill_models=True)
+
+
+def launch_evaluate(options: EvaluateOptions) -> Evaluation:
+    """Check, warm up (the store and the first collection's own model), then run the evaluate
+    flow. Several collections, comma-separated, are compared in one chart."""
+    names = options.names
+    resources = Resources()
+    try:
+        from situate.tasks.retrieval.metrics import load_eval_set
+
+        resources.eval_set = load_eval_set(options.eval_set)  # read once; a bad one fails here
+        if is_missing_lite_file(options.milvus_uri):  # nothing to evaluate: said before Prefect
+            raise CollectionNotFound(names[0], options.milvus_uri, " (no Milvus Lite file there)")
+        from situate.core.settings import get_settings
+        from situate.flows.evaluate import evaluate_flow  # Prefect comes with it (seconds)
+
+        def warm(store: Any) -> None:
+            if options.modes != ["bm25"] and store.exists(names[0]):
+                resources.embedders.get(store.describe(names[0]).embedder
+                                        or get_settings().embedder)
+
+        resources.open_in_background(options.milvus_uri, then=warm)
+        return run_flow(evaluate_flow, ("situate", "evaluate", *(f"collection:{n}" for n in names)),
+                        options, resources)
+    finally:
+        resources.close(kill_models=True)
+
+
+def run_flow(flow: Any, tags: tuple[str, ...], options: Options, resources: Resources) -> Any:
+    """Run `flow` on `options` with the command's `resources`, under the deployments' tags (so
+    the UI filters CLI runs the same way), and return its result; its exception, if it failed,
+    is raised after the temporary server has recorded the run (see `settle`)."""
+    from prefect import tags as prefect_tags
+
+    from situate.flows.signals import bound_prefect_sigterm
+
+    start_temporary_server()
+    bound_prefect_sigterm()
+    gc.freeze()  # what is loaded by now lives to the end: keep the collector off it
+    with provided(resources), prefect_tags(*tags):
+        state = flow(options, return_state=True)
+    settle(state.state_details.flow_run_id)
+    return state.result()
+
+
+def start_temporary_server() -> None:
+    """Start Prefect's temporary API server for a one-off run, while the model loads (a flow run
+    with no PREFECT_API_URL starts it on its first API call and waits for it). With a
+    configured server: nothing."""
+    from situate.flows import prefect_internals
+
+    if prefect_internals.temporary_server() is not None:
+        return
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
+
+    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+        return
+    try:
+        prefect_internals.start_temporary_server()
+    except Exception:  # noqa: BLE001 - the flow starts it again and reports any error properly
+        pass
+
+
+def settle(flow_run_id: Any, wait: Callable[[float], None] = time.sleep) -> None:
+    """Let the temporary server record the run's last events before it stops at exit.
+
+    The client sends task-run states as events; the server's task-run recorder writes them as they
+    arrive. At exit the server is stopped (SIGTERM) right after the client's last events leave,
+    and a recorder cut off in the middle of a write logs `Error flushing N events` with a
+    CancelledError traceback. So: send every pending event now, then wait (bounded) until the
+    run's task runs stop changing in the database, i.e. the recorder has caught up.
+    """
+    from situate.flows import prefect_internals
+
+    if prefect_internals.temporary_server() is None or flow_run_id is None:
+        return
+    try:
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+        prefect_internals.drain_events(SETTLE_SECONDS)
+        deadline = time.monotonic() + SETTLE_SECONDS
+        previous = None
+        with get_client(sync_client=True) as client:
+            while time.monotonic() < deadline:
+                runs = client.read_task_runs(
+                    flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+                snapshot = sorted((str(r.id), str(r.state_type), str(r.state and r.state.timestamp))
+                                  for r in runs)
+                running = any(str(r.state_type).endswith("RUNNING") for r in runs)
+                if snapshot == previous and not running:
+                    return
+                previous = snapshot
+                wait(0.2)
+    except Exception:  # noqa: BLE001 - settling is a courtesy; the run's outcome stands
+        return

@@ -1,0 +1,173 @@
+"""What an ingest run reports, as types: the summary of a run (`IngestSummary`) and the plan of a
+dry run (`IngestPlan`: the same fields, expected, with the plan's extras beside them). The table
+artifact, the JSON and the console print are views of them. Imports no Prefect."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from situate.core.records import Usage
+
+
+class Counts(BaseModel):
+    """What a run did (or would do) to the corpus and the collection."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    collection: str
+    corpus: str
+    context: str
+    embedder: str
+    documents: int = 0
+    new: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    deleted_documents: int = 0
+    skipped_empty: int = 0
+    skipped_large_files: int = 0
+    skipped_chunks: int = 0
+    cleaned_chars: int = 0
+    chunks_written: int = 0
+    chunks_deleted: int = 0
+    rows: int = 0
+
+
+class Bill(BaseModel):
+    """What the contexts cost (or would cost), as the provider reports usage."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    contexts_generated: int = 0
+    contexts_from_cache: int = 0
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    prompt_cache_hit_ratio: float = 0.0
+    cost_usd: float = 0.0
+
+    @staticmethod
+    def of(usage: Usage) -> dict[str, int | float]:
+        """A bill's fields from a contextualizer's `Usage` (the one place they are named)."""
+        return {
+            "contexts_generated": usage.contexts_generated,
+            "contexts_from_cache": usage.contexts_from_cache,
+            "requests": usage.requests,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_write_tokens": usage.cache_creation_input_tokens,
+            "cache_read_tokens": usage.cache_read_input_tokens,
+            "prompt_cache_hit_ratio": round(usage.prompt_cache_hit_ratio, 4),
+            "cost_usd": round(usage.cost_usd, 6),
+        }
+
+
+class IngestSummary(Bill, Counts):
+    """The summary of an ingest run: counts, bill, and seconds per stage."""
+
+    seconds: dict[str, float] = {}
+
+    def metrics(self) -> list[tuple[str, str]]:
+        """(metric, value) rows: every field but the nested ones, then the stages' seconds."""
+        nested = ("seconds", "alternatives", "assumptions")
+        rows = [(k, str(v)) for k, v in self.model_dump().items() if k not in nested]
+        return rows + [(f"seconds {k}", f"{v:.2f}") for k, v in self.seconds.items()]
+
+    def table(self) -> list[dict[str, str]]:
+        """The rows of the `ingest-summary-<collection>` table artifact."""
+        return [{"metric": k, "value": v} for k, v in self.metrics()]
+
+    def text(self) -> str:
+        """What `situate ingest` prints."""
+        return f"ingested {self.corpus} into {self.collection}:\n" + _aligned(self.metrics())
+
+    def write_json(self, out: str | None) -> None:
+        """The summary as JSON at `out`, when given."""
+        if not out:
+            return
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.model_dump(mode="json"), indent=2) + "\n")
+
+
+class Alternative(Bill):
+    """The same run in another mode of the provider (`--group-chunks`, `--batch`, both)."""
+
+    flags: str = ""
+    changed: int = 0
+    estimated_seconds: float = 0.0
+
+
+class PlanAssumptions(BaseModel):
+    """What an estimate cannot know, assumed (see `situate.tasks.contexts.cost.Assumptions`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    chars_per_token: float | None = None
+    context_tokens: int = 100
+    request_seconds: float = 0.5
+    output_tokens_per_second: float = 100.0
+    batch_round_seconds: float = 3600.0
+    concurrency: int = 8
+
+
+class IngestPlan(IngestSummary):
+    """A dry run's plan: the summary's fields with the expected figures, the mode it prices, the
+    time its requests should take, the other modes and the assumptions."""
+
+    dry_run: bool = True
+    mode: str = "free"
+    estimated_seconds: float = 0.0
+    alternatives: dict[str, Alternative] = {}
+    assumptions: PlanAssumptions = PlanAssumptions()
+
+    def metrics(self) -> list[tuple[str, str]]:
+        """The summary's rows, then each other mode's bill and time, then the assumptions."""
+        rows = [(k, v) for k, v in super().metrics() if not k.startswith("seconds ")]
+        for mode, alt in self.alternatives.items():
+            for key in ("requests", "cost_usd", "estimated_seconds"):
+                rows.append((f"{key} {mode} ({alt.flags or 'no flag'})", str(getattr(alt, key))))
+        rows += [(f"assumed {k}", str(v)) for k, v in self.assumptions.model_dump().items()]
+        return rows
+
+    def text(self) -> str:
+        """What `situate ingest --dry-run` prints: what the run would do, what it would cost in
+        each mode, how long its context requests would take, and on which assumptions."""
+        shown = [(k, v) for k, v in super().metrics() if k != "dry_run"
+                 and not k.startswith(("seconds ", "assumed ", "requests ", "cost_usd ",
+                                       "estimated_seconds "))]
+        lines = [f"plan of ingesting {self.corpus} into {self.collection} (dry run: nothing "
+                 "written, no request made):", _aligned(shown)]
+        if self.alternatives:
+            lines.append(f"the same run in the other modes (now {self.mode}):")
+            for mode, alt in self.alternatives.items():
+                ratio = f", x{alt.cost_usd / self.cost_usd:.2f}" if self.cost_usd else ""
+                lines.append(f"  {mode:<14} {alt.flags or '(no flag)':<24} {alt.requests} "
+                             f"requests, ${alt.cost_usd:.4f}{ratio}, "
+                             f"~{duration(alt.estimated_seconds)}")
+        a = self.assumptions
+        if a.chars_per_token:
+            lines.append(
+                f"estimates: {a.chars_per_token:g} characters per token, contexts of "
+                f"{a.context_tokens} tokens; a live request {a.request_seconds:g} s plus "
+                f"{a.output_tokens_per_second:g} output tokens/s, {a.concurrency} at once "
+                f"(~{duration(self.estimated_seconds)} for this run's requests); a round of "
+                f"Message Batches {duration(a.batch_round_seconds)}")
+        return "\n".join(lines)
+
+
+def _aligned(rows: list[tuple[str, str]]) -> str:
+    width = max((len(k) for k, _ in rows), default=0)
+    return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
+
+
+def duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

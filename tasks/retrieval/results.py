@@ -1,0 +1,165 @@
+"""What an evaluation reports, as types: per collection, Pass@k and latency per mode, each query's
+golden ranks and the failure analysis; across collections, the set of them. The JSON report, the
+history, the table and Markdown artifacts, the console print and the chart are views of these
+(`situate.tasks.retrieval.report`, `situate.tasks.retrieval.chart`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # history files of older releases still read
+
+
+class Latency(_Record):
+    """Per-query wall time, milliseconds."""
+
+    median: float = 0.0
+    p95: float = 0.0
+
+
+class DocRef(_Record):
+    doc_id: str = ""
+    source: str = ""
+
+
+class FirstHit(DocRef):
+    """What ranked first for a query every mode missed."""
+
+    original_id: str = ""
+    same_document: bool = False
+    snippet: str = ""
+
+
+class Missed(_Record):
+    """A query every mode missed at k, and what ranked first instead."""
+
+    query: str
+    golden: list[DocRef]
+    first_mode: str
+    first: FirstHit | None = None
+
+
+class MissSources(_Record):
+    """Golden chunks (not queries) by which retriever never ranked them in its top k."""
+
+    golden_chunks: int = 0
+    dense_only: int = 0
+    bm25_only: int = 0
+    both: int = 0
+
+    @property
+    def found_by_both(self) -> int:
+        return self.golden_chunks - self.dense_only - self.bm25_only - self.both
+
+
+class Failures(_Record):
+    """Where retrieval fails at the largest k: the queries every mode missed (the first few
+    listed) and, when dense and BM25 both ran, where the golden chunks were lost."""
+
+    k: int
+    queries_missed: int = 0
+    listed: list[Missed] = []
+    sources: MissSources | None = None
+
+
+class QueryRanks(_Record):
+    """One query: its golden documents, each golden chunk's rank per mode (None: not in the top
+    of the largest k) and the document each mode ranked first."""
+
+    query: str
+    golden: list[str]
+    ranks: dict[str, list[int | None]]
+    first: dict[str, str | None]
+
+
+PUBLIC_KEYS = ("collection", "queries", "pass_at_k", "latency_ms", "failures", "per_query")
+
+
+class CollectionEvaluation(_Record):
+    """Every mode over one collection."""
+
+    collection: str
+    queries: int
+    pass_at_k: dict[str, dict[str, float]]  # mode -> str(k) -> percent
+    latency_ms: dict[str, Latency]
+    failures: Failures
+    eval_set: str = ""
+    embedder: str = ""
+    reranker: str | None = None
+    seconds: float = 0.0
+    finished: str = ""
+    per_query: list[QueryRanks] = []
+    chart: str = ""  # the PNG kept beside the history JSON
+
+    @property
+    def ks(self) -> list[int]:
+        return [int(k) for k in next(iter(self.pass_at_k.values()), {})]
+
+    def public(self) -> dict[str, object]:
+        """The `--json` report of one collection."""
+        return self.model_dump(mode="json", include=set(PUBLIC_KEYS))
+
+    def write_history(self, stem: Path) -> None:
+        stem.with_suffix(".json").write_text(self.model_dump_json(indent=2))
+
+    @staticmethod
+    def previous(results_dir: Path, collection: str) -> CollectionEvaluation | None:
+        """The last evaluation of `collection` kept in `results_dir`, if readable."""
+        history = sorted(results_dir.glob(f"evaluate-{collection}-*.json"))
+        if not history:
+            return None
+        try:
+            return CollectionEvaluation.model_validate_json(history[-1].read_text())
+        except (OSError, ValueError):
+            return None
+
+
+class Evaluation(_Record):
+    """One evaluation run: one or several collections on the same evaluation set."""
+
+    eval_set: str
+    queries: int
+    collections: list[CollectionEvaluation]
+    chart: str = ""  # the run's chart: one collection's own, or the comparison
+
+    @property
+    def several(self) -> bool:
+        return len(self.collections) > 1
+
+    @property
+    def collection(self) -> str:
+        return ",".join(c.collection for c in self.collections)
+
+    def only(self) -> CollectionEvaluation:
+        """The one collection evaluated (an error to ask when there were several)."""
+        if self.several:
+            raise ValueError(f"{len(self.collections)} collections were evaluated")
+        return self.collections[0]
+
+    def text(self) -> str:
+        """What `situate evaluate` prints (`report.summary_text`)."""
+        from situate.tasks.retrieval.report import summary_text
+
+        return summary_text(self)
+
+    def public(self) -> dict[str, object]:
+        """What `--json OUT` writes: one collection's report, or {collections: {name: report},
+        queries} for several."""
+        if not self.several:
+            return self.only().public()
+        return {"collections": {c.collection: c.public() for c in self.collections},
+                "queries": self.queries}
+
+    def write_json(self, out: str | None, chart: bytes) -> None:
+        """The public report at `out` and the chart beside it (`OUT.png`), when `out` is given."""
+        if not out:
+            return
+        target = Path(out)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(self.public(), indent=2) + "\n")
+        target.with_suffix(".png").write_bytes(chart)
