@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path.insert(0, str(ROOT))
 
-from anthropic_server import FakeAnthropic, Faults, count_tokens  # noqa: E402
+from tests.fakes.anthropic_server import FakeAnthropic, Faults, count_tokens  # noqa: E402
 
 from situate.core.records import Chunk, Document, Usage  # noqa: E402
 from situate.storage.cache import ContextCache  # noqa: E402

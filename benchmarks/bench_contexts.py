@@ -26,7 +26,7 @@ from situate.storage.milvus import MilvusStore  # noqa: E402
 from situate.tasks.contexts.base import NoContext  # noqa: E402
 from situate.tasks.contexts.structural import StructuralContextualizer  # noqa: E402
 from situate.tasks.corpus.load import load_corpus  # noqa: E402
-from situate.tasks.embedders.base import get_embedder  # noqa: E402
+from situate.tasks.embedders.base import Embedders  # noqa: E402
 from situate.tasks.retrieval.metrics import load_eval_set, mean_pass_at_k  # noqa: E402
 from situate.tasks.retrieval.search import retrieve  # noqa: E402
 
@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "contexts.json"))
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS))
     args = ap.parse_args()
-    emb = get_embedder("minilm")
+    emb = Embedders().get("minilm")
     vectors: dict[str, list[float]] = {}
     results = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -76,10 +76,10 @@ def mutate(corpus: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str
 def processed_documents() -> Iterator[list[str]]:
     """The ids of the documents the ingest flow situates while in the block, sorted at the end.
 
-    A window task situates its documents through `situate.flows.ingest.situate_document`; this
-    wraps it for the block (in-process runs with the thread runner, as here).
+    A window task situates its documents through `situate.tasks.contexts.cache.situate_document`;
+    this wraps it for the block (in-process runs with the thread runner, as here).
     """
-    import situate.flows.ingest as ingest
+    import situate.tasks.contexts.cache as ingest
 
     seen: list[str] = []
     lock = threading.Lock()
@@ -108,12 +108,12 @@ def expected_rows(corpus_path: Path) -> dict[str, list[tuple[str, int, str]]]:
 
 def stored_rows(uri: str, collection: str, doc_ids: list[str]) -> dict[str, list[tuple[str, int, str]]]:
     """The same, read back from Milvus one document at a time (a filter on doc_id)."""
-    from situate.storage.milvus import open_store
+    from situate.storage.milvus import MilvusStore
 
-    store = open_store(uri)
-    return {d: sorted((r["id"], r["chunk_index"], r["text"]) for r in store.rows(
-        collection, fields=("id", "chunk_index", "text"), filter=f"doc_id == {json.dumps(d)}"))
-        for d in doc_ids}
+    with MilvusStore(uri) as store:
+        return {d: sorted((r["id"], r["chunk_index"], r["text"]) for r in store.rows(
+            collection, fields=("id", "chunk_index", "text"), filter=f"doc_id == {json.dumps(d)}"))
+            for d in doc_ids}
 
 
 class Counters:
@@ -161,9 +161,7 @@ def cold_reingest(params: dict[str, Any]) -> dict[str, Any]:
 
     from prefect.settings import PREFECT_API_URL
 
-    from situate.storage.milvus import close_stores
-
-    close_stores()  # Milvus Lite: one process per file, and the child needs it
+    # Milvus Lite: one process per file, and the child needs it (every run closed its store)
     from milvus_lite.server_manager import server_manager_instance
 
     server_manager_instance.release_all()
@@ -189,6 +187,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     os.environ["SITUATE_RESULTS_DIR"] = str(work / "results")
     from situate.core.settings import get_settings
     from situate.flows.ingest import ingest_flow
+    from situate.flows.options import IngestOptions
 
     get_settings.cache_clear()
     counters = Counters()
@@ -202,7 +201,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     def ingest() -> tuple[float, dict[str, Any], list[str], dict[str, int]]:
         t = time.perf_counter()
         with processed_documents() as docs:
-            summary = ingest_flow(**params)
+            summary = ingest_flow(IngestOptions.build(**params)).model_dump()
         seconds = time.perf_counter() - t
         return seconds, summary, docs, counters.take()
 
@@ -300,9 +299,6 @@ def main() -> int:
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="situate-reingest-") as tmp:
         out = run(args, Path(tmp))
-        from situate.storage.milvus import close_stores
-
-        close_stores()
     text, ok = report(args, out)
     Path(args.out).write_text(text)
     print(text)

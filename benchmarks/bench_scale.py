@@ -45,7 +45,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.openai_server import FakeOpenAI  # noqa: E402
+from tests.fakes.openai_server import FakeOpenAI  # noqa: E402
 
 CHUNKS_PER_DOC = 8
 CHUNK_CHARS = 780
@@ -193,7 +193,7 @@ def milvus(data_dir: Path, server: bool) -> Iterator[tuple[str | None, int | Non
     if not server:
         yield None, None
         return
-    from tests.milvus_server import MilvusServer
+    from tests.fakes.milvus_server import MilvusServer
 
     s = MilvusServer(data_dir, log=data_dir.parent / f"{data_dir.name}.log", timeout=120)
     s.start()

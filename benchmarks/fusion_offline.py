@@ -48,13 +48,13 @@ CANDIDATES = {"dense": lambda legs, x: legs[0], "bm25": lambda legs, x: legs[1],
 
 def dump(eval_set: str, collection: str, out: str, embedder: str) -> None:
     from situate.core.settings import get_settings
-    from situate.storage.milvus import open_store
-    from situate.tasks.embedders.base import get_embedder
+    from situate.storage.milvus import MilvusStore
+    from situate.tasks.embedders.base import Embedders
     from situate.tasks.retrieval.metrics import load_eval_set
 
-    store = open_store(get_settings().milvus_uri)
+    store = MilvusStore(get_settings().milvus_uri)
     store.load(collection)
-    model = get_embedder(embedder)
+    model = Embedders().get(embedder)
     rows = []
     queries = load_eval_set(eval_set)
     vectors = model.embed_queries([q.query for q in queries])  # one batch, not one call a query

@@ -1,12 +1,14 @@
 """All configuration in one place: `SITUATE_*` environment variables (or a `.env` file), which CLI
 flags and deployment parameters override. Read at run time through `get_settings()`, never at
 import time; a command's options (situate.flows.options) are filled from them. The one value set
-otherwise is a secret given as a flag (`--milvus-token`): `configure` puts it in the process's
+otherwise is a secret given as a flag (`--milvus-token`): `configured` puts it in the process's
 settings, never in the environment or a flow parameter.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 
 from pydantic import Field, SecretStr
@@ -57,9 +59,16 @@ def get_settings() -> Settings:
     return Settings(**_configured)  # type: ignore[arg-type]
 
 
-def configure(**values: object) -> Settings:
-    """Values that override the environment for this process from now on (the CLI's secret
-    flags); None leaves a value alone. Returns the settings then in force."""
+@contextmanager
+def configured(**values: object) -> Iterator[Settings]:
+    """Within this block, `values` override the environment (the CLI's secret flags); None
+    leaves a value alone. Yields the settings then in force."""
+    before = dict(_configured)
     _configured.update({k: v for k, v in values.items() if v is not None})
     get_settings.cache_clear()
-    return get_settings()
+    try:
+        yield get_settings()
+    finally:
+        _configured.clear()
+        _configured.update(before)
+        get_settings.cache_clear()

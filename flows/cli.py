@@ -158,6 +158,8 @@ def help_text(field: Any, flag: Any, setting: Any) -> str:
 def _value_type(annotation: Any) -> type:
     """int, float, bool or str: what argparse converts a flag's value to (lists stay strings:
     the model parses them)."""
+    if typing.get_origin(annotation) is list:
+        return str
     args = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
     first = args[0]
     return first if first in (int, float, bool) else str
@@ -218,17 +220,17 @@ def main(argv: list[str] | None = None) -> int:
     launch.prepare_process()
     args = _parser().parse_args(argv)
     from situate.core.errors import SituateError
-    from situate.core.settings import configure
+    from situate.core.settings import configured
     from situate.flows.options import COMMANDS
 
-    configure(milvus_token=args.milvus_token)  # a secret: settings, never a flow parameter
     logs.install_log_filter(verbose=args.verbose)
     # `situate serve` stops on its own terms (flows.deploy.serve: cancels its runs, exits 0).
     restore = signals.install_stop_handlers(args.command) if args.command != "serve" else None
     try:
         values = {k: v for k, v in vars(args).items()
                   if k not in ("command", "verbose", "milvus_token")}
-        return RUN[args.command](COMMANDS[args.command].build(**values))
+        with configured(milvus_token=args.milvus_token):  # a secret: never a flow parameter
+            return RUN[args.command](COMMANDS[args.command].build(**values))
     except SituateError as e:
         from situate.flows.messages import user_message
 

@@ -15,7 +15,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 
 from situate.core.errors import InputError, SituateError, StoreError
@@ -99,6 +107,7 @@ class Options(BaseModel):
     """Base of every command's options: frozen, no unknown field, settings filled in."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    _given: frozenset[str] | None = PrivateAttr(default=None)  # what `build` was given
 
     @model_validator(mode="before")
     @classmethod
@@ -120,14 +129,16 @@ class Options(BaseModel):
         naming its flag."""
         given = {k: v for k, v in values.items() if v is not None}
         try:
-            return cls(**given)
+            options = cls(**given)
         except ValidationError as e:
             raise InputError(_one_line(cls, e)) from None
+        options._given = frozenset(given)
+        return options
 
     def given(self) -> dict[str, Any]:
-        """The values set explicitly, as JSON (what a deployment stores: the rest is resolved
+        """The values given to `build`, as JSON (what a deployment stores: the rest is resolved
         from the settings where each run runs)."""
-        return self.model_dump(mode="json", include=self.model_fields_set)
+        return self.model_dump(mode="json", include=set(self._given or self.model_fields_set))
 
 
 OptionsT = TypeVar("OptionsT", bound=Options)
@@ -413,11 +424,12 @@ def describe_default(field: FieldInfo, flag: Flag | None, setting: FromSetting |
 def options_table() -> str:
     """The README's configuration table: every option of every command (its flag, its variable,
     its default), then the settings no flag sets."""
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
     for command, model in COMMANDS.items():
         for name, field, flag, setting in fields(model):
             label = (flag.names[0] if flag and flag.names else name.upper())
-            row = rows.setdefault(label, {"what": field.description or "", "flag": label,
+            row = rows.setdefault((label, field.description or ""), {
+                                          "what": field.description or "", "flag": label,
                                           "env": setting.env if setting else "",
                                           "default": describe_default(field, flag, setting),
                                           "commands": []})
@@ -428,12 +440,18 @@ def options_table() -> str:
         env = f"`{row['env']}`" if row["env"] else ""
         lines.append(f"| {row['what']} | {flag} | {env} | {row['default']} | "
                      f"{', '.join(row['commands'])} |")
+    lines.append("| token for a Milvus server or Zilliz Cloud (a secret: never a flow parameter, "
+                 "never shown) | `--milvus-token` | `SITUATE_MILVUS_TOKEN` | none | all |")
     flagged = {s.name for m in COMMANDS.values() for *_, s in fields(m) if s is not None}
     for name, field in Settings.model_fields.items():
         if name not in flagged and name != "milvus_token":
             lines.append(f"| {field.description} | | `SITUATE_{name.upper()}` | {field.default} | "
                          f"all |")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(options_table())
 
 
 __all__ = ["COMMANDS", "DEFAULT_KS", "EvaluateOptions", "Flag", "FromSetting", "IngestOptions",

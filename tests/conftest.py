@@ -1,12 +1,9 @@
-"""Shared fixtures: an isolated Prefect test server, per-test state directories, a fast fake
-embedder for store and flow tests that are not about embedding quality."""
+"""Shared fixtures: an isolated Prefect test server, per-test state directories, the `hash` fake
+embedder registered for store and flow tests that are not about embedding quality."""
 
 from __future__ import annotations
 
-import hashlib
-import math
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -40,37 +37,24 @@ SAMPLE_EVAL = ROOT / "data" / "sample" / "eval.jsonl"
 CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
 
 
-class HashEmbedding:
-    """A deterministic bag-of-words embedding: same words, close vectors; no model, no network.
-
-    Good enough to check that search returns the chunk that shares a query's words, which is what
-    store and flow tests need; quality tests use the real MiniLM model.
-    """
-
-    dim = 64
-
-    def _one(self, text: str) -> list[float]:
-        v = [0.0] * self.dim
-        for word in re.findall(r"[a-z0-9]+", text.lower()):
-            h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "big")
-            v[h % self.dim] += 1.0
-        norm = math.sqrt(sum(x * x for x in v)) or 1.0
-        return [x / norm for x in v]
-
-    def encode_documents(self, texts: list[str]) -> list[list[float]]:
-        return [self._one(t) for t in texts]
-
-    def encode_queries(self, texts: list[str]) -> list[list[float]]:
-        return [self._one(t) for t in texts]
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _register_hash_embedder():
     from situate.tasks.embedders.base import EMBEDDERS, EmbedderSpec
+    from tests.fakes.hash_embedding import HashEmbedding
 
     EMBEDDERS.register("hash", EmbedderSpec("bow-64", "math", "", "", lambda model, key: HashEmbedding()))
     yield
     EMBEDDERS.unregister("hash")
+
+
+@pytest.fixture
+def embedders():
+    """A test's own embedders, let go (local models killed) when it ends."""
+    from situate.tasks.embedders.base import Embedders
+
+    pool = Embedders()
+    yield pool
+    pool.release(kill=True)
 
 
 @pytest.fixture(scope="session")
@@ -86,7 +70,7 @@ def prefect_harness():
 def state(tmp_path, monkeypatch):
     """Every place situate keeps state, under this test's tmp dir; settings re-read."""
     from situate.core.settings import get_settings
-    from situate.storage.milvus import close_stores
+    from tests.helpers import close_opened
 
     paths = {
         "milvus_uri": str(tmp_path / "milvus.db"),
@@ -99,5 +83,5 @@ def state(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     get_settings.cache_clear()
     yield paths
-    close_stores()
+    close_opened()
     get_settings.cache_clear()

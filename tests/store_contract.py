@@ -27,7 +27,7 @@ from situate.core.records import (
 )
 from situate.flows.messages import user_message
 from situate.tasks.retrieval.search import search
-from tests.conftest import HashEmbedding
+from tests.fakes.hash_embedding import HashEmbedding
 
 EMB = HashEmbedding()
 EMBEDDER = "hash:bow-64"

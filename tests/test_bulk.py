@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import SAMPLE_CORPUS, HashEmbedding
+from tests.conftest import SAMPLE_CORPUS
+from tests.fakes.hash_embedding import HashEmbedding
 
 pytestmark = pytest.mark.e2e
 
 
 def test_exported_bulk_files_read_back_to_the_same_rows(prefect_harness, state, tmp_path):
-    from situate.flows.ingest import ingest_flow
     from situate.storage.bulk import collection_schema, export_collection, input_fields, read_rows
-    from situate.storage.milvus import open_store
     from situate.tasks.retrieval.search import search
+    from tests.helpers import ingest, open_store
 
-    ingest_flow(corpus=str(SAMPLE_CORPUS), collection="bulk_src", embedder="hash", context="structural")
+    ingest(corpus=str(SAMPLE_CORPUS), collection="bulk_src", embedder="hash", context="structural")
     store = open_store(state["milvus_uri"])
     fields = input_fields(collection_schema(store, "bulk_src"))
     assert "sparse" not in fields and {"id", "text", "context", "lexical", "dense", "metadata"} <= set(fields)
@@ -54,7 +54,7 @@ def test_exported_bulk_files_read_back_to_the_same_rows(prefect_harness, state, 
 def test_a_row_missing_a_field_is_refused(state, tmp_path):
     from situate.core.errors import StoreError
     from situate.storage.bulk import collection_schema, write_rows
-    from situate.storage.milvus import open_store
+    from tests.helpers import open_store
 
     store = open_store(state["milvus_uri"])
     store.ensure_collection("bulk_bad", HashEmbedding.dim, "hash:bow-64")

@@ -33,11 +33,7 @@ from situate.tasks.contexts.claude import (
     price,
 )
 from situate.tasks.corpus.load import make_chunks
-
-try:  # tests/ is on sys.path when it is not a package (pytest's rootdir-less import mode)
-    from anthropic_server import FakeAnthropic, Faults, ModelSpec, count_tokens
-except ModuleNotFoundError:  # pragma: no cover - tests/ made a package
-    from tests.anthropic_server import FakeAnthropic, Faults, ModelSpec, count_tokens
+from tests.fakes.anthropic_server import FakeAnthropic, Faults, ModelSpec, count_tokens
 
 pytestmark = pytest.mark.timeout(60)
 

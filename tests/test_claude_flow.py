@@ -13,9 +13,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.anthropic_server import FakeAnthropic
 from tests.conftest import SAMPLE_CORPUS
-from tests.openai_server import FakeOpenAI
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.openai_server import FakeOpenAI
 from tests.test_flows import _artifact, _cli
 
 KEY = "sk-ant-flow-test-secret"
@@ -31,24 +31,23 @@ def fake(monkeypatch):
 
 @pytest.mark.parametrize("batch", [False, True])
 def test_ingest_with_claude_contexts_pays_once(prefect_harness, state, fake, batch):
-    from situate.flows.ingest import ingest_flow
-    from situate.storage.milvus import open_store
     from situate.tasks.corpus.load import load_corpus
+    from tests.helpers import ingest, open_store
 
     chunks = load_corpus(SAMPLE_CORPUS).chunk_count
     collection = "claude_batch" if batch else "claude"
-    first = ingest_flow(corpus=str(SAMPLE_CORPUS), collection=collection, context="anthropic",
+    first = ingest(corpus=str(SAMPLE_CORPUS), collection=collection, context="anthropic",
                         embedder="hash", batch=batch)
-    assert first["contexts_generated"] == first["rows"] == chunks
-    assert first["requests"] >= chunks and first["cost_usd"] > 0
+    assert first.contexts_generated == first.rows == chunks
+    assert first.requests >= chunks and first.cost_usd > 0
     rows = list(open_store(state["milvus_uri"]).rows(collection))
     assert len(rows) == chunks and all(r["context"].strip() for r in rows)
 
     # Forced re-run: every context from the disk cache, no request reaches the API.
     fake.reset_counters()
-    again = ingest_flow(corpus=str(SAMPLE_CORPUS), collection=collection, context="anthropic",
+    again = ingest(corpus=str(SAMPLE_CORPUS), collection=collection, context="anthropic",
                         embedder="hash", batch=batch, force=True)
-    assert again["requests"] == 0 and again["contexts_from_cache"] == chunks
+    assert again.requests == 0 and again.contexts_from_cache == chunks
     assert sum(fake.http_requests.values()) == 0
     summary = json.dumps(_artifact(f"ingest-summary-{collection.replace('_', '-')}").data)
     assert KEY not in summary
@@ -83,7 +82,7 @@ def test_cli_document_too_long_stops_the_others_cleanly(tmp_path):
     """One document over the model's context window (a 400 for that document alone) while the
     others' requests are in flight: the run stops with the service's message, and every other
     task ends before the flow closes the client (no tracebacks from tasks still running)."""
-    from tests.anthropic_server import DEFAULT_MODELS, ModelSpec
+    from tests.fakes.anthropic_server import DEFAULT_MODELS, ModelSpec
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from tests.conftest import CODEBASE, SAMPLE_CORPUS
-from tests.milvus_server import milvus_server, snapshot
+from tests.fakes.milvus_server import milvus_server, snapshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -16,35 +16,37 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def _register_hash_embedder() -> int:
     """Runs in each Dask worker: the session fixture registered `hash` in this process only."""
     from situate.tasks.embedders.base import EMBEDDERS, EmbedderSpec
-    from tests.conftest import HashEmbedding
+    from tests.fakes.hash_embedding import HashEmbedding
 
     EMBEDDERS.register("hash", EmbedderSpec("bow-64", "math", "", "", lambda model, key: HashEmbedding()))
     return os.getpid()
 
 
 def _embedded_here() -> bool:
+    """Whether this process (a worker) loaded the `hash` embedder: the pool a run's pool
+    becomes when it is sent here."""
     from situate.tasks.embedders import base as embed
 
-    return any(key.startswith("hash:") for key in embed._LOADED)
+    return any(key.startswith("hash:") for pool in embed._PROCESS_POOL for key in pool._loaded)
 
 
 def test_dask_ingest_matches_threads(prefect_harness, state, tmp_path):
     from distributed import Client, LocalCluster
 
     from situate.flows.cli import main
-    from situate.flows.ingest import ingest_flow, make_task_runner
+    from tests.helpers import ingest
 
     common = {"corpus": str(CODEBASE / "codebase_chunks.json"), "collection": "dask_rows", "embedder": "hash",
               "context": "structural"}
-    reference = ingest_flow(**common)  # threads, Milvus Lite file
+    reference = ingest(**common)  # threads, Milvus Lite file
     with (milvus_server(tmp_path / "server") as uri,
           LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                        dashboard_address=None) as cluster,
           Client(cluster) as client):
         pids = client.run(_register_hash_embedder)
         assert len(set(pids.values()) - {os.getpid()}) == 2
-        runner = make_task_runner("dask", cluster.scheduler_address, uri)
-        on_dask = ingest_flow.with_options(task_runner=runner)(**common, milvus_uri=uri)
+        on_dask = ingest(**common, milvus_uri=uri, task_runner="dask",
+                         dask_address=cluster.scheduler_address)
         # The embedding tasks really ran in the worker processes, not in this one.
         assert any(client.run(_embedded_here).values())
         rows = snapshot(uri, "dask_rows")
@@ -53,8 +55,8 @@ def test_dask_ingest_matches_threads(prefect_harness, state, tmp_path):
         assert main(["ingest", str(SAMPLE_CORPUS), *flags, "--milvus-uri", uri, "--task-runner", "dask",
                      "--dask-address", cluster.scheduler_address]) == 0
         cli_rows = snapshot(uri, "dask_cli")
-    assert on_dask["rows"] == reference["rows"] == len(rows) > 0
-    assert on_dask["chunks_written"] == reference["chunks_written"]
+    assert on_dask.rows == reference.rows == len(rows) > 0
+    assert on_dask.chunks_written == reference.chunks_written
     assert rows == snapshot(state["milvus_uri"], "dask_rows")
     assert main(["ingest", str(SAMPLE_CORPUS), *flags]) == 0  # threads, Milvus Lite
     assert cli_rows == snapshot(state["milvus_uri"], "dask_cli") and cli_rows
@@ -62,9 +64,11 @@ def test_dask_ingest_matches_threads(prefect_harness, state, tmp_path):
 
 def test_dask_refuses_a_milvus_lite_file():
     from situate.core.errors import InputError
-    from situate.flows.ingest import make_task_runner
+    from situate.flows.options import IngestOptions
 
+    base = {"corpus": str(SAMPLE_CORPUS), "collection": "c", "embedder": "hash",
+            "milvus_uri": "data/milvus.db"}
     with pytest.raises(InputError, match="Milvus server"):
-        make_task_runner("dask", None, "data/milvus.db")
+        IngestOptions.build(**base, task_runner="dask")
     with pytest.raises(InputError, match="needs --task-runner dask"):
-        make_task_runner("threads", "tcp://127.0.0.1:8786", "data/milvus.db")
+        IngestOptions.build(**base, dask_address="tcp://127.0.0.1:8786")

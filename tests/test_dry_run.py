@@ -2,7 +2,7 @@
 Anthropic service then bills for the real run, in each mode; and a dry run writes and calls
 nothing, through the flow and through the CLI.
 
-The fake counts one token per 4 characters (`tests.anthropic_server.CHARS_PER_TOKEN`) and answers
+The fake counts one token per 4 characters (`tests.fakes.anthropic_server.CHARS_PER_TOKEN`) and answers
 every context with `output_tokens` tokens: it stands in for Claude's tokenizer and for the
 length of Claude's contexts. The plan is told both, as a user calibrates the estimate to a bill
 (`chars_per_token`, `context_tokens`); everything else it must get right on its own: which
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.anthropic_server import CHARS_PER_TOKEN, FakeAnthropic
+from tests.fakes.anthropic_server import CHARS_PER_TOKEN, FakeAnthropic
 from tests.test_flows import _artifact, _cli
 
 KEY = "sk-ant-dry-run-test-key"
@@ -69,7 +69,7 @@ def _nothing_written(state_dir: Path, uri: Path, fake: FakeAnthropic) -> None:
 @pytest.mark.parametrize(("group", "batch"), [(False, False), (True, False), (False, True)],
                          ids=["per-chunk", "grouped", "batch"])
 def test_the_plan_predicts_the_bill(prefect_harness, state, tmp_path, monkeypatch, group, batch):
-    from situate.flows.ingest import ingest_flow
+    from tests.helpers import ingest
 
     corpus = _corpus(tmp_path / "corpus")
     uri, cache = tmp_path / "plan.db", tmp_path / "plan-cache"
@@ -80,30 +80,30 @@ def test_the_plan_predicts_the_bill(prefect_harness, state, tmp_path, monkeypatc
     with FakeAnthropic(api_key=KEY, output_tokens=CONTEXT_TOKENS, batch_delay=0.05) as fake:
         monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
-        plan = ingest_flow(**options, dry_run=True, json_out=str(tmp_path / "plan.json"),
+        plan = ingest(**options, dry_run=True, json_out=str(tmp_path / "plan.json"),
                            chars_per_token=CHARS_PER_TOKEN, context_tokens=CONTEXT_TOKENS)
         _nothing_written(cache, uri, fake)
         data = _artifact(f"ingest-plan-{collection.replace('_', '-')}").data
         table = {row["metric"]: row["value"]
                  for row in (json.loads(data) if isinstance(data, str) else data)}
-        assert table["requests"] == str(plan["requests"])
-        run = ingest_flow(**options, json_out=str(tmp_path / "run.json"))
+        assert table["requests"] == str(plan.requests)
+        run = ingest(**options, json_out=str(tmp_path / "run.json"))
         usage, dollars = _bill(fake, batch)
 
-    print(f"\n{plan['mode']}: predicted {plan['requests']} requests, ${plan['cost_usd']:.6f}; "
+    print(f"\n{plan.mode}: predicted {plan.requests} requests, ${plan.cost_usd:.6f}; "
           f"billed {usage['requests']}, ${dollars:.6f}; "
-          + ", ".join(f"{k} {plan[k]}/{usage[v]}" for k, v in TOKEN_KINDS.items()))
-    assert plan["new"] == run["new"] == 7
-    assert plan["contexts_generated"] == run["contexts_generated"] == run["rows"] == plan["rows"]
-    assert plan["requests"] == run["requests"] == usage["requests"]
+          + ", ".join(f"{k} {getattr(plan, k)}/{usage[v]}" for k, v in TOKEN_KINDS.items()))
+    assert plan.new == run.new == 7
+    assert plan.contexts_generated == run.contexts_generated == run.rows == plan.rows
+    assert plan.requests == run.requests == usage["requests"]
     for key, counter in TOKEN_KINDS.items():
-        assert _close(plan[key], usage[counter]), (key, plan[key], usage[counter])
+        assert _close(getattr(plan, key), usage[counter]), (key, getattr(plan, key), usage[counter])
     assert usage["cache_creation_input_tokens"] > 0 and usage["input_tokens"] > 0
-    assert _close(plan["cost_usd"], dollars), (plan["cost_usd"], dollars)
+    assert _close(plan.cost_usd, dollars), (plan.cost_usd, dollars)
     # A plan and the run after it compare by a script: the run's keys are the plan's keys.
     saved_plan = json.loads((tmp_path / "plan.json").read_text())
     saved_run = json.loads((tmp_path / "run.json").read_text())
-    assert saved_plan["requests"] == plan["requests"] and set(saved_run) <= set(saved_plan)
+    assert saved_plan["requests"] == plan.requests and set(saved_run) <= set(saved_plan)
 
 
 @pytest.mark.slow
@@ -111,55 +111,55 @@ def test_the_plan_follows_the_collection_and_the_disk_cache(prefect_harness, sta
                                                             monkeypatch):
     """Unchanged documents cost nothing; a changed and a new one cost what the run then pays;
     contexts already in the disk cache cost nothing, even for a collection that does not exist."""
-    from situate.flows.ingest import ingest_flow
+    from tests.helpers import ingest
 
     corpus = _corpus(tmp_path / "corpus")
     options = dict(corpus=str(corpus), context="anthropic", embedder="hash")
     with FakeAnthropic(api_key=KEY, output_tokens=CONTEXT_TOKENS) as fake:
         monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
-        first = ingest_flow(**options, collection="kept")
-        assert first["requests"] > 0
+        first = ingest(**options, collection="kept")
+        assert first.requests > 0
 
-        again = ingest_flow(**options, collection="kept", dry_run=True)
-        assert (again["unchanged"], again["new"], again["changed"]) == (7, 0, 0)
-        assert again["requests"] == again["cost_usd"] == again["chunks_written"] == 0
-        assert again["rows"] == first["rows"]
+        again = ingest(**options, collection="kept", dry_run=True)
+        assert (again.unchanged, again.new, again.changed) == (7, 0, 0)
+        assert again.requests == again.cost_usd == again.chunks_written == 0
+        assert again.rows == first.rows
 
         # Elsewhere, the same documents: every context is in the disk cache.
-        cached = ingest_flow(**options, collection="elsewhere", dry_run=True,
+        cached = ingest(**options, collection="elsewhere", dry_run=True,
                              chars_per_token=CHARS_PER_TOKEN, context_tokens=CONTEXT_TOKENS)
-        assert cached["new"] == 7 and cached["requests"] == 0 and cached["cost_usd"] == 0
-        assert cached["contexts_from_cache"] == first["rows"]
+        assert cached.new == 7 and cached.requests == 0 and cached.cost_usd == 0
+        assert cached.contexts_from_cache == first.rows
         # Grouped contexts are other contexts: none of them is cached yet.
-        assert cached["alternatives"]["grouped"]["requests"] > 0
+        assert cached.alternatives["grouped"].requests > 0
 
         (corpus / "small_b.md").write_text("# small_b\n\n" + _paragraphs("small_b rewritten", 3))
         (corpus / "extra.md").write_text("# extra\n\n" + _paragraphs("extra", 6))
         fake.reset_counters()
-        plan = ingest_flow(**options, collection="kept", dry_run=True,
+        plan = ingest(**options, collection="kept", dry_run=True,
                            chars_per_token=CHARS_PER_TOKEN, context_tokens=CONTEXT_TOKENS)
         assert sum(fake.http_requests.values()) == 0
-        assert (plan["new"], plan["changed"], plan["unchanged"]) == (1, 1, 6)
-        run = ingest_flow(**options, collection="kept")
+        assert (plan.new, plan.changed, plan.unchanged) == (1, 1, 6)
+        run = ingest(**options, collection="kept")
         usage, dollars = _bill(fake, batch=False)
-    assert plan["requests"] == run["requests"] == usage["requests"] > 0
-    assert plan["rows"] == run["rows"] and plan["chunks_written"] == run["chunks_written"]
-    assert _close(plan["cost_usd"], dollars)
+    assert plan.requests == run.requests == usage["requests"] > 0
+    assert plan.rows == run.rows and plan.chunks_written == run.chunks_written
+    assert _close(plan.cost_usd, dollars)
 
 
 def test_free_contextualizers_plan_to_nothing(prefect_harness, state, tmp_path):
-    from situate.flows.ingest import ingest_flow
     from situate.tasks.corpus.load import load_corpus
+    from tests.helpers import ingest
 
     corpus = _corpus(tmp_path / "corpus")
     chunks = load_corpus(corpus).chunk_count
     for context, generated in (("structural", chunks), ("none", 0)):
-        plan = ingest_flow(corpus=str(corpus), collection=f"free_{context}", context=context,
+        plan = ingest(corpus=str(corpus), collection=f"free_{context}", context=context,
                            embedder="hash", dry_run=True)
-        assert plan["requests"] == plan["cost_usd"] == plan["estimated_seconds"] == 0
-        assert plan["new"] == 7 and plan["chunks_written"] == chunks
-        assert plan["contexts_generated"] == generated and plan["alternatives"] == {}
+        assert plan.requests == plan.cost_usd == plan.estimated_seconds == 0
+        assert plan.new == 7 and plan.chunks_written == chunks
+        assert plan.contexts_generated == generated and plan.alternatives == {}
     assert not Path(state["milvus_uri"]).exists() and not Path(state["cache_dir"]).exists()
 
 

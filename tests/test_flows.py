@@ -28,21 +28,19 @@ def _artifact(key: str) -> dict:
 
 @pytest.mark.slow
 def test_ingest_twice_then_evaluate_with_minilm(prefect_harness, state):
-    from situate.flows.evaluate import evaluate_flow
-    from situate.flows.ingest import ingest_flow
-    from situate.storage.milvus import open_store
     from situate.tasks.corpus.load import load_corpus
+    from tests.helpers import evaluate, ingest, open_store
 
     corpus = load_corpus(SAMPLE_CORPUS)
-    first = ingest_flow(corpus=str(SAMPLE_CORPUS), collection="sample", context="structural")
-    assert first["new"] == len(corpus.documents)
-    assert first["chunks_written"] == first["rows"] == corpus.chunk_count
-    assert first["contexts_generated"] == corpus.chunk_count
+    first = ingest(corpus=str(SAMPLE_CORPUS), collection="sample", context="structural")
+    assert first.new == len(corpus.documents)
+    assert first.chunks_written == first.rows == corpus.chunk_count
+    assert first.contexts_generated == corpus.chunk_count
 
-    again = ingest_flow(corpus=str(SAMPLE_CORPUS), collection="sample", context="structural")
-    assert again["unchanged"] == len(corpus.documents)
-    assert again["chunks_written"] == 0
-    assert again["rows"] == corpus.chunk_count
+    again = ingest(corpus=str(SAMPLE_CORPUS), collection="sample", context="structural")
+    assert again.unchanged == len(corpus.documents)
+    assert again.chunks_written == 0
+    assert again.rows == corpus.chunk_count
 
     store = open_store(state["milvus_uri"])
     rows = list(store.rows("sample"))
@@ -51,10 +49,10 @@ def test_ingest_twice_then_evaluate_with_minilm(prefect_harness, state):
     assert any("Inside: class JobQueue" in r["context"] for r in queue_rows)
 
     out = Path(state["results_dir"]) / "r.json"
-    result = evaluate_flow(eval_set=str(SAMPLE_EVAL), collection="sample", json_out=str(out))
+    result = evaluate(eval_set=str(SAMPLE_EVAL), collection="sample", json_out=str(out))
     saved = json.loads(out.read_text())
     assert saved["queries"] == 13 and set(saved["pass_at_k"]) == {"dense", "bm25", "hybrid"}
-    assert saved["pass_at_k"] == result["pass_at_k"]
+    assert saved["pass_at_k"] == result.only().pass_at_k
     # Real retrieval on a tiny corpus: every golden chunk is within the first 10 for BM25/hybrid.
     assert saved["pass_at_k"]["hybrid"]["10"] >= 90.0
     assert saved["pass_at_k"]["bm25"]["10"] >= 90.0
@@ -65,29 +63,28 @@ def test_ingest_twice_then_evaluate_with_minilm(prefect_harness, state):
     report = _artifact("evaluation-report-sample")
     assert "First evaluation" in report.data
 
-    evaluate_flow(eval_set=str(SAMPLE_EVAL), collection="sample")
+    evaluate(eval_set=str(SAMPLE_EVAL), collection="sample")
     assert "change since the previous run" in _artifact("evaluation-report-sample").data
 
 
 def test_ingest_prunes_and_replaces_changed_documents(prefect_harness, state, tmp_path):
-    from situate.flows.ingest import ingest_flow
-    from situate.storage.milvus import open_store
+    from tests.helpers import ingest, open_store
 
     corpus = tmp_path / "docs"
     corpus.mkdir()
     (corpus / "keep.md").write_text("# Keep\n\nThis stays the same.\n")
     (corpus / "edit.md").write_text("\n\n".join(f"Paragraph {i} " + "x" * 150 for i in range(8)))
     (corpus / "gone.md").write_text("# Gone\n\nSoon deleted.\n")
-    first = ingest_flow(corpus=str(corpus), collection="inc", embedder="hash", chunk_size=400)
-    assert first["new"] == 3
+    first = ingest(corpus=str(corpus), collection="inc", embedder="hash", chunk_size=400)
+    assert first.new == 3
     (corpus / "edit.md").write_text("A much shorter document now.")
     (corpus / "gone.md").unlink()
-    second = ingest_flow(corpus=str(corpus), collection="inc", embedder="hash", chunk_size=400,
+    second = ingest(corpus=str(corpus), collection="inc", embedder="hash", chunk_size=400,
                          prune=True)
-    assert (second["unchanged"], second["changed"], second["deleted_documents"]) == (1, 1, 1)
+    assert (second.unchanged, second.changed, second.deleted_documents) == (1, 1, 1)
     rows = list(open_store(state["milvus_uri"]).rows("inc"))
     assert sorted((r["doc_id"], r["chunk_index"]) for r in rows) == [("edit.md", 0), ("keep.md", 0)]
-    assert second["rows"] == 2
+    assert second.rows == 2
 
 
 def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -168,18 +165,20 @@ def test_evaluate_refuses_bad_options_before_importing_prefect(tmp_path, args, m
 def test_launch_evaluate_reads_the_evaluation_set_once(prefect_harness, state, monkeypatch):
     """The command checks the evaluation set before the flow run starts; the flow run takes that
     reading instead of reading the file again."""
-    from situate.flows import startup
-    from situate.flows.ingest import ingest_flow
+    from situate.flows.launch import launch_evaluate
+    from situate.flows.options import EvaluateOptions
     from situate.tasks.retrieval import metrics
     from situate.tasks.retrieval.metrics import load_eval_set
+    from tests.helpers import ingest
 
-    ingest_flow(corpus=str(SAMPLE_CORPUS), collection="once", context="none", embedder="hash")
+    ingest(corpus=str(SAMPLE_CORPUS), collection="once", context="none", embedder="hash")
     reads: list[str] = []
     read = metrics.iter_jsonl
     monkeypatch.setattr(metrics, "iter_jsonl", lambda path: reads.append(str(path)) or read(path))
-    result = startup.launch_evaluate(str(SAMPLE_EVAL), "once", modes="bm25")
+    result = launch_evaluate(EvaluateOptions.build(eval_set=str(SAMPLE_EVAL), collection="once",
+                                                   modes="bm25"))
     assert reads == [str(SAMPLE_EVAL)]
-    assert result["queries"] == len(load_eval_set(SAMPLE_EVAL)) == len(result["per_query"])
+    assert result.queries == len(load_eval_set(SAMPLE_EVAL)) == len(result.only().per_query)
 
 
 @pytest.mark.slow

@@ -250,10 +250,10 @@ def test_eval_set_queries_empty_refused_with_file_and_line_long_ones_cut(tmp_pat
 
 
 def test_search_refuses_an_empty_query_before_opening_the_store(state):
-    from situate.flows.evaluate import search
+    from situate.flows.options import SearchOptions
 
     with pytest.raises(InputError, match="^empty query: give words to search for$"):
-        search("  ", "never_ingested")
+        SearchOptions.build(query="  ", collection="never_ingested")
     assert not Path(state["milvus_uri"]).exists()
 
 
@@ -262,8 +262,8 @@ def test_hostile_corpus_ingests_and_long_queries_search(prefect_harness, state, 
     """NUL bytes, lone surrogates and an oversize chunk reach the store as clean rows (no Milvus
     error); a 100 kB query then searches in every mode."""
     from situate.flows.evaluate import search
-    from situate.flows.ingest import ingest_flow
-    from situate.storage.milvus import open_store
+    from situate.flows.options import SearchOptions
+    from tests.helpers import ingest, open_store
 
     f = tmp_path / "chunks.json"
     f.write_text(json.dumps([
@@ -273,13 +273,13 @@ def test_hostile_corpus_ingests_and_long_queries_search(prefect_harness, state, 
         {"doc_id": "odd", "content": "z" * 70_000 + " tail",
          "chunks": [{"content": "z" * 70_000}, {"content": " tail"}]},
     ]))
-    summary = ingest_flow(corpus=str(f), collection="hostile", embedder="hash", context="structural")
-    assert summary["rows"] == 2
+    summary = ingest(corpus=str(f), collection="hostile", embedder="hash", context="structural")
+    assert summary.rows == 2
     rows = sorted(open_store(state["milvus_uri"]).rows("hostile"), key=lambda r: r["doc_id"])
     assert [(r["doc_id"], r["chunk_index"]) for r in rows] == [("odd", 1), ("worker", 0)]
     assert rows[1]["text"] == "the worker retries a failed job \ufffd with backoff"
     for mode in ("dense", "bm25", "hybrid"):
-        hits = search(BIG_QUERY, "hostile", mode=mode, k=2)
+        hits = search(SearchOptions.build(query=BIG_QUERY, collection="hostile", mode=mode, k=2))
         assert hits and hits[0].doc_id == "worker"
 
 

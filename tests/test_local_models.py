@@ -29,22 +29,21 @@ def build_broken_model(model: str, api_key: str) -> object:
 
 
 @pytest.fixture
-def local_specs(monkeypatch):
-    from situate.tasks.embedders.base import EMBEDDERS, EmbedderSpec, release_embedders
+def local_specs(monkeypatch, embedders):
+    from situate.tasks.embedders.base import EMBEDDERS, EmbedderSpec
 
     EMBEDDERS.register("pid", EmbedderSpec("pid-1", "math", "", "", build_pid_model, local=True))
     EMBEDDERS.register("broken", EmbedderSpec("broken-1", "math", "", "", build_broken_model,
                                               local=True))
     yield
-    release_embedders()
+    embedders.release()
     EMBEDDERS.unregister("pid")
     EMBEDDERS.unregister("broken")
 
 
-def test_local_model_embeds_in_another_process_and_exits_when_released(local_specs):
-    from situate.tasks.embedders.base import get_embedder, release_embedders
+def test_local_model_embeds_in_another_process_and_exits_when_released(local_specs, embedders):
 
-    emb = get_embedder("pid")
+    emb = embedders.get("pid")
     assert emb.dim == 2
     texts = ["a", "bb", "ccc"] * 30  # two batches of the default size
     vectors = emb.embed_documents(texts)
@@ -52,57 +51,54 @@ def test_local_model_embeds_in_another_process_and_exits_when_released(local_spe
     assert len(pids) == 1 and pids != {float(os.getpid())}
     assert [v[1] for v in vectors] == [float(len(t)) for t in texts]
     assert emb.embed_queries(["dddd"])[0][1] == -4.0
-    assert get_embedder("pid") is emb  # loaded once per process
+    assert embedders.get("pid") is emb  # loaded once per pool
 
     pool = emb._function._pool
     workers, manager = list(pool._processes.values()), pool._executor_manager_thread
-    release_embedders()
+    embedders.release()
     # The executor's manager thread sends the workers their stop and reaps them (waitpid). Joining
     # a worker from here as well races it for the waitpid: the loser sees ECHILD and an exitcode
     # of None although the worker exited cleanly. So wait for the reaper, then read the codes.
     manager.join(timeout=30)
     assert not manager.is_alive()
     assert [p.exitcode for p in workers] == [0] * len(workers)
-    again = get_embedder("pid")
+    again = embedders.get("pid")
     assert again is not emb and again.embed_documents(["x"])[0][0] not in pids
 
 
-def test_killed_model_leaves_no_thread_for_the_exit_hook(local_specs):
+def test_killed_model_leaves_no_thread_for_the_exit_hook(local_specs, embedders):
     """A failed command releases its models with kill=True and exits. On Python 3.11 the exit
     hook of concurrent.futures wakes every live pool's manager thread through a pipe which that
     thread may be closing at the same moment (EBADF, a traceback after the command's last line).
     So killing must leave no manager thread and no open wake-up pipe behind."""
     import concurrent.futures.process as cfp
 
-    from situate.tasks.embedders.base import get_embedder, release_embedders
-
-    emb = get_embedder("pid")
+    emb = embedders.get("pid")
     assert emb.dim == 2
     pool = emb._function._pool
     workers, manager = list(pool._processes.values()), pool._executor_manager_thread
     wakeup = cfp._threads_wakeups[manager]
-    release_embedders(kill=True)
+    embedders.release(kill=True)
     assert not manager.is_alive() and wakeup._closed  # the exit hook's wakeup() is a no-op
     assert all(p.exitcode is not None for p in workers)
 
 
-def test_failed_load_is_one_provider_error(local_specs):
+def test_failed_load_is_one_provider_error(local_specs, embedders):
     from situate.core.errors import ProviderError
-    from situate.tasks.embedders.base import get_embedder
 
-    emb = get_embedder("broken")  # returns at once: the load runs in the other process
+    emb = embedders.get("broken")  # returns at once: the load runs in the other process
     with pytest.raises(ProviderError, match=r"embedder broken:broken-1 could not be loaded: "
                                             r"OSError: no weights for broken-1"):
         emb.embed_documents(["x"])
     with pytest.raises(ProviderError, match="could not be loaded"):
-        assert get_embedder("broken").dim
+        assert embedders.get("broken").dim
 
 
 def _pid_in_daemon(queue) -> None:
-    from situate.tasks.embedders.base import EMBEDDERS, EmbedderSpec, get_embedder
+    from situate.tasks.embedders.base import EMBEDDERS, Embedders, EmbedderSpec
 
     EMBEDDERS.register("pid", EmbedderSpec("pid-1", "math", "", "", build_pid_model, local=True))
-    queue.put((os.getpid(), get_embedder("pid").embed_documents(["x"])[0][0]))
+    queue.put((os.getpid(), Embedders().get("pid").embed_documents(["x"])[0][0]))
 
 
 def test_daemonic_process_embeds_in_process():

@@ -18,7 +18,7 @@ from situate.core.errors import StoreError
 from situate.core.records import chunk_id
 from situate.core.retry import RetryPolicy
 from situate.storage.milvus import RETRY_ATTEMPTS, RETRY_BASE, RETRY_CAP, MilvusStore
-from tests.milvus_server import MilvusServer, free_port, snapshot
+from tests.fakes.milvus_server import MilvusServer, free_port, snapshot
 from tests.store_contract import EMB, EMBEDDER, embedded
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -232,7 +232,7 @@ def test_cli_ingest_with_the_server_down_mid_write_then_resumed(prefect_harness,
     monkeypatch.setattr(milvus, "RETRY_ATTEMPTS", SHORT["retry_attempts"])
     monkeypatch.setattr(milvus, "RETRY_BASE", SHORT["retry_base"])
     monkeypatch.setattr(milvus, "RETRY_CAP", SHORT["retry_cap"])
-    milvus.close_stores()  # the next run opens its store with the short budget
+    # the next run opens its store with the short budget
     real = MilvusStore.upsert
     calls = {"n": 0}
 

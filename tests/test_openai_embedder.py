@@ -8,8 +8,7 @@ import math
 import pytest
 
 from situate.core.errors import ProviderError
-from situate.tasks.embedders.base import get_embedder, release_embedders
-from tests.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI
 
 
 @pytest.fixture
@@ -18,14 +17,10 @@ def fake(monkeypatch):
         monkeypatch.setenv("OPENAI_API_KEY", server.api_key)
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url + "/v1")
         yield server
-    from situate.tasks.embedders import base as embed
-
-    embed._LOADED.pop("openai:text-embedding-3-small", None)
-    release_embedders()
 
 
-def test_documents_and_queries_embed_through_the_sdk(fake):
-    e = get_embedder("openai")
+def test_documents_and_queries_embed_through_the_sdk(fake, embedders):
+    e = embedders.get("openai")
     assert e.dim == 1536
     docs = e.embed_documents(["lease the queue", "flush the segment", "lease the queue"], batch_size=2)
     assert len(docs) == 3 and all(len(v) == 1536 for v in docs)
@@ -36,9 +31,9 @@ def test_documents_and_queries_embed_through_the_sdk(fake):
     assert query == docs[0]  # the same words, the same hashed vector
 
 
-def test_a_refused_key_is_one_error_without_the_key(fake, monkeypatch):
+def test_a_refused_key_is_one_error_without_the_key(fake, monkeypatch, embedders):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong-key-123456")
     with pytest.raises(ProviderError) as info:
-        get_embedder("openai").embed_documents(["x"])
+        embedders.get("openai").embed_documents(["x"])
     assert "sk-wrong-key-123456" not in str(info.value)
     assert "401" in str(info.value) or "AuthenticationError" in str(info.value)

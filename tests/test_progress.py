@@ -122,8 +122,10 @@ class _Paid:
 
 @pytest.mark.parametrize("provider", ["structural", "paid"])
 def test_a_window_reports_each_document_it_situates(provider):
-    from situate.flows.ingest import DOCUMENTS_SITUATED, situate_window
+    from situate.flows.artifacts import DOCUMENTS_SITUATED
+    from situate.flows.progress import reporter
     from situate.tasks.contexts.base import ContextConfig, get_contextualizer
+    from situate.tasks.contexts.cache import situate_documents
     from situate.tasks.corpus.load import scan_corpus, stream_corpus
 
     scan_corpus(SAMPLE_CORPUS, 800, 100)
@@ -137,7 +139,7 @@ def test_a_window_reports_each_document_it_situates(provider):
             got.append(n)
 
     with reporting(DOCUMENTS_SITUATED, count):
-        results = situate_window(contextualizer, docs, None)
+        results = situate_documents(contextualizer, docs, None, reporter(DOCUMENTS_SITUATED))
     assert len(results) == len(docs) > 1
     assert got == [1] * len(docs)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cohere_server import FakeCohere
 from tests.conftest import SAMPLE_CORPUS, SAMPLE_EVAL
+from tests.fakes.cohere_server import FakeCohere
 
 
 @pytest.fixture
@@ -17,19 +17,16 @@ def cohere(monkeypatch):
         yield fake
 
 
-def test_evaluate_runs_rerank_when_a_cohere_key_is_set(prefect_harness, state, cohere):
-    from situate.flows.evaluate import evaluate_flow
-    from situate.flows.ingest import ingest_flow
-    from situate.storage.milvus import open_store
-    from situate.tasks.embedders.base import get_embedder
+def test_evaluate_runs_rerank_when_a_cohere_key_is_set(prefect_harness, state, cohere, embedders):
     from situate.tasks.rerankers.base import get_reranker
     from situate.tasks.retrieval.metrics import load_eval_set
     from situate.tasks.retrieval.search import RERANK_DEPTH, retrieve
+    from tests.helpers import evaluate, ingest, open_store
 
-    ingest_flow(corpus=str(SAMPLE_CORPUS), collection="rr", embedder="hash")
+    ingest(corpus=str(SAMPLE_CORPUS), collection="rr", embedder="hash")
     store = open_store(state["milvus_uri"])
     query = "How can I requeue a dead-lettered job?"
-    embedder, reranker = get_embedder("hash"), get_reranker("cohere")
+    embedder, reranker = embedders.get("hash"), get_reranker("cohere")
     hybrid = retrieve(store, "rr", [query], "hybrid", RERANK_DEPTH, embedder=embedder)[0]
     reranked = retrieve(store, "rr", [query], "rerank", 5, embedder=embedder, reranker=reranker)[0]
     assert len(reranked) == 5
@@ -41,8 +38,8 @@ def test_evaluate_runs_rerank_when_a_cohere_key_is_set(prefect_harness, state, c
     assert {h.id for h in reranked} <= {h.id for h in hybrid}
 
     requests_before = cohere.requests
-    result = evaluate_flow(eval_set=str(SAMPLE_EVAL), collection="rr")
-    assert set(result["pass_at_k"]) == {"dense", "bm25", "hybrid", "rerank"}
+    result = evaluate(eval_set=str(SAMPLE_EVAL), collection="rr")
+    assert set(result.only().pass_at_k) == {"dense", "bm25", "hybrid", "rerank"}
     assert cohere.requests - requests_before == len(load_eval_set(SAMPLE_EVAL))
 
 

@@ -15,12 +15,9 @@ class _EmptyStore:
 
 
 @pytest.fixture
-def hash_embedder(monkeypatch):
+def hash_embedder(monkeypatch, embedders):
     """A freshly loaded `hash` embedder, whose query batches are recorded."""
-    from situate.tasks.embedders import base as embed
-
-    monkeypatch.setattr(embed, "_LOADED", {})  # not one an earlier test has already warmed
-    embedder = embed.get_embedder("hash")
+    embedder = embedders.get("hash")  # a test's own pool: not one an earlier test has warmed
     batches: list[list[str]] = []
     encode = embedder._function.encode_queries
     monkeypatch.setattr(embedder._function, "encode_queries",
@@ -28,14 +25,13 @@ def hash_embedder(monkeypatch):
     return batches
 
 
-def test_a_model_is_warmed_once_for_every_timed_mode(hash_embedder):
+def test_a_model_is_warmed_once_for_every_timed_mode(hash_embedder, embedders):
     from situate.tasks.retrieval.search import retrieve
 
     queries = ["alpha beta", "gamma", "delta"]
     seconds: list[float] = []
-    from situate.tasks.embedders.base import get_embedder
 
-    embedder = get_embedder("hash")
+    embedder = embedders.get("hash")
     for mode in ("dense", "bm25", "hybrid"):
         retrieve(_EmptyStore(), "c", queries, mode, 5, embedder=embedder, on_query=seconds.append)
     # One untimed warm-up query, then each query embedded alone in each mode that embeds.
@@ -43,9 +39,8 @@ def test_a_model_is_warmed_once_for_every_timed_mode(hash_embedder):
     assert len(seconds) == 3 * len(queries)
 
 
-def test_an_untimed_search_is_not_warmed(hash_embedder):
-    from situate.tasks.embedders import base as embed
+def test_an_untimed_search_is_not_warmed(hash_embedder, embedders):
     from situate.tasks.retrieval.search import retrieve
 
-    retrieve(_EmptyStore(), "c", ["alpha"], "dense", 5, embedder=embed.get_embedder("hash"))
+    retrieve(_EmptyStore(), "c", ["alpha"], "dense", 5, embedder=embedders.get("hash"))
     assert hash_embedder == [["alpha"]]

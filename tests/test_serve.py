@@ -17,8 +17,8 @@ import pytest
 
 from benchmarks.bench_scale import write_corpus
 from tests.conftest import SAMPLE_CORPUS, SAMPLE_EVAL
-from tests.openai_server import FakeOpenAI
-from tests.prefect_server import BIN, PrefectApi, prefect_server, wait_until
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.prefect_server import BIN, PrefectApi, prefect_server, wait_until
 
 NOT_DONE = ["SCHEDULED", "PENDING", "RUNNING", "CANCELLING", "PAUSED"]
 IN_PROGRESS = ["PENDING", "RUNNING", "CANCELLING"]
@@ -213,11 +213,15 @@ def test_ingest_and_evaluate_due_at_once_on_a_lite_file_both_complete(api, tmp_p
 
 
 def test_runs_on_a_lite_file_one_at_a_time_on_a_server_together():
-    from situate.flows.deploy import ServeConfig, run_limit
+    from situate.flows.deploy import run_limit
+    from situate.flows.options import ServeOptions
 
-    assert run_limit(ServeConfig("c", "x", milvus_uri="/data/milvus.db")) == 1
-    assert run_limit(ServeConfig("c", "x", milvus_uri="http://127.0.0.1:19530")) is None
-    assert run_limit(ServeConfig("c", "x", milvus_uri="https://in01.zillizcloud.com")) is None
+    def limit(uri: str) -> int | None:
+        return run_limit(ServeOptions(corpus="c", collection="x", milvus_uri=uri))
+
+    assert limit("/data/milvus.db") == 1
+    assert limit("http://127.0.0.1:19530") is None
+    assert limit("https://in01.zillizcloud.com") is None
 
 
 def test_a_waiting_run_is_said_once_and_why():

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.conftest import SAMPLE_CORPUS, SAMPLE_EVAL
-from tests.milvus_server import milvus_server, snapshot
+from tests.fakes.milvus_server import milvus_server, snapshot
 from tests.store_contract import StoreContract
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -41,30 +41,29 @@ class TestMilvusServer(StoreContract):
 
 
 def test_ingest_and_evaluate_on_server_match_lite(prefect_harness, state, server_uri, tmp_path):
-    from situate.flows.evaluate import evaluate_flow
-    from situate.flows.ingest import ingest_flow
+    from tests.helpers import evaluate, ingest
 
     common = {"corpus": str(SAMPLE_CORPUS), "collection": "server_mode", "embedder": "hash",
               "context": "structural"}
-    lite = ingest_flow(**common)
-    served = ingest_flow(**common, milvus_uri=server_uri)
-    assert served["rows"] == lite["rows"] > 0
-    assert served["chunks_written"] == lite["chunks_written"] == lite["rows"]
+    lite = ingest(**common)
+    served = ingest(**common, milvus_uri=server_uri)
+    assert served.rows == lite.rows > 0
+    assert served.chunks_written == lite.chunks_written == lite.rows
     rows = snapshot(server_uri, "server_mode")
     assert rows == snapshot(state["milvus_uri"], "server_mode")
     assert len({r[0] for r in rows}) == len(rows)
 
     # A second run against the server reads the stored rows back (query iterator) and skips all.
-    again = ingest_flow(**common, milvus_uri=server_uri)
-    assert (again["unchanged"], again["new"], again["changed"], again["chunks_written"]) == (
-        lite["documents"], 0, 0, 0)
+    again = ingest(**common, milvus_uri=server_uri)
+    assert (again.unchanged, again.new, again.changed, again.chunks_written) == (
+        lite.documents, 0, 0, 0)
 
-    lite_eval = evaluate_flow(eval_set=str(SAMPLE_EVAL), collection="server_mode", modes="bm25,hybrid")
-    served_eval = evaluate_flow(eval_set=str(SAMPLE_EVAL), collection="server_mode",
+    lite_eval = evaluate(eval_set=str(SAMPLE_EVAL), collection="server_mode", modes="bm25,hybrid")
+    served_eval = evaluate(eval_set=str(SAMPLE_EVAL), collection="server_mode",
                                 modes="bm25,hybrid", milvus_uri=server_uri)
-    assert served_eval["queries"] == lite_eval["queries"] == 13
-    assert served_eval["pass_at_k"] == lite_eval["pass_at_k"]
-    assert served_eval["pass_at_k"]["hybrid"]["20"] > 0
+    assert served_eval.queries == lite_eval.queries == 13
+    assert served_eval.only().pass_at_k == lite_eval.only().pass_at_k
+    assert served_eval.only().pass_at_k["hybrid"]["20"] > 0
 
 
 def test_cli_with_server_uri_and_token(prefect_harness, state, server_uri, tmp_path, monkeypatch, capsys):

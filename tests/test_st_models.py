@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from situate.core.errors import InputError, ProviderError
-from tests.tiny_models import build_embedder
+from tests.fakes.tiny_models import build_embedder
 
 SITUATE = Path(sys.executable).parent / "situate"
 
@@ -28,19 +28,10 @@ def models(tmp_path_factory) -> dict[str, Path]:
                                        prompts={"query": "query: ", "document": "passage: "})}
 
 
-@pytest.fixture
-def released():
-    from situate.tasks.embedders.base import release_embedders
-
-    yield
-    release_embedders()
-
-
-def test_a_saved_model_embeds_in_its_own_process_with_an_absolute_id(models, released, monkeypatch):
-    from situate.tasks.embedders.base import get_embedder
-
+def test_a_saved_model_embeds_in_its_own_process_with_an_absolute_id(models, monkeypatch,
+                                                                      embedders):
     monkeypatch.chdir(models["a"].parent)
-    emb = get_embedder("st:./tiny-a")  # relative: recorded absolute, valid from any directory
+    emb = embedders.get("st:./tiny-a")  # relative: recorded absolute, valid from any directory
     assert emb.id == f"st:{models['a']}" and os.path.isabs(emb.model)
     assert emb.dim == 16
     texts = ["the worker leases a job", "full jitter backoff", "dead letter queue"]
@@ -50,22 +41,20 @@ def test_a_saved_model_embeds_in_its_own_process_with_an_absolute_id(models, rel
     assert not np.allclose(docs[0], docs[1])
     # Saved without prompts, a text is the same vector as a query and as a document.
     assert np.allclose(emb.embed_queries(texts[:1])[0], docs[0], atol=1e-5)
-    assert get_embedder(f"st:{models['a']}") is emb  # one model whichever way it is named
+    assert embedders.get(f"st:{models['a']}") is emb  # one model whichever way it is named
 
 
-def test_different_models_get_different_ids(models):
+def test_different_models_get_different_ids(models, embedders):
     from situate.tasks.embedders.base import check_embedder
 
     ids = {":".join(check_embedder(f"st:{models[k]}")[:2]) for k in ("a", "b", "prompted")}
     assert len(ids) == 3
 
 
-def test_the_models_own_prompts_prefix_queries_and_documents(models, released):
+def test_the_models_own_prompts_prefix_queries_and_documents(models, embedders):
     from sentence_transformers import SentenceTransformer
 
-    from situate.tasks.embedders.base import get_embedder
-
-    emb = get_embedder(f"st:{models['prompted']}")
+    emb = embedders.get(f"st:{models['prompted']}")
     query, doc = emb.embed_queries(["lease"])[0], emb.embed_documents(["lease"])[0]
     assert not np.allclose(query, doc, atol=1e-4)
     plain = SentenceTransformer(str(models["a"]), device="cpu")  # same weights, no prompts
@@ -73,7 +62,7 @@ def test_the_models_own_prompts_prefix_queries_and_documents(models, released):
     assert np.allclose([query, doc], expected, atol=1e-5)
 
 
-def test_missing_models_are_one_clear_error_before_anything_loads(tmp_path, monkeypatch):
+def test_missing_models_are_one_clear_error_before_anything_loads(tmp_path, monkeypatch, embedders):
     from situate.tasks.embedders.base import check_embedder
 
     with pytest.raises(ProviderError) as info:
@@ -95,13 +84,12 @@ def test_missing_models_are_one_clear_error_before_anything_loads(tmp_path, monk
         check_embedder("st:BAAI/bge-small-en-v1.5")
 
 
-def test_a_model_that_will_not_load_is_one_provider_error(tmp_path, released):
-    from situate.tasks.embedders.base import get_embedder
+def test_a_model_that_will_not_load_is_one_provider_error(tmp_path, embedders):
 
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text("{not json")
-    emb = get_embedder(f"st:{broken}")
+    emb = embedders.get(f"st:{broken}")
     with pytest.raises(ProviderError, match=rf"embedder st:{broken} could not be loaded: ") as info:
         emb.embed_documents(["x"])
     assert "\n" not in str(info.value)

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from benchmarks.bench_scale import write_corpus
-from tests.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI
 
 
 def _env(tmp_path: Path, fake: FakeOpenAI) -> dict[str, str]:

@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT, SAMPLE_CORPUS, SAMPLE_EVAL
-from tests.milvus_server import free_port, stop_process, wait_for_port
-from tests.prefect_server import wait_until
+from tests.fakes.milvus_server import free_port, stop_process, wait_for_port
+from tests.fakes.prefect_server import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -269,7 +269,10 @@ def test_prefect_yaml_deployments_run_on_a_process_worker(prefect_server, tmp_pa
     worker = _start([prefect, "worker", "start", "--pool", "situate"], env, tmp_path / "worker.log",
                     tmp_path)
     try:
-        proc = subprocess.run([prefect, "deployment", "run", "ingest/hourly", "-p", "collection=yaml_sample",
+        options = {"corpus": str(ROOT / "data" / "sample" / "corpus"), "collection": "yaml_sample",
+                   "context": "structural", "prune": True}
+        proc = subprocess.run([prefect, "deployment", "run", "ingest/hourly",
+                               "--params", json.dumps({"options": options}),
                                "--watch", "--watch-timeout", "300"], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=360)
         assert proc.returncode == 0 and "Completed" in proc.stdout, proc.stdout[-2000:]

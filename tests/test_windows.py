@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.tiny_models import build_embedder
+from tests.fakes.tiny_models import build_embedder
 
 
 @pytest.fixture(scope="module")

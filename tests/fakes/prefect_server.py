@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from tests.milvus_server import free_port, stop_process, wait_for_port
+from tests.fakes.milvus_server import free_port, stop_process, wait_for_port
 
 BIN = Path(sys.executable).parent
 

@@ -126,7 +126,8 @@ ROW_FIELDS = ("id", "doc_id", "chunk_index", "text", "context", "doc_hash", "chu
 
 def snapshot(uri: str, collection: str, token: str = "") -> list[tuple]:
     """Every stored row of COLLECTION as sorted tuples of ROW_FIELDS: what 'same rows' means."""
-    from situate.storage.milvus import open_store
+    from situate.storage.milvus import MilvusStore
 
-    rows = open_store(uri, token).rows(collection, fields=ROW_FIELDS)
-    return sorted(tuple(r[f] for f in ROW_FIELDS) for r in rows)
+    with MilvusStore(uri, token) as store:
+        return sorted(tuple(r[f] for f in ROW_FIELDS)
+                      for r in store.rows(collection, fields=ROW_FIELDS))

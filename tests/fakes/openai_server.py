@@ -21,10 +21,7 @@ from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 
-try:
-    from tests.loopback import LoopbackServer
-except ImportError:  # run from benchmarks/ with the repository root on sys.path
-    from loopback import LoopbackServer  # type: ignore[no-redef]
+from tests.fakes.loopback import LoopbackServer
 
 DIMENSIONS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072,
               "text-embedding-ada-002": 1536}

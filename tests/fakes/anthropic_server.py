@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.loopback import LoopbackServer
+from tests.fakes.loopback import LoopbackServer
 
 CHARS_PER_TOKEN = 4
 FAULT_KINDS = ("429", "529", "500", "drop", "slow")

@@ -26,7 +26,7 @@ from collections import Counter, deque
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.loopback import LoopbackServer
+from tests.fakes.loopback import LoopbackServer
 
 MODELS = ("rerank-v3.5", "rerank-english-v3.0", "rerank-multilingual-v3.0", "rerank-v4.0-pro")
 FAULT_KINDS = ("ok", "429", "500", "503", "drop", "slow", "bad_index", "dup_index")

@@ -1,0 +1,106 @@
+"""The options models are the one source of every command's flags, help, flow parameters and the
+README's configuration table: a field missing from any of them, or a provider missing from the
+help's choices, fails here."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.conftest import ROOT, SAMPLE_CORPUS, SAMPLE_EVAL
+
+COMMANDS = ("ingest", "evaluate", "search", "serve")
+
+
+def _help(command: str) -> str:
+    from situate.flows.cli import _parser
+
+    parser = _parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    return " ".join(sub.choices[command].format_help().split())  # lines unwrapped
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_field_is_a_flag_or_argument_in_the_help(command):
+    from situate.flows.options import COMMANDS as MODELS
+    from situate.flows.options import fields
+
+    text = _help(command)
+    for name, _, flag, _ in fields(MODELS[command]):
+        assert flag is not None, f"{command}: field {name} has no Flag"
+        shown = flag.names[0] if flag.names else name
+        assert re.search(rf"(?<![\w-]){re.escape(shown)}(?![\w-])", text), (command, shown)
+
+
+def test_every_registered_provider_is_among_the_helps_choices():
+    from situate.tasks.contexts.base import CONTEXTUALIZERS
+    from situate.tasks.embedders.base import EMBEDDERS
+    from situate.tasks.rerankers.base import RERANKERS
+
+    ingest, evaluate = _help("ingest"), _help("evaluate")
+    for name in CONTEXTUALIZERS.names():
+        assert re.search(rf"--context CONTEXT [^[]*\b{re.escape(name)}\b", ingest), name
+    for name in EMBEDDERS.names():
+        assert re.search(rf"--embedder EMBEDDER [^[]*\b{re.escape(name)}\b", ingest), name
+    for name in RERANKERS.names():
+        assert re.search(rf"--rerank RERANKER [^[]*\b{re.escape(name)}\b", evaluate), name
+
+
+@pytest.mark.parametrize("command", ["ingest", "evaluate"])
+def test_the_flows_one_parameter_is_the_options_model_with_every_field(command):
+    """What a deployment's run form is built from: Prefect's parameter schema of the flow."""
+    from prefect.utilities.callables import parameter_schema
+
+    from situate.flows.options import COMMANDS as MODELS
+
+    flow = {"ingest": "situate.flows.ingest:ingest_flow",
+            "evaluate": "situate.flows.evaluate:evaluate_flow"}[command]
+    module, _, attr = flow.partition(":")
+    fn = getattr(__import__(module, fromlist=[attr]), attr).fn
+    schema = parameter_schema(fn).model_dump_for_openapi()
+    assert list(schema["properties"]) == ["options"]
+    model = MODELS[command]
+    properties = schema["definitions"][model.__name__]["properties"]
+    assert list(properties) == list(model.model_fields)
+    assert all(properties[name].get("description") for name in properties)
+
+
+def test_the_readme_configuration_table_is_the_options_table():
+    from situate.flows.options import options_table
+
+    readme = (ROOT / "README.md").read_text()
+    start, end = "<!-- options-table: start -->", "<!-- options-table: end -->"
+    assert start in readme and end in readme, "README has no generated options table"
+    table = readme.split(start)[1].split(end)[0].strip()
+    assert table == options_table(), ("README's configuration table differs from the options: "
+                                      "paste `python -m situate.flows.options` between its markers")
+
+
+def test_a_bad_value_names_its_flag_in_one_line():
+    from situate.core.errors import InputError
+    from situate.flows.options import EvaluateOptions, IngestOptions
+
+    with pytest.raises(InputError, match=r"^--concurrency 0: Input should be greater than or equal to 1$"):
+        IngestOptions.build(corpus=str(SAMPLE_CORPUS), collection="c", concurrency=0)
+    with pytest.raises(InputError, match=r"^--k must be comma-separated positive integers, got 'x'$"):
+        EvaluateOptions.build(eval_set=str(SAMPLE_EVAL), collection="c", k="x")
+
+
+def test_fields_left_empty_are_filled_from_the_settings_once(monkeypatch):
+    from situate.core.settings import get_settings
+    from situate.flows.options import IngestOptions
+
+    monkeypatch.setenv("SITUATE_CHUNK_SIZE", "321")
+    monkeypatch.setenv("SITUATE_MILVUS_URI", "http://127.0.0.1:1")
+    get_settings.cache_clear()
+    try:
+        opts = IngestOptions.build(corpus=str(SAMPLE_CORPUS), collection="c", embedder="hash",
+                                   chunk_overlap=7)
+        assert (opts.chunk_size, opts.chunk_overlap, opts.milvus_uri) == (321, 7, "http://127.0.0.1:1")
+        assert opts.context == "structural"  # no Anthropic key in the tests' environment
+        # what a deployment stores: only what was given
+        assert opts.given() == {"corpus": str(SAMPLE_CORPUS), "collection": "c",
+                                "embedder": "hash", "chunk_overlap": 7}
+    finally:
+        get_settings.cache_clear()

@@ -1,0 +1,46 @@
+"""Every private part of Prefect that situate reaches for (flows/prefect_internals.py) is still
+where it was: a Prefect upgrade that moves one fails here, loudly, instead of a run quietly
+losing what it bought (a bounded stop, a quiet temporary server, a clean `serve`)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+from situate.flows.prefect_internals import TOUCHED
+
+
+@pytest.mark.parametrize(("owner", "attribute"), TOUCHED)
+def test_what_situate_touches_is_there(owner, attribute):
+    module_name, _, class_name = owner.partition(":")
+    module = importlib.import_module(module_name)
+    if not class_name:
+        assert hasattr(module, attribute), f"{module_name}.{attribute} is gone"
+        return
+    cls = getattr(module, class_name)
+    if hasattr(cls, attribute):
+        return
+    # An instance attribute: set in the class's own code.
+    source = inspect.getsource(cls)
+    assert f"self.{attribute}" in source, f"{owner}: no attribute {attribute}"
+
+
+def test_the_sigterm_handler_is_wrapped_once_and_still_called():
+    from prefect.utilities import engine
+
+    from situate.flows import prefect_internals
+
+    calls: list[int] = []
+    original = engine._prefect_sigterm_handler
+    engine._prefect_sigterm_handler = lambda signum, frame: calls.append(signum)
+    try:
+        prefect_internals.bound_sigterm(lambda signum: None, deadline=60)
+        wrapped = engine._prefect_sigterm_handler
+        prefect_internals.bound_sigterm(lambda signum: None, deadline=60)
+        assert engine._prefect_sigterm_handler is wrapped  # not wrapped twice
+        wrapped(15, None)
+        assert calls == [15]
+    finally:
+        engine._prefect_sigterm_handler = original
