@@ -39,8 +39,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.fakes.anthropic_server import FakeAnthropic, Faults, count_tokens  # noqa: E402
-
 from situate.core.records import Chunk, Document, Usage  # noqa: E402
 from situate.storage.cache import ContextCache  # noqa: E402
 from situate.tasks.contexts.base import ContextConfig, ContextResult  # noqa: E402
@@ -55,6 +53,7 @@ from situate.tasks.contexts.claude import (  # noqa: E402
     price,
 )
 from situate.tasks.corpus.load import load_corpus  # noqa: E402
+from tests.fakes.anthropic_server import FakeAnthropic, Faults, count_tokens  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "datasets" / "codebase" / "codebase_chunks.json"
 RESULTS = ROOT / "benchmarks" / "results" / "claude.json"

@@ -159,10 +159,9 @@ def cold_reingest(params: dict[str, Any]) -> dict[str, Any]:
     Prefect server."""
     import subprocess
 
-    from prefect.settings import PREFECT_API_URL
-
     # Milvus Lite: one process per file, and the child needs it (every run closed its store)
     from milvus_lite.server_manager import server_manager_instance
+    from prefect.settings import PREFECT_API_URL
 
     server_manager_instance.release_all()
     cmd = [str(Path(sys.executable).with_name("situate")), "ingest", params["corpus"], "--collection",

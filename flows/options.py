@@ -118,7 +118,7 @@ class Options(BaseModel):
         filled = dict(data)
         for name, field in cls.model_fields.items():
             source = _meta(field, FromSetting)
-            if source is not None and filled.get(name) is None:
+            if source is not None and filled.get(name) in (None, ""):  # a form's blank too
                 settings = settings or get_settings()
                 filled[name] = source.read(settings)
         return filled
@@ -170,10 +170,11 @@ class IngestOptions(Options):
     milvus_uri: MilvusUri = Field(None, description="Milvus Lite file, or http(s)://host:port")
     context: Annotated[str, Flag(("--context",), choices=_context_names),
                        FromSetting("context", Settings.default_context)] = Field(
-        None, description="context provider")
+        None, description="context provider by name")
     embedder: Annotated[str, Flag(("--embedder",), choices=_embedder_names,
                                   hint="optionally name:model; st:NAME_OR_PATH"),
-                        FromSetting("embedder")] = Field(None, description="embedder")
+                        FromSetting("embedder")] = Field(
+        None, description="embedder by name")
     model: Annotated[str, Flag(("--model",)), FromSetting("anthropic_model")] = Field(
         None, description="Claude model for --context anthropic")
     concurrency: Annotated[int, Flag(("--concurrency",)), FromSetting("concurrency")] = Field(

@@ -177,7 +177,9 @@ def test_deployment_runs_show_in_the_ui(prefect_server, tmp_path):
                 f"{api}/deployments/name/{flow}/situate").status_code == 200,
                 120, f"deployment {flow}/situate")
         dep = httpx.get(f"{api}/deployments/name/ingest/situate").json()
-        assert dep["parameters"]["prune"] is True and dep["parameters"]["collection"] == COLLECTION
+        options = dep["parameters"]["options"]  # the flow's one parameter: its options
+        assert options["prune"] is True and options["collection"] == COLLECTION
+        assert "milvus_uri" in options and "chunk_size" not in options  # the rest: at run time
         assert [x["schedule"]["cron"] for x in dep["schedules"]] == ["0 0 1 1 *"]
         assert dep["schedules"][0]["active"]
         assert "situate" in dep["tags"]
@@ -239,6 +241,18 @@ def test_deployment_runs_show_in_the_ui(prefect_server, tmp_path):
         wait_until(lambda: browser.click("Artifacts"), 30, "Artifacts tab")
         text = browser.wait_for(["ingest-summary-ui-sample", "ingest-progress-ui-sample"])
         browser.capture("ingest-run-artifacts", out)
+
+        # A custom run of the ingest deployment: Prefect builds its form from the options model
+        # (the flow's one parameter), every field with its description.
+        from situate.flows.options import IngestOptions
+
+        browser.goto(f"{ui}/deployments/deployment/{dep['id']}/run")
+        browser.wait_for(["Parameters", "Corpus", "Chunk Size", "Context Tokens"], 60)
+        text, _ = browser.capture("ingest-custom-run-form", out)
+        for name, field in IngestOptions.model_fields.items():
+            title = name.replace("_", " ").title()  # pydantic's title of the field
+            assert title in text, f"the run form has no field {title}"
+            assert (field.description or "")[:40] in text, f"the run form lacks {name}'s help"
     finally:
         if browser is not None:
             browser.close()
