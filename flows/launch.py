@@ -126,10 +126,10 @@ def run_flow(flow: Any, tags: tuple[str, ...], options: Options, resources: Reso
     is raised after the temporary server has recorded the run (see `settle`)."""
     from prefect import tags as prefect_tags
 
-    from situate.flows.signals import bound_prefect_sigterm
+    from situate.flows.signals import take_over_flow_run_sigterm
 
     start_temporary_server()
-    bound_prefect_sigterm()
+    take_over_flow_run_sigterm()
     gc.freeze()  # what is loaded by now lives to the end: keep the collector off it
     with provided(resources), prefect_tags(*tags):
         state = flow(options, return_state=True)

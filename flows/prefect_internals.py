@@ -8,14 +8,16 @@ Where one is missing at run time, situate goes on without the improvement it gav
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 # (module, attribute): module-level names; ("prefect.runner:Runner", attr): instance attributes.
 TOUCHED = (
     ("prefect.utilities.engine", "_prefect_sigterm_handler"),
+    ("prefect.utilities.engine", "capture_sigterm"),
     ("prefect.server.api.server", "SubprocessASGIServer"),
+    ("prefect.server.api.server", "subprocess"),
+    ("prefect.server.api.server:SubprocessASGIServer", "_run_uvicorn_command"),
     ("prefect.server.api.server:SubprocessASGIServer", "_instances"),
     ("prefect.events.worker", "EventsWorker"),
     ("prefect.events.worker:EventsWorker", "drain_all"),
@@ -28,31 +30,23 @@ TOUCHED = (
 )
 
 
-def bound_sigterm(stop: Callable[[int], None], deadline: float) -> None:
-    """Give Prefect's SIGTERM handling of a flow run a deadline.
+def replace_sigterm(handler: Callable[[int, Any], None]) -> None:
+    """Use `handler` for SIGTERM during the flow runs of this process, in place of Prefect's.
 
-    Inside a flow run Prefect swaps SIGTERM for a handler that raises in the main thread, marks
-    the run crashed and re-sends the signal to the previous handler once the run's task runner
-    has let its worker threads finish. That last wait is unbounded, and no setting bounds it.
-    Wrapping Prefect's handler (a module attribute its engine reads when a run starts) starts a
-    timer that calls `stop(signum)` after `deadline` seconds whatever the threads are doing.
-    """
+    Inside a flow run Prefect swaps SIGTERM for a handler (`capture_sigterm`, installing the
+    module attribute `_prefect_sigterm_handler`, looked up when a run starts) that raises
+    `TerminationSignal` into the run: a task in progress is then logged as failed with its
+    traceback, and the run is recorded Crashed after its threads have finished. No setting turns
+    it off. For a one-off `situate` command, `handler` (situate's stop) runs instead. Deployment
+    runs, started by Prefect's runner in processes of their own, keep Prefect's (it carries the
+    runner's cancellations)."""
     try:
         from prefect.utilities import engine as prefect_engine
     except ImportError:
         return
-    original = getattr(prefect_engine, "_prefect_sigterm_handler", None)
-    if original is None or getattr(original, "_situate_deadline", False):
+    if getattr(prefect_engine, "_prefect_sigterm_handler", None) is None:
         return
-
-    def with_deadline(signum: int, frame: object) -> None:
-        timer = threading.Timer(deadline, stop, args=(signum,))
-        timer.daemon = True
-        timer.start()
-        original(signum, frame)
-
-    with_deadline._situate_deadline = True  # type: ignore[attr-defined]
-    prefect_engine._prefect_sigterm_handler = with_deadline
+    prefect_engine._prefect_sigterm_handler = handler
 
 
 def temporary_server() -> Any:
@@ -69,10 +63,31 @@ def temporary_server() -> Any:
 
 def start_temporary_server() -> None:
     """Start the temporary server now (the flow would start the same singleton on its first API
-    call and wait for it; started here, its start overlaps the model's load)."""
-    from prefect.server.api.server import SubprocessASGIServer
+    call and wait for it; started here, its start overlaps the model's load), in a session of its
+    own: a Ctrl-C at the terminal reaches the whole foreground process group, and the server must
+    not shut down (printing the tracebacks of the writes it was cut off in) before the command
+    has recorded its run as cancelled. Prefect starts it with `subprocess.Popen` in
+    `_run_uvicorn_command`, with no way to pass `start_new_session`: the module's `subprocess` is
+    swapped for the call."""
+    import subprocess
 
-    SubprocessASGIServer().start()
+    from prefect.server.api import server as module
+
+    class _NewSession:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(subprocess, name)
+
+        @staticmethod
+        def Popen(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:  # noqa: N802 - the name it replaces
+            kwargs.setdefault("start_new_session", True)
+            return subprocess.Popen(*args, **kwargs)
+
+    real = module.subprocess
+    module.subprocess = _NewSession()  # type: ignore[assignment]
+    try:
+        module.SubprocessASGIServer().start()
+    finally:
+        module.subprocess = real
 
 
 def drain_events(timeout: float) -> None:

@@ -27,20 +27,21 @@ def test_what_situate_touches_is_there(owner, attribute):
     assert f"self.{attribute}" in source, f"{owner}: no attribute {attribute}"
 
 
-def test_the_sigterm_handler_is_wrapped_once_and_still_called():
+def test_a_run_of_this_process_stops_through_the_handler_given():
+    """What `capture_sigterm` installs for a flow run is the handler situate gave."""
+    import signal
+
     from prefect.utilities import engine
 
     from situate.flows import prefect_internals
 
     calls: list[int] = []
     original = engine._prefect_sigterm_handler
-    engine._prefect_sigterm_handler = lambda signum, frame: calls.append(signum)
     try:
-        prefect_internals.bound_sigterm(lambda signum: None, deadline=60)
-        wrapped = engine._prefect_sigterm_handler
-        prefect_internals.bound_sigterm(lambda signum: None, deadline=60)
-        assert engine._prefect_sigterm_handler is wrapped  # not wrapped twice
-        wrapped(15, None)
-        assert calls == [15]
+        prefect_internals.replace_sigterm(lambda signum, frame: calls.append(signum))
+        with engine.capture_sigterm():
+            handler = signal.getsignal(signal.SIGTERM)
+            handler(signal.SIGTERM, None)
+        assert calls == [signal.SIGTERM]
     finally:
         engine._prefect_sigterm_handler = original

@@ -15,12 +15,16 @@ This module imports no Prefect and no project module with state, so the worker s
 from __future__ import annotations
 
 import atexit
+import hashlib
 import multiprocessing
 import os
+import shlex
 import signal
 import sys
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 
@@ -85,7 +89,8 @@ _MODEL: Any = None
 
 def _worker_init() -> None:
     # Ctrl-C reaches the whole process group; the flow's process decides what happens, the
-    # worker must not print a KeyboardInterrupt traceback of its own.
+    # worker must not print a KeyboardInterrupt traceback of its own (it is started with SIGINT
+    # ignored: `_spawn_context`; this keeps it so wherever it was started from).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The worker holds nothing to save, and tearing down torch's modules takes a second or two
     # that the flow's process would spend waiting for it: once multiprocessing has finished its
@@ -111,6 +116,31 @@ def _worker_encode(method: str, texts: list[str]) -> Any:
     return np.asarray(getattr(_MODEL, method)(texts), dtype=np.float32)
 
 
+def _spawn_context() -> Any:
+    """multiprocessing's spawn context, its interpreters started with SIGINT ignored (POSIX).
+
+    A Ctrl-C at the terminal reaches every process of the foreground group. A worker whose
+    interpreter is still starting (importing `site`, before `_worker_init` can ignore SIGINT)
+    would die of it with a traceback. A signal ignored across `exec` stays ignored, and Python
+    then installs no handler of its own: so the interpreter is started through a two-line shell
+    launcher that ignores SIGINT and execs this interpreter. (A blocked signal mask would not
+    do: the child's mask is reset when it is started.)"""
+    context = multiprocessing.get_context("spawn")
+    if os.name != "posix":
+        return context
+    script = f"#!/bin/sh\ntrap '' INT\nexec {shlex.quote(sys.executable)} \"$@\"\n"
+    digest = hashlib.sha256(script.encode()).hexdigest()[:16]
+    launcher = Path(tempfile.gettempdir()) / f"situate-python-{os.getuid()}-{digest}"
+    if not launcher.exists():
+        fd, tmp = tempfile.mkstemp(dir=launcher.parent, prefix=launcher.name + ".")
+        with os.fdopen(fd, "w") as f:
+            f.write(script)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, launcher)  # atomic: commands starting together write the same file
+    context.set_executable(str(launcher))
+    return context
+
+
 def can_start_process() -> bool:
     """Daemonic processes (Dask's worker processes, for one) may not start children."""
     return not multiprocessing.current_process().daemon
@@ -120,7 +150,7 @@ class ModelProcess:
     """A local model loading and running in a process of its own; starts loading at once."""
 
     def __init__(self, build: Callable[[str, str], object], model: str) -> None:
-        self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+        self._pool = ProcessPoolExecutor(max_workers=1, mp_context=_spawn_context(),
                                          initializer=_worker_init)
         self._ready: Future[int] = self._pool.submit(_worker_load, build, model)
 
