@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # torch first and pinned: the CPU build on this machine's disk; a plain `torch` pulls a CUDA build.
 TORCH  := torch==2.13.0
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup demo test test-fast typecheck lint bench clean
 
 $(BIN)/situate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,15 @@ test: setup
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 	$(BIN)/ruff check core flows tasks storage tests benchmarks
 	$(BIN)/lint-imports
+	$(MAKE) typecheck
 	$(BIN)/pytest -q
+
+# mypy checks the package as it is installed (`situate.core`, ...): the folders, linked under
+# .typecheck/situate/. Strict on core/ and storage/ (pyproject.toml).
+typecheck: setup
+	mkdir -p .typecheck/situate
+	for d in core storage tasks flows; do ln -sfn ../../$$d .typecheck/situate/$$d; done
+	$(BIN)/mypy -p situate
 
 test-fast: setup
 	$(BIN)/pytest -q -m "not slow"

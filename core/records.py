@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 T = TypeVar("T")
 
@@ -129,7 +133,7 @@ class Usage:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
-def batched(items, n: int):
+def batched(items: Iterable[T], n: int) -> Iterator[tuple[T, ...]]:
     """itertools.batched for Python 3.11: tuples of at most n items, lazily."""
     from itertools import islice
 
@@ -162,4 +166,4 @@ class EmbeddedDocument:
     doc: Document
     fingerprint: str
     situated: tuple[Situated, ...]
-    vectors: tuple[tuple[float, ...], ...] | list[list[float]]
+    vectors: Sequence[Sequence[float]] | NDArray[np.float32]  # one row a chunk

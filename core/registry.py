@@ -43,6 +43,7 @@ class Registry(Generic[T]):
         entry = self._entries[self.check(name)]
         if isinstance(entry, str):
             module, _, attr = entry.partition(":")
-            entry = getattr(importlib.import_module(module), attr)
-            self._entries[name] = entry
-        return entry  # type: ignore[return-value]
+            loaded: T = getattr(importlib.import_module(module), attr)
+            self._entries[name] = loaded
+            return loaded
+        return entry

@@ -26,8 +26,8 @@ class RetryPolicy:
         after = retry_after(error)
         if after is not None:
             return min(after, self.cap) + random.uniform(0, self.base / 10)
-        step = min(self.cap, self.base * 2 ** (attempt - 1))
-        return step / 2 + random.uniform(0, step / 2)
+        step = min(self.cap, self.base * 2.0 ** (attempt - 1))
+        return float(step / 2 + random.uniform(0, step / 2))
 
     def retrying(self, retryable: Callable[[BaseException], bool], *,
                  log: logging.Logger | None = None, what: str = "call",
@@ -55,11 +55,19 @@ class RetryPolicy:
             wait=lambda state: self.wait(state.attempt_number,
                                          state.outcome.exception() if state.outcome else None),
             retry=retry_if_exception(retryable), reraise=True, before_sleep=before_sleep,
-            sleep=stop.wait if stop is not None else _sleep)
+            sleep=_waiting_on(stop) if stop is not None else _sleep)
 
 
 def _sleep(seconds: float) -> None:
     threading.Event().wait(seconds)
+
+
+def _waiting_on(stop: threading.Event) -> Callable[[float], None]:
+    """A sleep that ends at once when `stop` is set."""
+    def sleep(seconds: float) -> None:
+        stop.wait(seconds)
+
+    return sleep
 
 
 def retry_after(error: BaseException | None) -> float | None:

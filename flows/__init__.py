@@ -3,6 +3,8 @@ the CLI on top. Importing it lets API keys come from Prefect Secret blocks too."
 
 from __future__ import annotations
 
+from typing import Any
+
 from situate.core.secrets import set_secret_loader
 
 
@@ -16,7 +18,8 @@ def _prefect_secret(block: str) -> str | None:
         return None
     from prefect.blocks.system import Secret
 
-    value = Secret.load(block).get()
+    secret: Any = Secret.load(block)  # a block, not an awaitable, in synchronous code
+    value = secret.get()
     return value if isinstance(value, str) else None
 
 

@@ -8,6 +8,8 @@ import threading
 import time
 from collections import deque
 from contextlib import ExitStack
+from typing import cast
+from uuid import UUID
 
 from prefect import get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
@@ -35,10 +37,10 @@ class IngestProgress:
         self.done = 0
         self.started = time.monotonic()
         self.last = 0.0
-        self.artifact = create_progress_artifact(
+        self.artifact: UUID = cast(UUID, create_progress_artifact(  # sync: not a coroutine
             0.0, key=artifact_key("ingest-progress", collection),
             description=f"chunks situated, embedded and written (or found unchanged) of "
-                        f"{total_chunks}")
+                        f"{total_chunks}"))
         self.lock = threading.Lock()
         self.docs_reported = 0  # situated, as reported by window tasks in this process
         self.docs_settled = 0  # skipped as unchanged, or in a window that came back

@@ -81,10 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     (`situate.flows.options`), so they cannot drift from what the flows take."""
     from situate.flows.options import COMMANDS
 
-    helped = {"formatter_class": argparse.RawDescriptionHelpFormatter}
+    raw = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(prog="situate", description="Contextual retrieval, offline batch "
                                 "pipeline:\ningest a corpus into Milvus, evaluate Pass@k, search.",
-                                epilog=EXAMPLES["situate"], **helped)
+                                epilog=EXAMPLES["situate"], formatter_class=raw)
     p.add_argument("--version", action="version", version=f"situate {_version()}")
     verbose_help = ("show Prefect's line for every task run too (on the console; the run's logs "
                     "always have them)")
@@ -93,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, model in COMMANDS.items():
         about = SUMMARIES[name]
         sp = sub.add_parser(name, help=about, description=textwrap.fill(
-            about[0].upper() + about[1:] + ".", 79), epilog=EXAMPLES[name], **helped)
+            about[0].upper() + about[1:] + ".", 79), epilog=EXAMPLES[name], formatter_class=raw)
         if name in ("ingest", "evaluate"):  # the commands that run a flow in this process
             # Also after the command; SUPPRESS keeps a `situate -v ingest ...` from being undone.
             sp.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
@@ -131,8 +131,7 @@ def add_options(sp: argparse.ArgumentParser, model: type[Options]) -> None:
                             action="store_false" if flag.negate else "store_true")
             continue
         sp.add_argument(*flag.names, dest=name, metavar=flag.metavar, help=text,
-                        required=field.is_required(),
-                        type=kind if kind in (int, float) else None,
+                        required=field.is_required(), type=kind,
                         choices=list(flag.choices()) if flag.strict and flag.choices else None)
 
 

@@ -146,8 +146,7 @@ def _evaluate_collection(options: EvaluateOptions, collection: str, queries: lis
         firsts[mode] = [hs[0] if hs else None for hs in hits]
     per_query = [QueryRanks(query=q.query, golden=[g.doc_id or g.source for g in q.golden],
                             ranks={m: ranks[m][i] for m in options.modes},
-                            first={m: (firsts[m][i].doc_id if firsts[m][i] else None)
-                                   for m in options.modes})
+                            first={m: _doc_id(firsts[m][i]) for m in options.modes})
                  for i, q in enumerate(queries)]
     return CollectionEvaluation(
         collection=collection, queries=len(queries), pass_at_k=scores, latency_ms=latency,
@@ -155,6 +154,10 @@ def _evaluate_collection(options: EvaluateOptions, collection: str, queries: lis
         embedder=spec, reranker=options.reranker if "rerank" in options.modes else None,
         seconds=round(time.perf_counter() - started, 2),
         finished=datetime.now(UTC).isoformat(timespec="seconds"), per_query=per_query)
+
+
+def _doc_id(hit: Hit | None) -> str | None:
+    return hit.doc_id if hit is not None else None
 
 
 def _record(result: CollectionEvaluation, results_dir: Path, stamp: str) -> None:

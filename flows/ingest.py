@@ -71,7 +71,7 @@ def make_task_runner(options: IngestOptions) -> TaskRunner[Any]:
     check_task_runner(options.task_runner, options.dask_address, options.milvus_uri)
     if options.task_runner == "threads":
         return ThreadPoolTaskRunner(max_workers=IN_FLIGHT)
-    from prefect_dask import DaskTaskRunner
+    from prefect_dask.task_runners import DaskTaskRunner
 
     if options.dask_address:
         return DaskTaskRunner(address=options.dask_address)

@@ -88,8 +88,10 @@ def launch_ingest(options: IngestOptions) -> IngestSummary | IngestPlan:
                 resources.embedders.get(options.embedder)
 
         resources.open_in_background(options.milvus_uri, then=warm)
-        return run_flow(ingest_flow, ("situate", "ingest", f"collection:{options.collection}"),
-                        options, resources)
+        summary: IngestSummary | IngestPlan = run_flow(
+            ingest_flow, ("situate", "ingest", f"collection:{options.collection}"), options,
+            resources)
+        return summary
     finally:
         resources.close(kill_models=True)
 
@@ -114,8 +116,10 @@ def launch_evaluate(options: EvaluateOptions) -> Evaluation:
                                         or get_settings().embedder)
 
         resources.open_in_background(options.milvus_uri, then=warm)
-        return run_flow(evaluate_flow, ("situate", "evaluate", *(f"collection:{n}" for n in names)),
-                        options, resources)
+        evaluation: Evaluation = run_flow(
+            evaluate_flow, ("situate", "evaluate", *(f"collection:{n}" for n in names)), options,
+            resources)
+        return evaluation
     finally:
         resources.close(kill_models=True)
 

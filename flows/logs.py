@@ -25,7 +25,11 @@ class _DropUserErrors(logging.Filter):
 
 def _error_names(base: type) -> set[str]:
     """The names of `base` and of every class derived from it."""
-    return {base.__name__}.union(*(_error_names(sub) for sub in base.__subclasses__()))
+    names = {base.__name__}
+    sub: type
+    for sub in base.__subclasses__():
+        names |= _error_names(sub)
+    return names
 
 
 class _QuietTaskRuns(logging.Filter):
@@ -65,10 +69,10 @@ def install_log_filter(verbose: bool = False) -> None:
             h.addFilter(f)
     # Called again in one process (the tests call `main` in turn): the last verbosity holds.
     task_runs = logging.getLogger("prefect.task_runs")
-    for x in [x for x in task_runs.filters if isinstance(x, _QuietConsoles)]:
-        task_runs.removeFilter(x)
+    for console in [x for x in task_runs.filters if isinstance(x, _QuietConsoles)]:
+        task_runs.removeFilter(console)
     for h in logging.getLogger().handlers:
-        for x in [x for x in h.filters if isinstance(x, _QuietTaskRuns)]:
-            h.removeFilter(x)
+        for quiet in [x for x in h.filters if isinstance(x, _QuietTaskRuns)]:
+            h.removeFilter(quiet)
     if not verbose:
         task_runs.addFilter(_QuietConsoles())

@@ -66,6 +66,12 @@ class FromSetting:
         return self.value(settings) if self.value else getattr(settings, self.name)
 
 
+def from_settings(description: str, **constraints: Any) -> Any:
+    """The default of a field a setting fills: empty (None) until the model is built, then the
+    setting's value (`Options._fill_from_settings`), so the field's type is its value's."""
+    return Field(None, description=description, **constraints)
+
+
 def _meta(field: FieldInfo, kind: type[T]) -> T | None:
     return next((m for m in field.metadata if isinstance(m, kind)), None)
 
@@ -167,28 +173,27 @@ class IngestOptions(Options):
         description="the corpus: a pre-chunked .json, a .jsonl of documents, or a directory (or "
                     "file) of text, Markdown and source files")
     collection: Collection = Field(description="Milvus collection name")
-    milvus_uri: MilvusUri = Field(None, description="Milvus Lite file, or http(s)://host:port")
+    milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
     context: Annotated[str, Flag(("--context",), choices=_context_names),
-                       FromSetting("context", Settings.default_context)] = Field(
-        None, description="context provider by name")
+                       FromSetting("context", Settings.default_context)] = from_settings(
+        description="context provider by name")
     embedder: Annotated[str, Flag(("--embedder",), choices=_embedder_names,
                                   hint="optionally name:model; st:NAME_OR_PATH"),
-                        FromSetting("embedder")] = Field(
-        None, description="embedder by name")
-    model: Annotated[str, Flag(("--model",)), FromSetting("anthropic_model")] = Field(
-        None, description="Claude model for --context anthropic")
-    concurrency: Annotated[int, Flag(("--concurrency",)), FromSetting("concurrency")] = Field(
-        None, ge=1, description="concurrent context requests")
+                        FromSetting("embedder")] = from_settings(description="embedder by name")
+    model: Annotated[str, Flag(("--model",)), FromSetting("anthropic_model")] = from_settings(
+        description="Claude model for --context anthropic")
+    concurrency: Annotated[int, Flag(("--concurrency",)), FromSetting("concurrency")] = from_settings(
+        ge=1, description="concurrent context requests")
     group_chunks: Annotated[bool, Flag(("--group-chunks",))] = Field(
         False, description="situate all chunks of a small document in one request")
     batch: Annotated[bool, Flag(("--batch",))] = Field(
         False, description="use the Message Batches API (half price)")
-    cache_dir: Annotated[str, Flag(("--cache-dir",)), FromSetting("cache_dir")] = Field(
-        None, description="context cache directory")
-    chunk_size: Annotated[int, Flag(("--chunk-size",)), FromSetting("chunk_size")] = Field(
-        None, description="characters per chunk for unchunked input")
-    chunk_overlap: Annotated[int, Flag(("--chunk-overlap",)), FromSetting("chunk_overlap")] = Field(
-        None, description="characters shared by consecutive chunks")
+    cache_dir: Annotated[str, Flag(("--cache-dir",)), FromSetting("cache_dir")] = from_settings(
+        description="context cache directory")
+    chunk_size: Annotated[int, Flag(("--chunk-size",)), FromSetting("chunk_size")] = from_settings(
+        description="characters per chunk for unchunked input")
+    chunk_overlap: Annotated[int, Flag(("--chunk-overlap",)), FromSetting("chunk_overlap")] = from_settings(
+        description="characters shared by consecutive chunks")
     prune: Annotated[bool, Flag(("--prune",))] = Field(
         False, description="delete documents no longer in the corpus")
     force: Annotated[bool, Flag(("--force",))] = Field(
@@ -232,7 +237,7 @@ class EvaluateOptions(Options):
     collection: Collection = Field(
         description="Milvus collection; several, comma-separated (a,b), are each evaluated and "
                     "compared in one chart")
-    milvus_uri: MilvusUri = Field(None, description="Milvus Lite file, or http(s)://host:port")
+    milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
     k: Annotated[list[int], Flag(("--k",), default_text="5,10,20")] = Field(
         default_factory=lambda: list(DEFAULT_KS), description="cut-offs, comma-separated")
     modes: Annotated[list[str], Flag(("--modes",), choices=_mode_names,
@@ -242,16 +247,16 @@ class EvaluateOptions(Options):
                                           "st:... or when COHERE_API_KEY is set)")
     reranker: Annotated[str, Flag(("--rerank",), metavar="RERANKER", choices=_reranker_names,
                                   hint="cohere[:model] or st:NAME_OR_PATH"),
-                        FromSetting("reranker")] = Field(None, description="reranker of the rerank mode")
+                        FromSetting("reranker")] = from_settings(description="reranker of the rerank mode")
     fusion: Annotated[str, Flag(("--fusion",), choices=_fusion_names, strict=True),
-                      FromSetting("fusion")] = Field(None, description="how hybrid search fuses "
+                      FromSetting("fusion")] = from_settings(description="how hybrid search fuses "
                                                                        "dense and BM25")
     embedder: Annotated[str | None, Flag(("--embedder",), choices=_embedder_names)] = Field(
         None, description="embedder of the queries (default: the one the collection was built "
                           "with; must be the same)")
     json_out: JsonOut = Field(None, description="write the results as JSON")
-    results_dir: Annotated[str, Flag(("--results-dir",)), FromSetting("results_dir")] = Field(
-        None, description="evaluation history directory")
+    results_dir: Annotated[str, Flag(("--results-dir",)), FromSetting("results_dir")] = from_settings(
+        description="evaluation history directory")
 
     @field_validator("k", mode="before")
     @classmethod
@@ -298,15 +303,15 @@ class SearchOptions(Options):
 
     query: Annotated[str, Flag()] = Field(description="what to search for")
     collection: Collection = Field(description="Milvus collection name")
-    milvus_uri: MilvusUri = Field(None, description="Milvus Lite file, or http(s)://host:port")
+    milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
     k: Annotated[int, Flag(("--k",))] = Field(10, ge=1, description="number of hits")
     mode: Annotated[str, Flag(("--mode",), choices=_mode_names, strict=True)] = Field(
         "hybrid", description="retrieval mode (rerank: hybrid reranked by --rerank)")
     reranker: Annotated[str, Flag(("--rerank",), metavar="RERANKER", choices=_reranker_names,
                                   hint="cohere[:model] or st:NAME_OR_PATH"),
-                        FromSetting("reranker")] = Field(None, description="reranker of the rerank mode")
+                        FromSetting("reranker")] = from_settings(description="reranker of the rerank mode")
     fusion: Annotated[str, Flag(("--fusion",), choices=_fusion_names, strict=True),
-                      FromSetting("fusion")] = Field(None, description="how hybrid search fuses "
+                      FromSetting("fusion")] = from_settings(description="how hybrid search fuses "
                                                                        "dense and BM25")
 
     @field_validator("fusion")
@@ -335,7 +340,7 @@ class ServeOptions(Options):
     corpus: Annotated[str, Flag()] = Field(description="corpus the ingest deployment re-reads on "
                                                         "every run")
     collection: Collection = Field(description="Milvus collection name")
-    milvus_uri: MilvusUri = Field(None, description="Milvus Lite file, or http(s)://host:port")
+    milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
     eval_set: Annotated[str | None, Flag(("--eval-set",))] = Field(
         None, description="evaluation JSONL; without it only ingest is served")
     context: Annotated[str | None, Flag(("--context",), choices=_context_names)] = Field(
@@ -437,9 +442,9 @@ def options_table() -> str:
             row["commands"].append(command)
     lines = ["| option | flag | environment | default | commands |", "|---|---|---|---|---|"]
     for row in rows.values():
-        flag = f"`{row['flag']}`" if row["flag"].startswith("--") else f"{row['flag']} (argument)"
+        shown = f"`{row['flag']}`" if row["flag"].startswith("--") else f"{row['flag']} (argument)"
         env = f"`{row['env']}`" if row["env"] else ""
-        lines.append(f"| {row['what']} | {flag} | {env} | {row['default']} | "
+        lines.append(f"| {row['what']} | {shown} | {env} | {row['default']} | "
                      f"{', '.join(row['commands'])} |")
     lines.append("| token for a Milvus server or Zilliz Cloud (a secret: never a flow parameter, "
                  "never shown) | `--milvus-token` | `SITUATE_MILVUS_TOKEN` | none | all |")

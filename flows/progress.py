@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import partial
 from typing import Any
 
 from rich.console import Console
@@ -122,7 +123,7 @@ class _Display:
         if prefect_consoles:
             # Prefect's own console, so its log lines are printed above the bars. Its theme
             # leaves out rich's default styles, which the bars need: added on top while up.
-            console = prefect_consoles[0].console
+            console: Console = getattr(prefect_consoles[0], "console")  # noqa: B009 - not a Handler's
             console.push_theme(Theme())
             self._undo.append(console.pop_theme)
         else:
@@ -135,18 +136,18 @@ class _Display:
         hide = _HideProgressLines()
         for h in handlers:
             h.addFilter(hide)
-            self._undo.append(lambda h=h: h.removeFilter(hide))
+            self._undo.append(partial(h.removeFilter, hide))
         self.progress.start()
         self._undo.insert(0, self.progress.stop)
         # Any other console or handler writing to the terminal goes through the display too.
         for h in handlers:
-            if getattr(h, "console", console) is not console:
-                other = h.console  # type: ignore[attr-defined]
-                h.console = console  # type: ignore[attr-defined]
-                self._undo.append(lambda h=h, c=other: setattr(h, "console", c))
+            other = getattr(h, "console", console)
+            if other is not console:
+                setattr(h, "console", console)  # noqa: B010 - not a Handler's attribute
+                self._undo.append(partial(setattr, h, "console", other))
             elif not hasattr(h, "console") and isinstance(h, logging.StreamHandler):
                 previous = h.setStream(sys.stderr)  # rich's proxy of stderr, while it is up
-                self._undo.append(lambda h=h, s=previous: h.setStream(s))
+                self._undo.append(partial(h.setStream, previous))
 
     @classmethod
     def open(cls) -> _Display | None:
@@ -177,7 +178,7 @@ class _Display:
 
 def _same_terminal(stream: Any) -> bool:
     try:
-        return stream.isatty()
+        return bool(stream.isatty())
     except (AttributeError, ValueError):
         return False
 

@@ -29,8 +29,9 @@ class ContextCache:
         self._cache.close()
 
     # Pickled into Dask workers or Prefect task payloads: reopen by directory on the other side.
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, str]:
         return {"directory": str(self.directory)}
 
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["directory"])
+    def __setstate__(self, state: dict[str, str]) -> None:
+        self.directory = Path(state["directory"])
+        self._cache = diskcache.Cache(state["directory"])

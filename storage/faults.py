@@ -61,8 +61,9 @@ def describe(error: BaseException | None) -> str:
     if error is None:
         return "no answer"
     details = getattr(error, "details", None)
-    if callable(details):  # a gRPC error
-        return f"{error.code().name}: {details()}"
+    code = getattr(error, "code", None)
+    if callable(details) and callable(code):  # a gRPC error
+        return f"{code().name}: {details()}"
     message = str(getattr(error, "message", "") or error).splitlines()[0]
     return message[:200]
 

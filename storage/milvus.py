@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -274,8 +275,8 @@ class MilvusStore:
         written = 0
         for batch in batched(rows, batch_size):
             data = list(batch)
-            self._call(f"upsert into {collection!r}", lambda data=data: self.client.upsert(
-                collection, data), write=True)
+            self._call(f"upsert into {collection!r}",
+                       partial(self.client.upsert, collection, data), write=True)
             written += len(data)
         return written
 
@@ -289,7 +290,7 @@ class MilvusStore:
         deleted = 0
         for expr in _doc_filters(doc_ids):
             res = self._call(f"deleting documents from {collection!r}",
-                             lambda expr=expr: self.client.delete(collection, filter=expr), write=True)
+                             partial(self.client.delete, collection, filter=expr), write=True)
             deleted += _deleted_count(res)
         return deleted
 
@@ -344,9 +345,9 @@ class MilvusStore:
         if self.is_local:
             offset = 0
             while True:
-                batch = self._call(what, lambda offset=offset: self.client.query(
-                    collection, filter=filter, output_fields=list(fields), limit=page,
-                    offset=offset))
+                batch = self._call(what, partial(
+                    self.client.query, collection, filter=filter, output_fields=list(fields),
+                    limit=page, offset=offset))
                 yield from batch
                 if len(batch) < page:
                     return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from situate.core.records import Chunk, Document, Situated, Usage
 from situate.core.registry import Registry
@@ -27,7 +28,7 @@ class ContextConfig:
     batch: bool = False
     # Where a provider may persist its own state (a batch id); the cache dir by default.
     state_dir: str = ""
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 Keep = Callable[[Document, Chunk, str], None]

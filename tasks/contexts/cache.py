@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from situate.core.protocols import ContextCache
 from situate.core.records import Chunk, Document, Situated, Usage, sha256
@@ -153,8 +153,12 @@ def situate_documents(contextualizer: Contextualizer, docs: Sequence[Document],
     with ThreadPoolExecutor(max_workers=min(SITUATE_THREADS, len(docs)),
                             thread_name_prefix="situate") as pool:
         futures = [pool.submit(situate_document, contextualizer, d, cache) for d in docs]
+        def reported(f: Future[ContextResult]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                report(1)
+
         for f in futures:
-            f.add_done_callback(lambda f: f.cancelled() or f.exception() or report(1))
+            f.add_done_callback(reported)
         try:
             return [f.result() for f in futures]
         except BaseException:

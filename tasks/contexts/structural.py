@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from situate.core.records import Chunk, Document, Situated
-from situate.tasks.contexts.base import ContextResult, Contextualizer
+from situate.tasks.contexts.base import ContextResult, Contextualizer, Keep
 
 _DEFINITION = re.compile(
     r"""^(?P<indent>[ \t]*)
@@ -71,7 +71,7 @@ def _definition_name(kind: str, rest: str) -> str:
             return m.group(1)
     for name in _NAME.findall(rest):
         if name not in _NOT_A_NAME:
-            return name
+            return str(name)
     return ""
 
 
@@ -223,7 +223,8 @@ class StructuralContextualizer(Contextualizer):
         self.max_names = max_names
         self.summary = summary
 
-    def situate(self, doc: Document, chunks: Sequence[Chunk]) -> ContextResult:
+    def situate(self, doc: Document, chunks: Sequence[Chunk],
+                keep: Keep | None = None) -> ContextResult:
         language = _language(doc)
         prose = None if not language else language in _PROSE
         defs = outline(doc.text, prose)

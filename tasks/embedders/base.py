@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from situate.core.errors import ProviderError
 from situate.core.records import batched
@@ -82,7 +83,7 @@ EMBEDDERS.register("st", EmbedderSpec("", "sentence_transformers", "sentence-tra
 class Embedder:
     """A named pymilvus-model embedding function with batched document and query methods."""
 
-    def __init__(self, name: str, model: str, function: object,
+    def __init__(self, name: str, model: str, function: Any,
                  forget: Callable[[Embedder], None] | None = None) -> None:
         self.name = name
         self.model = model
@@ -140,7 +141,8 @@ class Embedder:
             except Exception as e:  # SDKs raise their own types; the user needs the message
                 raise ProviderError(f"embedder {self.id}: {type(e).__name__}: {redact(str(e))}") from None
         if hasattr(vectors, "tolist"):
-            return vectors.tolist()
+            listed: list[list[float]] = vectors.tolist()
+            return listed
         return [[float(x) for x in v] for v in vectors]
 
     def close(self, kill: bool = False) -> None:

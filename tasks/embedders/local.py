@@ -37,8 +37,8 @@ def quiet_transformers() -> None:
     try:
         from transformers.utils import logging as hf_logging
 
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     except ImportError:
         pass
 
@@ -68,13 +68,13 @@ def build_bge_m3(model: str, api_key: str) -> object:
 class DenseOnly:
     """BGE-M3 returns dense and sparse outputs; the store's sparse side is Milvus BM25."""
 
-    def __init__(self, inner: object) -> None:
+    def __init__(self, inner: Any) -> None:
         self.inner = inner
 
-    def encode_documents(self, texts: list[str]) -> list:
+    def encode_documents(self, texts: list[str]) -> list[Any]:
         return list(self.inner.encode_documents(texts)["dense"])
 
-    def encode_queries(self, texts: list[str]) -> list:
+    def encode_queries(self, texts: list[str]) -> list[Any]:
         return list(self.inner.encode_queries(texts)["dense"])
 
     @property

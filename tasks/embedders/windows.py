@@ -74,4 +74,5 @@ class Windowed:
         pooled = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
         np.add.at(pooled, np.asarray(owner), vectors * np.asarray(weight, dtype=np.float32)[:, None])
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return pooled / np.maximum(norms, 1e-12)
+        out: np.ndarray = pooled / np.maximum(norms, 1e-12)
+        return out

@@ -10,8 +10,9 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 
@@ -145,7 +146,8 @@ class Batches:
         for part in split_requests(
                 [{"custom_id": job.custom_id, "params": job.params(self.client.model, cache)}
                  for job, cache in requests]):
-            batch = self.client.call(lambda p=part: batches.create(requests=p), "a message batch")
+            batch = self.client.call(partial(batches.create, requests=cast(Any, part)),
+                                     "a message batch")  # the SDK's TypedDicts, as dicts
             self.state.add(batch.id, self.identity, [r["custom_id"] for r in part])
             log.info("created message batch %s (%d requests)", batch.id, len(part))
             batch_ids.append(batch.id)

@@ -82,7 +82,9 @@ class ClaudeClient:
 
     def send(self, job: Job, cache: bool) -> anthropic.types.Message:
         params = job.params(self.model, cache)
-        return self.call(lambda: self.sdk.messages.create(**params), f"document {job.doc.id}")
+        message: anthropic.types.Message = self.call(
+            lambda: self.sdk.messages.create(**params), f"document {job.doc.id}")
+        return message
 
     # --- one call: limiter, fail-fast, retries, error translation ----------------------------
 
@@ -205,7 +207,8 @@ def describe(e: BaseException | None) -> str:
     """'<status> <error type>: <message>' from an SDK error, or its class name."""
     if isinstance(e, anthropic.APIStatusError):
         body = e.body if isinstance(e.body, dict) else {}
-        error = body.get("error") if isinstance(body.get("error"), dict) else {}
+        found = body.get("error")
+        error = found if isinstance(found, dict) else {}
         kind = error.get("type", "error")
         message = str(error.get("message", "")).strip()
         return f"{e.status_code} {kind}" + (f": {message}" if message else "")

@@ -89,7 +89,7 @@ class AnthropicContextualizer(Contextualizer):
         return {"config": self.config}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["config"])
+        AnthropicContextualizer.__init__(self, state["config"])
 
     def __repr__(self) -> str:
         return f"AnthropicContextualizer(model={self.model!r})"

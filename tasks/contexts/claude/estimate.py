@@ -57,7 +57,7 @@ class ClaudeCost(CostModel):
         return self.options.identity(self.group)
 
     def tokens(self, text: str) -> int:
-        return expected_tokens(text, self.chars_per_token)
+        return expected_tokens(text, self.chars_per_token or CHARS_PER_TOKEN)
 
     def estimate(self, doc: Document, chunks: Sequence[Chunk]) -> Estimate:
         total = Estimate()
