@@ -138,7 +138,7 @@ def add_options(sp: argparse.ArgumentParser, model: type[Options]) -> None:
 def help_text(field: Any, flag: Any, setting: Any) -> str:
     """A field's help: what it is, the names it takes (from their registry), its variable and
     default."""
-    from situate.flows.options import describe_default
+    from situate.flows.configuration import describe_default
 
     text = field.description or ""
     if flag.choices and not flag.strict:

@@ -415,51 +415,6 @@ def fields(model: type[Options]) -> list[tuple[str, FieldInfo, Flag | None, From
     return [(name, f, _meta(f, Flag), _meta(f, FromSetting)) for name, f in model.model_fields.items()]
 
 
-def describe_default(field: FieldInfo, flag: Flag | None, setting: FromSetting | None) -> str:
-    if flag is not None and flag.default_text:
-        return flag.default_text
-    if setting is not None:
-        default = Settings.model_fields[setting.name].default
-        return {"context": "anthropic if ANTHROPIC_API_KEY is set, else structural"}.get(
-            setting.name, str(default))
-    if field.default is None or field.is_required():
-        return "none" if field.default is None else "required"
-    return str(field.default).lower() if isinstance(field.default, bool) else str(field.default)
-
-
-def options_table() -> str:
-    """The README's configuration table: every option of every command (its flag, its variable,
-    its default), then the settings no flag sets."""
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for command, model in COMMANDS.items():
-        for name, field, flag, setting in fields(model):
-            label = (flag.names[0] if flag and flag.names else name.upper())
-            row = rows.setdefault((label, field.description or ""), {
-                                          "what": field.description or "", "flag": label,
-                                          "env": setting.env if setting else "",
-                                          "default": describe_default(field, flag, setting),
-                                          "commands": []})
-            row["commands"].append(command)
-    lines = ["| option | flag | environment | default | commands |", "|---|---|---|---|---|"]
-    for row in rows.values():
-        shown = f"`{row['flag']}`" if row["flag"].startswith("--") else f"{row['flag']} (argument)"
-        env = f"`{row['env']}`" if row["env"] else ""
-        lines.append(f"| {row['what']} | {shown} | {env} | {row['default']} | "
-                     f"{', '.join(row['commands'])} |")
-    lines.append("| token for a Milvus server or Zilliz Cloud (a secret: never a flow parameter, "
-                 "never shown) | `--milvus-token` | `SITUATE_MILVUS_TOKEN` | none | all |")
-    flagged = {s.name for m in COMMANDS.values() for *_, s in fields(m) if s is not None}
-    for name, field in Settings.model_fields.items():
-        if name not in flagged and name != "milvus_token":
-            lines.append(f"| {field.description} | | `SITUATE_{name.upper()}` | {field.default} | "
-                         f"all |")
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    print(options_table())
-
-
 __all__ = ["COMMANDS", "DEFAULT_KS", "EvaluateOptions", "Flag", "FromSetting", "IngestOptions",
            "Options", "SearchOptions", "ServeOptions", "SituateError", "check_task_runner",
-           "options_table", "split_collections"]
+           "split_collections"]

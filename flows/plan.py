@@ -48,7 +48,7 @@ def pipeline_id(contextualizer: Contextualizer | CostModel, chunk_size: int,
                 chunk_overlap: int) -> str:
     """What, besides a document's text, its rows depend on: the contextualizer's whole identity
     (every input that changes a context) and the chunking. Free providers (no identity) are
-    named by their name alone, as they always were, so their collections stay unchanged."""
+    named by their name alone, so their fingerprints do not change with a new identity field."""
     identity = contextualizer.cache_identity()
     described = (json.dumps(identity, sort_keys=True) if identity is not None
                  else f"{contextualizer.name}||")

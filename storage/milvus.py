@@ -1,44 +1,26 @@
 """The chunk store on Milvus: one collection per corpus, with a dense vector and Milvus's own BM25
 sparse vector, written from situated, embedded documents.
 
-Works the same on Milvus Lite (a local path), a Milvus Standalone/Distributed server or Zilliz
-Cloud (an http(s) URI and an optional token): every call goes through `MilvusClient`.
-The rows themselves (fields, limits, BM25 text) are built in
-`situate.storage.rows`. `MilvusStore` implements `situate.core.protocols.ChunkStore`.
-
-Against a server, every call is retried under situate's one retry policy while the server is
-down or restarting (connection refused or reset, gRPC UNAVAILABLE / DEADLINE_EXCEEDED, "not
-ready"), never on a refused request; pymilvus reconnects by itself once the server answers again.
-When the budget runs out the call fails with one StoreError line saying what to do. Every write
-is idempotent (deterministic ids, upserts, deletes by id), so a retried call, or the next run
-after a failed one, never duplicates a row.
+Works the same on Milvus Lite, a Milvus server or Zilliz Cloud, each call made and retried by
+its `Connection` (`situate.storage.client`). The rows themselves (fields, limits, BM25 text) are
+built in `situate.storage.rows`. `MilvusStore` implements `situate.core.protocols.ChunkStore`.
+Every write is idempotent (deterministic ids, upserts, deletes by id), so a retried call, or the
+next run after a failed one, never duplicates a row.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import threading
-import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from functools import partial
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from situate.core.errors import CollectionNotFound, EmbedderMismatch, StoreError, StoreUnreachable
+from situate.core.errors import CollectionNotFound, EmbedderMismatch, StoreError
 from situate.core.protocols import LEGS
 from situate.core.records import CollectionInfo, EmbeddedDocument, Hit, batched
-from situate.core.retry import RetryPolicy
-from situate.core.uri import is_lite, is_missing_lite_file
-from situate.storage.faults import (
-    IN_CALL,
-    describe,
-    handled,
-    install_quiet_filter,
-    is_transient,
-    translate,
-    writing,
-)
+from situate.core.uri import is_missing_lite_file
+from situate.storage.client import RETRY_ATTEMPTS, RETRY_BASE, RETRY_CAP, Connection
+from situate.storage.faults import writing
 from situate.storage.rows import (
     INDEXES,
     collection_schema,
@@ -51,118 +33,12 @@ from situate.storage.rows import (
 # Per-request cap well under Milvus's 256 MiB gRPC limit; rows carry texts of a few KiB at most.
 WRITE_BATCH = 512
 HIT_FIELDS = ["doc_id", "chunk_index", "text", "context", "metadata"]
-# How long a call waits for a server that is down or restarting: 8 attempts, waits doubling from
-# 0.5 s up to 10 s, with jitter (about 18-36 s of waiting in all). Constructor arguments override.
-RETRY_ATTEMPTS = 8
-RETRY_BASE = 0.5
-RETRY_CAP = 10.0
-# gRPC backs off reconnecting to a refused address up to 120 s, so a server that came back would
-# wait that long for the client to try again; keep its reconnect backoff short instead.
-_SERVER_GRPC_OPTIONS = {"grpc.initial_reconnect_backoff_ms": 250,
-                        "grpc.min_reconnect_backoff_ms": 250,
-                        "grpc.max_reconnect_backoff_ms": 2_000}
-
-T = TypeVar("T")
-log = logging.getLogger(__name__)
+__all__ = ["RETRY_ATTEMPTS", "RETRY_BASE", "RETRY_CAP", "WRITE_BATCH", "MilvusStore",
+           "open_existing_store"]
 
 
-class MilvusStore:
+class MilvusStore(Connection):
     """Schema, rows, batched writes, deletes by document and one-leg searches over one client."""
-
-    def __init__(self, uri: str, token: str = "", db_name: str = "", *,
-                 retry_attempts: int | None = None, retry_base: float | None = None,
-                 retry_cap: float | None = None, stop: threading.Event | None = None) -> None:
-        """Open a client on URI (a Milvus Lite path, or a server's http(s) URI).
-
-        Against a server, each call is retried while the server is down: `retry_attempts` in
-        all, waits doubling from `retry_base` seconds up to `retry_cap` (defaults: the module's
-        RETRY_* constants); `stop` ends the waits at once when a run is stopped.
-        """
-        from pymilvus import MilvusClient
-
-        install_quiet_filter()
-        self.uri = uri
-        self._token = token
-        self.copied = False  # a copy made in another process (see __setstate__)
-        self.retry = RetryPolicy(RETRY_ATTEMPTS if retry_attempts is None else retry_attempts,
-                                 RETRY_BASE if retry_base is None else retry_base,
-                                 RETRY_CAP if retry_cap is None else retry_cap)
-        self.stop = stop
-        if is_lite(uri):
-            Path(uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
-        kwargs: dict[str, Any] = {"uri": uri}
-        if is_lite(uri):
-            # Milvus Lite's embedded gRPC server keeps gRPC's default ping policy and answers
-            # pymilvus's idle keepalive pings (every 10 s) with GOAWAY "too_many_pings" after a
-            # few minutes; ping only while calls are in flight.
-            kwargs["grpc_options"] = {"grpc.keepalive_permit_without_calls": False,
-                                      "grpc.keepalive_time_ms": 300_000}
-        else:
-            kwargs["grpc_options"] = dict(_SERVER_GRPC_OPTIONS)
-        if token:
-            kwargs["token"] = token
-        if db_name:
-            kwargs["db_name"] = db_name
-        try:
-            self.client = self._call("connecting", lambda: MilvusClient(**kwargs),
-                                     as_store_error=False)
-        except StoreError:
-            raise
-        except Exception as e:  # pymilvus raises several unrelated types on connect
-            hint = (" (Milvus Lite allows one process per file: stop the other process or run "
-                    "`milvus-lite server` and use its http:// URI)" if is_lite(uri) else
-                    " (is the server running and the token right?)")
-            raise StoreError(f"cannot open Milvus at {uri}: {getattr(e, 'message', e)}{hint}") from None
-
-    # Sent to another process (a Dask worker): the URI, the token and the retry budget travel,
-    # and the other side connects anew (and closes its copy when its task is done).
-    def __getstate__(self) -> dict[str, Any]:
-        return {"uri": self.uri, "token": self._token, "retry": self.retry}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        retry = state["retry"]
-        self.__init__(state["uri"], state["token"], retry_attempts=retry.max_attempts,  # type: ignore[misc]
-                      retry_base=retry.base, retry_cap=retry.cap)
-        self.copied = True
-
-    def __enter__(self) -> MilvusStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # --- calls -----------------------------------------------------------------------------------
-
-    def _call(self, what: str, fn: Callable[[], T], *, write: bool = False,
-              as_store_error: bool = True) -> T:
-        """`fn()`, one call to Milvus: against a server, retried under the policy while the
-        server is down or restarting. Every failure leaves as one StoreError line (`as_store_error`
-        False: errors other than an unreachable server are raised as they are)."""
-        start = time.monotonic()
-        attempts = 0
-        try:
-            if self.is_local:
-                with handled():
-                    return fn()
-            retrying = self.retry.retrying(is_transient, log=log, what=f"Milvus at {self.uri}, {what}",
-                                           describe=describe, stop=self.stop)
-            for attempt in retrying:
-                with attempt:
-                    attempts = attempt.retry_state.attempt_number
-                    with handled():
-                        return fn()
-        except StoreError:
-            raise
-        except Exception as e:
-            if not self.is_local and is_transient(e):
-                raise StoreUnreachable(
-                    self.uri, what, attempts, time.monotonic() - start, describe(e),
-                    stopped=self.stop is not None and self.stop.is_set(),
-                    wrote=write or IN_CALL.writing > 0) from None
-            if not as_store_error:
-                raise
-            raise translate(e, what, self.uri) from None
-        raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
 
     # --- schema ----------------------------------------------------------------------------------
 
@@ -325,11 +201,6 @@ class MilvusStore:
         corpus with); read row by row, kept once per document."""
         return {row["doc_id"] for row in self.rows(collection, fields=("doc_id",))}
 
-    @property
-    def is_local(self) -> bool:
-        """Milvus Lite (a file path) rather than a server URI."""
-        return is_lite(self.uri)
-
     def rows(self, collection: str, fields: Sequence[str] = ("id", "doc_id", "chunk_index", "text",
                                                               "context", "doc_hash", "chunk_hash"),
              filter: str = "", page: int = 1000) -> Iterator[dict[str, Any]]:
@@ -414,11 +285,7 @@ class MilvusStore:
                             metadata=entity.get("metadata") or {}))
         return hits
 
-    def close(self) -> None:
-        try:
-            self.client.close()
-        except Exception:  # closing a dead connection is not worth an error
-            pass
+
 
 
 def _hit_id(h: Any) -> str:

@@ -4,6 +4,7 @@ embedder registered for store and flow tests that are not about embedding qualit
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,19 +18,47 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+FAST = os.environ.get("SITUATE_TESTS_FAST") == "1"  # `make test-fast`: no Prefect server may run
+# Fixtures that start a Prefect server: a test that uses one is slow, whatever its marks say.
+SERVER_FIXTURES = {"prefect_harness"}
+
+
 def pytest_configure(config):
     """Under pytest-xdist, each worker's `situate` subprocesses get a Prefect home of their own:
     two one-off runs migrating one fresh database at once (a new machine's ~/.prefect) would race,
-    as Prefect's migration lock is per process. A user's own PREFECT_HOME wins."""
+    as Prefect's migration lock is per process. A user's own PREFECT_HOME wins, except in
+    `make test-fast`, where each worker's home is new and must stay without a Prefect database
+    (`pytest_sessionfinish`)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker and "PREFECT_HOME" not in os.environ:
+    if FAST or (worker and "PREFECT_HOME" not in os.environ):
         import atexit
         import shutil
         import tempfile
 
-        home = tempfile.mkdtemp(prefix=f"situate-tests-prefect-{worker}-")
+        home = tempfile.mkdtemp(prefix=f"situate-tests-prefect-{worker or 'main'}-")
         os.environ["PREFECT_HOME"] = home
+        os.environ.pop("PREFECT_API_URL", None)
         atexit.register(shutil.rmtree, home, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that starts a Prefect server is marked slow (so `make test-fast` leaves it out)."""
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """`make test-fast` runs no Prefect server: none of its tests may have started one, in
+    process (the fixtures above are slow) or in a `situate` subprocess, whose temporary server
+    would have created its database in this worker's fresh PREFECT_HOME."""
+    if not FAST:
+        return
+    database = Path(os.environ["PREFECT_HOME"]) / "prefect.db"
+    if database.exists():
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nmake test-fast started a Prefect server (it created {database}): "
+              "mark the test that runs a flow slow", file=sys.stderr)
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CORPUS = ROOT / "data" / "sample" / "corpus"

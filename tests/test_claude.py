@@ -34,6 +34,7 @@ from situate.tasks.contexts.claude import (
 )
 from situate.tasks.corpus.load import make_chunks
 from tests.fakes.anthropic_server import FakeAnthropic, Faults, ModelSpec, count_tokens
+from tests.fakes.prefect_server import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -374,10 +375,8 @@ def test_abort_ends_a_back_off_at_once(fake: FakeAnthropic) -> None:
 
     worker = threading.Thread(target=run)
     worker.start()
-    deadline = time.monotonic() + 10
-    while fake.http_requests["POST /v1/messages"] < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.2)  # now in its back-off: retry-after 20 s plus jitter
+    # the 529 answered: the worker is in (or entering) its back-off of retry-after 20 s
+    wait_until(lambda: fake.responses[529] >= 1, 10, "the overloaded answer")
     start = time.monotonic()
     cz.abort()
     worker.join(timeout=10)

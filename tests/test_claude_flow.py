@@ -69,6 +69,7 @@ def _one_line_failure(r, tmp_path, secret: str) -> str:
     return errors[0]
 
 
+@pytest.mark.slow  # runs the flow (a Prefect server) in a subprocess
 def test_cli_bad_key_is_one_line_and_no_rows(fake, tmp_path):
     env_key = "sk-ant-wrong-key-123"
     r = _cli("ingest", str(SAMPLE_CORPUS), "--collection", "c", "--context", "anthropic",
@@ -78,6 +79,7 @@ def test_cli_bad_key_is_one_line_and_no_rows(fake, tmp_path):
     assert dict(fake.responses) == {401: 1}  # the first call goes alone: one refusal stops the run
 
 
+@pytest.mark.slow  # runs the flow (a Prefect server) in a subprocess
 def test_cli_document_too_long_stops_the_others_cleanly(tmp_path):
     """One document over the model's context window (a 400 for that document alone) while the
     others' requests are in flight: the run stops with the service's message, and every other

@@ -218,6 +218,7 @@ def test_cli_ingest_with_the_server_down_mid_write_then_resumed(prefect_harness,
     the first upsert and stays down: exit code 2, the one StoreError line, no traceback. Started
     again, the same command finishes: rows identical to an uninterrupted ingest, each chunk once,
     nothing paid."""
+    import situate.storage.client as client
     import situate.storage.milvus as milvus
     from situate.flows.cli import main
 
@@ -229,9 +230,9 @@ def test_cli_ingest_with_the_server_down_mid_write_then_resumed(prefect_harness,
     assert len(reference) > 100
     capfd.readouterr()
 
-    monkeypatch.setattr(milvus, "RETRY_ATTEMPTS", SHORT["retry_attempts"])
-    monkeypatch.setattr(milvus, "RETRY_BASE", SHORT["retry_base"])
-    monkeypatch.setattr(milvus, "RETRY_CAP", SHORT["retry_cap"])
+    monkeypatch.setattr(client, "RETRY_ATTEMPTS", SHORT["retry_attempts"])
+    monkeypatch.setattr(client, "RETRY_BASE", SHORT["retry_base"])
+    monkeypatch.setattr(client, "RETRY_CAP", SHORT["retry_cap"])
     # the next run opens its store with the short budget
     real = MilvusStore.upsert
     calls = {"n": 0}

@@ -67,14 +67,14 @@ def test_the_flows_one_parameter_is_the_options_model_with_every_field(command):
 
 
 def test_the_readme_configuration_table_is_the_options_table():
-    from situate.flows.options import options_table
+    from situate.flows.configuration import options_table
 
     readme = (ROOT / "README.md").read_text()
     start, end = "<!-- options-table: start -->", "<!-- options-table: end -->"
     assert start in readme and end in readme, "README has no generated options table"
     table = readme.split(start)[1].split(end)[0].strip()
     assert table == options_table(), ("README's configuration table differs from the options: "
-                                      "paste `python -m situate.flows.options` between its markers")
+                                      "paste `python -m situate.flows.configuration` between its markers")
 
 
 def test_a_bad_value_names_its_flag_in_one_line():

@@ -33,23 +33,7 @@ def chunk_text(text: str, size: int = DEFAULT_CHUNK_SIZE,
     n = len(text)
     if n <= size:
         return [(0, text)] if text.strip() else []
-    # Priority of a cut before each line start.
-    lines = text.splitlines(keepends=True)
-    starts: list[int] = []
-    priority: list[int] = []
-    offset = 0
-    previous_blank = True
-    for line in lines:
-        stripped = line.strip()
-        p = 1
-        if previous_blank and stripped:
-            p = 2
-            if line[:1] not in (" ", "\t") and (_CODE_START.match(line) or _HEADING.match(line)):
-                p = 3
-        starts.append(offset)
-        priority.append(p)
-        previous_blank = not stripped
-        offset += len(line)
+    starts, priority = _line_starts(text)
 
     pieces: list[tuple[int, str]] = []
     s = 0
@@ -82,6 +66,27 @@ def chunk_text(text: str, size: int = DEFAULT_CHUNK_SIZE,
                 nxt = starts[i]
         s = nxt
     return pieces
+
+
+def _line_starts(text: str) -> tuple[list[int], list[int]]:
+    """The offset of every line start, and how good a cut before it is: 3 before a top-level
+    definition or heading after a blank line, 2 after a blank line, 1 at any line."""
+    starts: list[int] = []
+    priority: list[int] = []
+    offset = 0
+    previous_blank = True
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        p = 1
+        if previous_blank and stripped:
+            p = 2
+            if line[:1] not in (" ", "\t") and (_CODE_START.match(line) or _HEADING.match(line)):
+                p = 3
+        starts.append(offset)
+        priority.append(p)
+        previous_blank = not stripped
+        offset += len(line)
+    return starts, priority
 
 
 def make_chunks(doc_id: str, text: str, size: int, overlap: int) -> tuple[Chunk, ...]:
