@@ -67,6 +67,29 @@ class ChunkStore(Protocol):
         same scale as `search`'s; BM25 gives 0 to a chunk sharing no term with the query."""
         ...
 
+    def flush(self, collection: str) -> None:
+        """What was written sealed into the store's segments (the end of a run)."""
+        ...
+
+    def drift(self, collection: str) -> int:
+        """Rows written or deleted since the collection was built in one go or last rebuilt: how
+        far its BM25 statistics may be from those of a fresh collection of the same rows."""
+        ...
+
+    def add_drift(self, collection: str, rows: int) -> int:
+        """Count `rows` more written or deleted (before they are); returns the drift now."""
+        ...
+
+    def rebuild(self, collection: str, order: Iterable[str] = ..., batch_size: int = ...) -> int:
+        """The collection rebuilt from its own rows (documents in `order` first, then chunk
+        index) so that it searches like a fresh one, and swapped in whole; drift back to 0.
+        Returns the rows copied."""
+        ...
+
+    def tidy(self, collection: str) -> None:
+        """Whatever a rebuild stopped half-way left behind, finished or undone."""
+        ...
+
     def close(self) -> None: ...
 
 

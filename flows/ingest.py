@@ -27,6 +27,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture, wait
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
+from situate.core.protocols import ChunkStore
 from situate.core.records import Document, EmbeddedDocument, Usage, batched
 from situate.core.settings import get_settings
 from situate.flows.artifacts import DOCUMENTS_SITUATED, IngestProgress, artifact_key
@@ -136,6 +137,13 @@ def window_task(window: Window, contextualizer: Contextualizer, cache: ContextCa
                         [note for r in results for note in r.notes])
 
 
+@task(task_run_name="rebuild-{collection}", persist_result=False, cache_policy=NO_CACHE)
+def rebuild_task(store: ChunkStore, collection: str, order: Sequence[str]) -> int:
+    """The collection rebuilt from its own rows in corpus order and swapped in whole
+    (`ChunkStore.rebuild`): BM25 statistics as a fresh ingest's. Returns the rows copied."""
+    return store.rebuild(collection, order, batch_size=get_settings().write_batch)
+
+
 def embed(embedder: Any, texts: Sequence[str]) -> np.ndarray:
     """Vectors of `texts`, held as float32 arrays (4 bytes a number; a list of Python floats
     takes 32), converted batch by batch as the embedder answers."""
@@ -185,6 +193,8 @@ class _Ingest:
         self.usage = Usage()
         self.written = 0
         self.deleted_docs: list[str] = []
+        self.drift = 0
+        self.rebuilt = False
 
     def run(self) -> IngestSummary:
         t = time.perf_counter()
@@ -201,7 +211,8 @@ class _Ingest:
             self.resources.embedders.release()
         deleted = len(self.totals.stale_ids) + self._prune(setup)
         self.seconds["situate+embed+write"] = time.perf_counter() - t
-        return self._summary(setup, deleted)
+        rows = self._maintain(setup)
+        return self._summary(setup, deleted, rows)
 
     def _windows(self, setup: Setup, contextualizer: Contextualizer, pipeline: str) -> None:
         """Every window planned, then handed to a task; at most IN_FLIGHT in flight, the first
@@ -228,6 +239,9 @@ class _Ingest:
                             progress.skipped(len(docs) - len(plan.process), skipped)
                         if not plan.process:
                             continue
+                        if setup.existed:  # counted before written: a stop keeps it counted
+                            store.add_drift(o.collection, sum(len(d.chunks) for d in plan.process)
+                                            + len(plan.stale_ids))
                         pending.append(runner.submit(window_task, {
                             "window": Window(plan.process, plan.stale_ids, plan.new_ids),
                             "contextualizer": contextualizer, "cache": cache, "store": store,
@@ -262,17 +276,46 @@ class _Ingest:
         progress.window_done(result.chunks)
 
     def _prune(self, setup: Setup) -> int:
-        """With `prune`, delete the documents gone from the corpus; the rows deleted."""
+        """With `prune`, delete the documents gone from the corpus; the rows deleted. Their drift
+        is counted before (a document at least one row) and made exact after."""
         if not (self.options.prune and setup.existed and setup.store is not None):
             return 0
         store, collection = setup.store, self.options.collection
         self.deleted_docs = sorted(set(store.document_ids(collection)) - setup.scan.ids)
-        return store.delete_documents(collection, self.deleted_docs)
+        store.add_drift(collection, len(self.deleted_docs))
+        deleted = store.delete_documents(collection, self.deleted_docs)
+        store.add_drift(collection, max(0, deleted - len(self.deleted_docs)))
+        return deleted
 
-    def _summary(self, setup: Setup, deleted: int) -> IngestSummary:
+    def _maintain(self, setup: Setup) -> int:
+        """The collection's drift, and a rebuild when it passes `rebuild_at` of its rows (or
+        `rebuild` asks for one); returns the rows the collection holds."""
+        o, store = self.options, setup.store
+        assert store is not None
+        if not (setup.existed or self.written) or not store.exists(o.collection):
+            return 0
+        if self.written or self.deleted_docs or self.totals.stale_ids:
+            store.flush(o.collection)
+        rows = store.count(o.collection)
+        self.drift = store.drift(o.collection)
+        if o.rebuild or (self.drift > 0 and self.drift >= o.rebuild_at * rows):
+            t = time.perf_counter()
+            rebuild_task(store, o.collection, setup.scan.order)
+            self.seconds["rebuild"] = time.perf_counter() - t
+            self.rebuilt = True
+            get_run_logger().info(
+                f"{o.collection}: rebuilt from its {rows} rows in {self.seconds['rebuild']:.1f} s "
+                f"({self.drift} written or deleted since it was built; no context paid, nothing "
+                "embedded): BM25 now scores as on a fresh ingest")
+        elif self.drift:
+            get_run_logger().info(
+                f"{o.collection}: {self.drift} rows written or deleted since it was built "
+                f"({self.drift / max(rows, 1):.1%} of {rows}), under --rebuild-at "
+                f"{o.rebuild_at:g}: not rebuilt; BM25 may score differently from a fresh ingest")
+        return rows
+
+    def _summary(self, setup: Setup, deleted: int, rows: int) -> IngestSummary:
         o, scan, totals = self.options, setup.scan, self.totals
-        assert setup.store is not None
-        rows = setup.store.count(o.collection) if setup.existed or self.written else 0
         summary = IngestSummary(
             collection=o.collection, corpus=o.corpus, context=o.context,
             embedder=setup.embedder_id, documents=scan.documents, new=totals.new,
@@ -280,7 +323,8 @@ class _Ingest:
             deleted_documents=len(self.deleted_docs), skipped_empty=scan.skipped_empty,
             skipped_large_files=scan.skipped_large_files, skipped_chunks=scan.skipped_chunks,
             cleaned_chars=scan.cleaned_chars, chunks_written=self.written, chunks_deleted=deleted,
-            rows=rows, **Bill.of(self.usage),
+            rows=rows, drift_rows=self.drift, drift_share=round(self.drift / max(rows, 1), 4),
+            rebuilt=self.rebuilt, **Bill.of(self.usage),
             seconds={k: round(v, 3) for k, v in self.seconds.items()})
         create_table_artifact(summary.table(), key=artifact_key("ingest-summary", o.collection),
                               description=f"ingest of {o.corpus} into {o.collection}")

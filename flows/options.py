@@ -198,6 +198,13 @@ class IngestOptions(Options):
         False, description="delete documents no longer in the corpus")
     force: Annotated[bool, Flag(("--force",))] = Field(
         False, description="re-process unchanged documents too")
+    rebuild: Annotated[bool, Flag(("--rebuild",))] = Field(
+        False, description="rebuild the collection from its own rows after the run even without "
+                           "drift (no context paid, nothing embedded)")
+    rebuild_at: Annotated[float, Flag(("--rebuild-at",), metavar="SHARE"),
+                          FromSetting("rebuild_at")] = from_settings(
+        ge=0, description="rebuild when rows written or deleted since the collection was built "
+                          "pass this share of its rows (0: any; inf: never by itself)")
     task_runner: Annotated[Literal["threads", "dask"],
                            Flag(("--task-runner",), choices=lambda: TASK_RUNNERS, strict=True)] = Field(
         "threads", description="run the per-window tasks on threads here, or on Dask (needs a "

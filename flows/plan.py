@@ -132,6 +132,8 @@ def prepare(options: IngestOptions, resources: Resources, dry_run: bool = False)
     embedder_id = f"{name}:{model}"
     store = (None if dry_run and is_missing_lite_file(options.milvus_uri)
              else resources.store(options.milvus_uri))
+    if store is not None and not dry_run:
+        store.tidy(options.collection)  # a rebuild stopped half-way: finished or undone
     existed = store is not None and store.exists(options.collection)
     if existed:
         assert store is not None
@@ -213,7 +215,9 @@ def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
         skipped_large_files=scan.skipped_large_files, skipped_chunks=scan.skipped_chunks,
         cleaned_chars=scan.cleaned_chars, chunks_written=chosen.written,
         chunks_deleted=len(chosen.counts.stale_ids) + pruned_rows,
-        rows=count + chosen.rows_delta - pruned_rows, **chosen.bill(waves(chosen)),
+        rows=count + chosen.rows_delta - pruned_rows,
+        **_drift(options, setup, chosen, pruned_rows, count + chosen.rows_delta - pruned_rows),
+        **chosen.bill(waves(chosen)),
         alternatives={t.model.mode: Alternative(flags=t.model.flags, changed=t.counts.changed,
                                                 **t.bill(waves(t)))
                       for t in tallies[1:]},
@@ -223,6 +227,18 @@ def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
             output_tokens_per_second=assumptions.output_tokens_per_second,
             batch_round_seconds=assumptions.batch_round_seconds, concurrency=config.concurrency),
         seconds={k: round(v, 3) for k, v in seconds.items()})
+
+
+def _drift(options: IngestOptions, setup: Setup, chosen: _ModeTally, pruned_rows: int,
+           rows: int) -> dict[str, int | float | bool]:
+    """The drift the run would leave (what it writes or deletes in a collection that held rows
+    before it, on top of the drift already there), and whether the run would rebuild."""
+    drift = 0
+    if setup.existed and setup.store is not None:
+        drift = (setup.store.drift(options.collection) + chosen.written
+                 + len(chosen.counts.stale_ids) + pruned_rows)
+    rebuilt = rows > 0 and (options.rebuild or (drift > 0 and drift >= options.rebuild_at * rows))
+    return {"drift_rows": drift, "drift_share": round(drift / max(rows, 1), 4), "rebuilt": rebuilt}
 
 
 def _tally(options: IngestOptions, setup: Setup,

@@ -8,6 +8,9 @@ Where one is missing at run time, situate goes on without the improvement it gav
 
 from __future__ import annotations
 
+import ctypes
+import signal
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -66,9 +69,10 @@ def start_temporary_server() -> None:
     call and wait for it; started here, its start overlaps the model's load), in a session of its
     own: a Ctrl-C at the terminal reaches the whole foreground process group, and the server must
     not shut down (printing the tracebacks of the writes it was cut off in) before the command
-    has recorded its run as cancelled. Prefect starts it with `subprocess.Popen` in
-    `_run_uvicorn_command`, with no way to pass `start_new_session`: the module's `subprocess` is
-    swapped for the call."""
+    has recorded its run as cancelled. Out of the group, a `kill -9` of the command would leave
+    it running for good: on Linux it is asked to stop (SIGTERM) when the command's process ends,
+    however it ends. Prefect starts it with `subprocess.Popen` in `_run_uvicorn_command`, with no
+    way to pass either: the module's `subprocess` is swapped for the call."""
     import subprocess
 
     from prefect.server.api import server as module
@@ -80,6 +84,8 @@ def start_temporary_server() -> None:
         @staticmethod
         def Popen(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:  # noqa: N802 - the name it replaces
             kwargs.setdefault("start_new_session", True)
+            if _LIBC is not None:
+                kwargs.setdefault("preexec_fn", _stop_with_parent)
             return subprocess.Popen(*args, **kwargs)
 
     real = getattr(module, "subprocess")  # noqa: B009 - not exported: read as an attribute
@@ -88,6 +94,17 @@ def start_temporary_server() -> None:
         module.SubprocessASGIServer().start()
     finally:
         setattr(module, "subprocess", real)  # noqa: B010
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _stop_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent process ends (Linux's prctl); a plain
+    C call through a libc loaded before the fork."""
+    assert _LIBC is not None
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def drain_events(timeout: float) -> None:

@@ -33,6 +33,9 @@ class Counts(BaseModel):
     chunks_written: int = 0
     chunks_deleted: int = 0
     rows: int = 0
+    drift_rows: int = 0  # rows written or deleted since the collection was built or rebuilt
+    drift_share: float = 0.0  # drift_rows over rows
+    rebuilt: bool = False  # rebuilt from its own rows after the run (no context, no embedding)
 
 
 class Bill(BaseModel):

@@ -21,9 +21,11 @@ from situate.core.records import CollectionInfo, EmbeddedDocument, Hit, batched
 from situate.core.uri import is_missing_lite_file
 from situate.storage.client import RETRY_ATTEMPTS, RETRY_BASE, RETRY_CAP, Connection
 from situate.storage.faults import writing
+from situate.storage.generations import Generations
 from situate.storage.rows import (
     INDEXES,
     collection_schema,
+    doc_filter,
     document_rows,
     groups_of_documents,
     lexical_text,
@@ -38,7 +40,14 @@ __all__ = ["RETRY_ATTEMPTS", "RETRY_BASE", "RETRY_CAP", "WRITE_BATCH", "MilvusSt
 
 
 class MilvusStore(Connection):
-    """Schema, rows, batched writes, deletes by document and one-leg searches over one client."""
+    """Schema, rows, batched writes, deletes by document and one-leg searches over one client.
+
+    A collection is an alias of its current generation (`situate.storage.generations`), which a
+    rebuild replaces whole."""
+
+    @property
+    def generations(self) -> Generations:
+        return Generations(self)
 
     # --- schema ----------------------------------------------------------------------------------
 
@@ -61,16 +70,21 @@ class MilvusStore(Connection):
             self._ensure_indexes(collection)
             self.load(collection)
             return
-        schema = collection_schema(self.client, dim)
+        self.generations.create(collection, collection_schema(self.client, dim),
+                                {"situate.embedder": embedder})
+        self.index_and_load(collection)
 
-        def create() -> None:
-            if not self.client.has_collection(collection):
-                self.client.create_collection(collection, schema=schema, consistency_level="Strong",
-                                              properties={"situate.embedder": embedder})
-
-        self._call(f"creating collection {collection!r}", create, write=True)
+    def index_and_load(self, collection: str) -> None:
+        """Every index the collection needs, created where missing, and the collection loaded."""
         self._ensure_indexes(collection)
         self.load(collection)
+
+    def schema(self, collection: str) -> Any:
+        """A new collection's schema for the vectors of `collection` (situate's one schema)."""
+        dim = self.describe(collection).dim
+        if dim is None:
+            raise StoreError(f"collection {collection!r} at {self.uri} has no dense vector field")
+        return collection_schema(self.client, dim)
 
     def _ensure_indexes(self, collection: str) -> None:
         """Create whichever of the collection's indexes is missing (all of them when new)."""
@@ -112,9 +126,27 @@ class MilvusStore(Connection):
         self.load(collection)
 
     def drop(self, collection: str) -> None:
-        name = validate_collection_name(collection)
-        self._call(f"dropping collection {name!r}", lambda: self.client.drop_collection(name),
-                   write=True)
+        """The collection gone: its alias and every generation."""
+        self.generations.drop(validate_collection_name(collection))
+
+    # --- drift and rebuild (situate.storage.generations) ---------------------------------------
+
+    def drift(self, collection: str) -> int:
+        return self.generations.drift(collection)
+
+    def add_drift(self, collection: str, rows: int) -> int:
+        return self.generations.add_drift(collection, rows)
+
+    def rebuild(self, collection: str, order: Iterable[str] = (),
+                batch_size: int = WRITE_BATCH) -> int:
+        """The collection rewritten from its own rows, in `order` of documents, and put in the
+        place of the old one in one step (see `Generations.rebuild`); returns the rows copied."""
+        return self.generations.rebuild(validate_collection_name(collection), order,
+                                        batch_size).rows
+
+    def tidy(self, collection: str) -> None:
+        """Whatever a stopped rebuild left, finished or undone (`Generations.tidy`)."""
+        self.generations.tidy(validate_collection_name(collection))
 
     # --- writes ----------------------------------------------------------------------------------
 
@@ -231,6 +263,13 @@ class MilvusStore(Connection):
         finally:
             it.close()
 
+    def flush(self, collection: str) -> None:
+        """The rows written so far sealed into stored segments, as the end of a Milvus Lite
+        process or a server restart would do at some later moment: done at the end of a run, so a
+        collection's segments (and the BM25 statistics each keeps) do not depend on when its
+        process ends."""
+        self._call(f"flushing {collection!r}", lambda: self.client.flush(collection), write=True)
+
     def load(self, collection: str) -> None:
         """Load the collection for reads (a reopened Milvus Lite file starts released)."""
         self._call(f"loading collection {collection!r}",
@@ -299,7 +338,7 @@ def _hit_score(h: Any, mode: str) -> float:
 
 def _doc_filters(doc_ids: Sequence[str]) -> list[str]:
     """Filter expressions selecting the rows of `doc_ids`, 256 documents each."""
-    return [f"doc_id in {json.dumps(list(b))}" for b in batched(doc_ids, 256)]
+    return [doc_filter(b) for b in batched(doc_ids, 256)]
 
 
 def _deleted_count(res: Any) -> int:

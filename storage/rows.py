@@ -3,6 +3,7 @@ identifiers, and one row per situated, embedded chunk, so that every backend wri
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -35,7 +36,9 @@ def lexical_text(text: str) -> str:
     executor`) lets both spellings match; the original tokens stay, so exact names still win.
     """
     parts: list[str] = []
-    for ident in set(_IDENTIFIER.findall(text)):
+    # Each identifier once, in the order of first use: the same text for the same chunk in every
+    # process (a set's order changes with the interpreter's hash seed, and the field is cut).
+    for ident in dict.fromkeys(_IDENTIFIER.findall(text)):
         parts.extend(p.lower() for p in _PART.findall(ident) if len(p) > 1)
     if not parts:
         return text
@@ -95,6 +98,16 @@ def groups_of_documents(documents: Iterable[EmbeddedDocument],
                          size: int) -> Iterator[list[EmbeddedDocument]]:
     """Whole documents in groups of about `size` chunks (a larger document alone), lazily."""
     return grouped(documents, size, lambda d: len(d.situated))
+
+
+# The fields a row is written with: all but the sparse vector Milvus's BM25 function computes.
+INPUT_FIELDS = ("id", "doc_id", "chunk_index", "text", "context", "doc_hash", "chunk_hash",
+                "metadata", "lexical", "dense")
+
+
+def doc_filter(doc_ids: Iterable[str]) -> str:
+    """The filter expression selecting the rows of `doc_ids`."""
+    return f"doc_id in {json.dumps(list(doc_ids))}"
 
 
 # The indexes every collection has, by field.

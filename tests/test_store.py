@@ -78,3 +78,18 @@ def test_each_leg_scores_the_candidates_it_did_not_return_and_hybrid_fuses_those
     assert [(h.id, h.score) for h in hits] == [(i, pytest.approx(v)) for i, v in exact]
     assert dict(exact) != pytest.approx(dict(cdbsf(pairs)))
     s.close()
+
+
+def test_lexical_text_is_the_same_in_every_process():
+    """The BM25 field is cut to a length: the identifier parts must come in one order, not a set's
+    order, which changes with the interpreter's hash seed."""
+    import subprocess
+    import sys
+
+    code = ("from situate.storage.rows import lexical_text; "
+            "print(lexical_text(' '.join(f'Name{i}Part run_target_{i} DiffExecutor{i}' "
+            "for i in range(40))))")
+    outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env={**__import__("os").environ, "PYTHONHASHSEED": str(seed)},
+                              check=True).stdout for seed in (1, 2, 3)}
+    assert len(outputs) == 1

@@ -74,6 +74,7 @@ class CorpusScan:
     skipped_large_files: int = 0
     skipped_chunks: int = 0
     cleaned_chars: int = 0
+    order: tuple[str, ...] = ()  # the document ids in corpus order (the order a run writes them)
 
 
 # --- loaders -------------------------------------------------------------------------------------
@@ -150,15 +151,15 @@ def scan_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
     keeping only counts and ids: memory grows with the number of documents, not their text."""
     tally = _tally(path, max_file_bytes, quiet=False)
     documents = chunks = 0
-    ids: set[str] = set()
+    order: list[str] = []
     for doc in iter_corpus(path, chunk_size, chunk_overlap, tally):
         documents += 1
         chunks += len(doc.chunks)
-        ids.add(doc.id)
+        order.append(doc.id)
     tally.summarize()
-    return CorpusScan(str(path), tally.form, documents, chunks, frozenset(ids), tally.empty,
+    return CorpusScan(str(path), tally.form, documents, chunks, frozenset(order), tally.empty,
                       tally.skipped_files, tally.large_files, tally.skipped_chunks,
-                      tally.cleaned_chars)
+                      tally.cleaned_chars, tuple(order))
 
 
 def stream_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
