@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from situate.core.errors import InputError
 from situate.core.secrets import has_key
 
 
@@ -60,7 +61,18 @@ _configured: dict[str, object] = {}
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings(**_configured)  # type: ignore[arg-type]
+    """The settings in force; a `SITUATE_*` value that cannot be used is one InputError line
+    naming the variable (secrets' values are never repeated)."""
+    try:
+        return Settings(**_configured)  # type: ignore[arg-type]
+    except ValidationError as e:
+        first = e.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else ""
+        field = Settings.model_fields.get(name)
+        secret = field is not None and field.annotation is SecretStr
+        given = "" if secret else f" {first.get('input')!r}"
+        raise InputError(f"SITUATE_{name.upper()}{given}: {first['msg']}; fix or unset it "
+                         "(environment or .env)") from None
 
 
 @contextmanager

@@ -122,6 +122,8 @@ def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess
         (["evaluate", str(SAMPLE_EVAL), "--collection", "c"], "collection 'c' not found"),
         (["search", "lease", "--collection", "c"], "collection 'c' not found"),
         (["search", "  ", "--collection", "c"], "empty query"),
+        (["ingest", str(SAMPLE_CORPUS), "--collection", "c", "--rebuild-at", "-1"],
+         "--rebuild-at -1.0: Input should be greater than or equal to 0"),
     ],
 )
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
@@ -140,6 +142,23 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert message in lines[0] and lines[0].startswith("situate ")
     assert "Traceback" not in r.stderr + r.stdout
     assert not (tmp_path / "m.db").exists()
+
+
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    ("SITUATE_REBUILD_AT", "-2", "SITUATE_REBUILD_AT '-2': Input should be greater than or equal "
+                                 "to 0; fix or unset it"),
+    ("SITUATE_CONCURRENCY", "zero", "SITUATE_CONCURRENCY 'zero': Input should be a valid integer"),
+    ("SITUATE_MILVUS_TOKEN", "", ""),  # a secret's value, even empty, is accepted
+])
+def test_a_bad_setting_is_one_line_naming_the_variable(tmp_path, variable, value, message):
+    r = _cli("ingest", str(SAMPLE_CORPUS), "--collection", "c", "--dry-run", cwd=tmp_path,
+             env={variable: value})
+    assert "Traceback" not in r.stderr + r.stdout
+    if not message:
+        assert r.returncode == 0, r.stderr
+        return
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr
 
 
 @pytest.mark.parametrize(("args", "message"), [

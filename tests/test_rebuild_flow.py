@@ -69,6 +69,7 @@ def scenario(tmp_path, counting, uri: str, **update: Any) -> dict[str, Any]:
     corpus.write_text(json.dumps(old))
     ingest(**common, corpus=str(corpus))
     corpus.write_text(json.dumps(true))
+    plan = ingest(**common, corpus=str(corpus), dry_run=True, **update)
     counting.texts = 0
     with processed_documents() as situated:
         summary = ingest(**common, corpus=str(corpus), **update)
@@ -80,6 +81,9 @@ def scenario(tmp_path, counting, uri: str, **update: Any) -> dict[str, Any]:
     assert summary.contexts_generated == written and summary.contexts_from_cache == 0
     assert (summary.deleted_documents, summary.chunks_deleted) == (8, stray_rows)
     assert summary.drift_rows == written + stray_rows
+    # the dry run said so beforehand
+    assert (plan.drift_rows, plan.drift_share, plan.rebuilt, plan.rows) == (
+        summary.drift_rows, summary.drift_share, summary.rebuilt, summary.rows)
     evaluations = {name: evaluate(eval_set=str(EVAL), collection=name, milvus_uri=uri,
                                   modes=["dense", "bm25", "hybrid"], results_dir=str(tmp_path / "r"))
                    .only().pass_at_k for name in ("fresh", "kept")}
