@@ -177,25 +177,39 @@ def test_left_down_the_write_fails_with_one_line_and_the_next_write_finishes(ser
     assert rows == expected(docs) and len({r[0] for r in rows}) == 600
 
 
-def test_killed_between_creating_the_collection_and_indexing_it(server, store_for):
-    """The server dies right after the collection is created, before its indexes: the run fails
-    with the one line; after a restart the next run (which finds the collection and checks its
-    embedder, as the ingest flow does) adds the missing indexes, and writes and searches work."""
+@pytest.mark.parametrize(("after", "step"), [("create_collection", "creating"),
+                                           ("create_alias", "indexing")])
+def test_killed_between_creating_the_collection_and_indexing_it(server, store_for, after, step):
+    """The server dies right after the collection (generation 1) is created, or after its alias,
+    before its indexes: the run fails with the one line; after a restart the next run finishes
+    the job: the alias if it is missing (the collection's first write calls ensure_collection), the
+    indexes (checking the embedder of a found collection adds them, as the ingest flow does), and
+    writes and searches work."""
     store = store_for(**SHORT)
-    real = store.client.create_collection
+    real = getattr(store.client, after)
 
-    def create_collection(*args, **kwargs):
+    def then_kill(*args, **kwargs):
         out = real(*args, **kwargs)
         server.kill()
         return out
 
-    store.client.create_collection = create_collection
-    with pytest.raises(StoreError, match=r"did not answer \(indexing collection 'faults'\)"):
+    setattr(store.client, after, then_kill)
+    with pytest.raises(StoreError, match=rf"did not answer \({step} collection 'faults'\)"):
         store.ensure_collection(C, EMB.dim, EMBEDDER)
+    setattr(store.client, after, real)
     server.start()
-    assert store.exists(C) and store.client.list_indexes(C) == []
-    store.check_embedder(C, EMBEDDER)
-    assert sorted(store.client.list_indexes(C)) == ["dense", "doc_id", "sparse"]
+    physical = "faults__g1"
+    named = store.exists(C)  # (retried while the client reconnects)
+    assert store.client.list_collections() == [physical]
+    assert store.client.list_indexes(physical) == []
+    if after == "create_collection":
+        assert not named  # made, not yet under its name: the next write names it
+        store.ensure_collection(C, EMB.dim, EMBEDDER)
+    else:
+        assert named
+        store.check_embedder(C, EMBEDDER)
+    assert sorted(store.client.list_indexes(physical)) == ["dense", "doc_id", "sparse"]
+    assert store.client.list_collections() == [physical]
     store.ensure_collection(C, EMB.dim, EMBEDDER)  # nothing missing: a no-op
     assert store.write(C, documents(n=2, chunks=3)) == 6
     assert store.search(C, "bm25", "document 1 chunk 2", None, 1)[0].id == chunk_id("doc1.txt", 2)
