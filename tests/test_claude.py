@@ -147,10 +147,12 @@ def test_the_fake_charges_a_write_to_every_concurrent_request_of_one_prefix(
 
 
 def test_documents_under_the_floor_go_uncached_and_concurrently(fake: FakeAnthropic) -> None:
-    fake.latency = 0.1
     cz = _make(fake)
     cz.situate(BIG, BIG.chunks[:1])  # the run's first call goes alone (it checks the key)
     fake.reset_counters()
+    # Each request is held until all of SMALL's are in flight: a first request sent alone would
+    # wait out the timeout with one in flight, and the maximum would stay below 8.
+    fake.gather = len(SMALL.chunks)
     [result] = _situate_all(cz, [SMALL])
     _assert_contexts_match([result], [SMALL])
     assert fake.writes() == [] and result.usage.cache_creation_input_tokens == 0

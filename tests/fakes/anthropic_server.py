@@ -162,6 +162,11 @@ class FakeAnthropic(LoopbackServer):
         self.group_omit_rate = group_omit_rate
         self._rng = random.Random(seed)
         self._lock = threading.RLock()
+        self._arrived = threading.Condition(self._lock)
+        # With `gather` set, each request waits (up to `gather_timeout` s) until that many are in
+        # flight at once: concurrency shown by the requests themselves, not by a race with a delay.
+        self.gather = 0
+        self.gather_timeout = 10.0
         self._cache: dict[str, _Entry] = {}
         self._batches: dict[str, dict[str, Any]] = {}
         self.reset_counters()
@@ -539,6 +544,9 @@ class _Handler(BaseHTTPRequestHandler):
             fake.http_requests[f"{method} {_route(path)}"] += 1
             fake._in_flight += 1
             fake.max_in_flight = max(fake.max_in_flight, fake._in_flight)
+            fake._arrived.notify_all()
+            if fake.gather:
+                fake._arrived.wait_for(lambda: fake._in_flight >= fake.gather, fake.gather_timeout)
         try:
             self._dispatch(method, path, raw)
         finally:
