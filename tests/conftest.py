@@ -86,6 +86,18 @@ def embedders():
     pool.release(kill=True)
 
 
+@pytest.fixture
+def counting():
+    """The embedder `counting`: the hash embedding, counting the document texts it embeds."""
+    from situate.tasks.embedders.base import EMBEDDERS, EmbedderSpec
+    from tests.fakes.hash_embedding import CountingEmbedding
+
+    model = CountingEmbedding()
+    EMBEDDERS.register("counting", EmbedderSpec("bow-64", "math", "", "", lambda m, k: model))
+    yield model
+    EMBEDDERS.unregister("counting")
+
+
 @pytest.fixture(scope="session")
 def prefect_harness():
     """One temporary Prefect server for the whole session (flow tests request it)."""

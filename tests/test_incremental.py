@@ -9,31 +9,9 @@ import pytest
 
 from benchmarks.bench_reingest import expected_rows, mutate, processed_documents, stored_rows
 from tests.conftest import CODEBASE
-from tests.fakes.hash_embedding import HashEmbedding
 from tests.fakes.milvus_server import snapshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-
-class CountingEmbedding(HashEmbedding):
-    """The hash embedding, counting the document texts it is asked to embed."""
-
-    def __init__(self) -> None:
-        self.texts = 0
-
-    def encode_documents(self, texts: list[str]) -> list[list[float]]:
-        self.texts += len(texts)
-        return super().encode_documents(texts)
-
-
-@pytest.fixture
-def counting(monkeypatch):
-    from situate.tasks.embedders.base import EMBEDDERS, EmbedderSpec
-
-    model = CountingEmbedding()
-    EMBEDDERS.register("counting", EmbedderSpec("bow-64", "math", "", "", lambda m, k: model))
-    yield model
-    EMBEDDERS.unregister("counting")
 
 
 def test_reingest_does_only_what_changed(prefect_harness, state, tmp_path, counting):

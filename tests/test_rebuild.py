@@ -111,6 +111,17 @@ def test_a_rebuild_makes_bm25_score_as_a_fresh_collection_and_keeps_every_row(st
     assert store.describe("kept").embedder == EMBEDDER
 
 
+def legacy(store: MilvusStore, corpus: list[dict]) -> dict[str, dict]:
+    """A collection `legacy` as situate made them before aliases: a physical collection under the
+    user's name, holding `corpus`; returns its rows."""
+    store.client.create_collection("legacy", schema=collection_schema(store.client, EMB.dim),
+                                   consistency_level="Strong",
+                                   properties={"situate.embedder": EMBEDDER})
+    store.index_and_load("legacy")
+    store.write("legacy", documents(corpus))
+    return every_row(store, "legacy")
+
+
 class Stop(BaseException):
     """A kill, as far as the code under it can tell: nothing after it runs."""
 
@@ -159,12 +170,7 @@ def test_a_rebuild_stopped_at_any_step_loses_nothing(store, monkeypatch, at):
 def test_a_collection_from_before_aliases_is_rebuilt_into_generations(store):
     """Collections situate made before issue 21 are physical collections under the user's name."""
     corpus = true_corpus()[:10]
-    store.client.create_collection("legacy", schema=collection_schema(store.client, EMB.dim),
-                                   consistency_level="Strong",
-                                   properties={"situate.embedder": EMBEDDER})
-    store.index_and_load("legacy")
-    store.write("legacy", documents(corpus))
-    rows = every_row(store, "legacy")
+    rows = legacy(store, corpus)
     assert store.drift("legacy") == 0 and store.generations.physical("legacy") == "legacy"
     store.rebuild("legacy", [d["doc_id"] for d in corpus])
     assert store.generations.physical("legacy") == "legacy__g1"
@@ -174,12 +180,7 @@ def test_a_collection_from_before_aliases_is_rebuilt_into_generations(store):
 
 def test_a_stop_between_the_rename_and_the_alias_of_a_collection_from_before_aliases(store):
     corpus = true_corpus()[:10]
-    store.client.create_collection("legacy", schema=collection_schema(store.client, EMB.dim),
-                                   consistency_level="Strong",
-                                   properties={"situate.embedder": EMBEDDER})
-    store.index_and_load("legacy")
-    store.write("legacy", documents(corpus))
-    rows = every_row(store, "legacy")
+    rows = legacy(store, corpus)
     store.client.rename_collection("legacy", "legacy__g0")  # as the first rebuild's switch does
     assert not store.exists("legacy")
     store.tidy("legacy")  # what the next ingest does first

@@ -17,32 +17,12 @@ import pytest
 from benchmarks.bench_reingest import processed_documents
 from benchmarks.drift import drifted
 from tests.conftest import CODEBASE
-from tests.fakes.hash_embedding import HashEmbedding
 from tests.fakes.milvus_server import milvus_server
 from tests.test_rebuild import every_row
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow,
               pytest.mark.skipif(not CODEBASE.is_dir(), reason="needs the codebase dataset")]
 EVAL = CODEBASE / "evaluation_set.jsonl"
-
-
-class CountingEmbedding(HashEmbedding):
-    def __init__(self) -> None:
-        self.texts = 0
-
-    def encode_documents(self, texts: list[str]) -> list[list[float]]:
-        self.texts += len(texts)
-        return super().encode_documents(texts)
-
-
-@pytest.fixture
-def counting():
-    from situate.tasks.embedders.base import EMBEDDERS, EmbedderSpec
-
-    model = CountingEmbedding()
-    EMBEDDERS.register("counting", EmbedderSpec("bow-64", "math", "", "", lambda m, k: model))
-    yield model
-    EMBEDDERS.unregister("counting")
 
 
 def bm25_lists(uri: str, collection: str) -> list[list[str]]:

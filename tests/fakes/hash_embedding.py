@@ -29,3 +29,14 @@ class HashEmbedding:
 
     def encode_queries(self, texts: list[str]) -> list[list[float]]:
         return [self._one(t) for t in texts]
+
+
+class CountingEmbedding(HashEmbedding):
+    """The hash embedding, counting the document texts it is asked to embed."""
+
+    def __init__(self) -> None:
+        self.texts = 0
+
+    def encode_documents(self, texts: list[str]) -> list[list[float]]:
+        self.texts += len(texts)
+        return super().encode_documents(texts)
