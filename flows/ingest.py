@@ -42,6 +42,7 @@ from situate.flows.plan import (
     plan_ingest,
     plan_run,
     prepare,
+    should_rebuild,
     window_size,
     windows,
 )
@@ -298,7 +299,7 @@ class _Ingest:
             store.flush(o.collection)
         rows = store.count(o.collection)
         self.drift = store.drift(o.collection)
-        if o.rebuild or (self.drift > 0 and self.drift >= o.rebuild_at * rows):
+        if should_rebuild(o, self.drift, rows):
             t = time.perf_counter()
             rebuild_task(store, o.collection, setup.scan.order)
             self.seconds["rebuild"] = time.perf_counter() - t

@@ -229,6 +229,12 @@ def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
         seconds={k: round(v, 3) for k, v in seconds.items()})
 
 
+def should_rebuild(options: IngestOptions, drift: int, rows: int) -> bool:
+    """Whether a run ends by rebuilding the collection: asked to, or its drift reached
+    `rebuild_at` of its rows (the one rule of the run and its dry run)."""
+    return options.rebuild or (drift > 0 and drift >= options.rebuild_at * rows)
+
+
 def _drift(options: IngestOptions, setup: Setup, chosen: _ModeTally, pruned_rows: int,
            rows: int) -> dict[str, int | float | bool]:
     """The drift the run would leave (what it writes or deletes in a collection that held rows
@@ -237,7 +243,7 @@ def _drift(options: IngestOptions, setup: Setup, chosen: _ModeTally, pruned_rows
     if setup.existed and setup.store is not None:
         drift = (setup.store.drift(options.collection) + chosen.written
                  + len(chosen.counts.stale_ids) + pruned_rows)
-    rebuilt = rows > 0 and (options.rebuild or (drift > 0 and drift >= options.rebuild_at * rows))
+    rebuilt = rows > 0 and should_rebuild(options, drift, rows)
     return {"drift_rows": drift, "drift_share": round(drift / max(rows, 1), 4), "rebuilt": rebuilt}
 
 

@@ -111,20 +111,25 @@ class Generations:
 
     # --- drift -------------------------------------------------------------------------------
 
-    def drift(self, name: str) -> int:
-        """Rows written or deleted since the collection was built or last rebuilt."""
+    def _drift(self, name: str) -> tuple[int, str]:
+        """(drift, the physical collection) from one description of the collection."""
         info = self._call(f"describing collection {name!r}",
                           lambda: self.client.describe_collection(name))
+        physical = str(info.get("collection_name") or name)
         try:
-            return int((info.get("properties") or {}).get(DRIFT, 0))
+            return int((info.get("properties") or {}).get(DRIFT, 0)), physical
         except (TypeError, ValueError):
-            return 0
+            return 0, physical
+
+    def drift(self, name: str) -> int:
+        """Rows written or deleted since the collection was built or last rebuilt."""
+        return self._drift(name)[0]
 
     def add_drift(self, name: str, rows: int) -> int:
         """Count `rows` more written or deleted; returns the collection's drift now."""
-        total = self.drift(name) + rows
+        drift, physical = self._drift(name)
+        total = drift + rows
         if rows:
-            physical = self.physical(name) or name
             self._call(f"recording the drift of {name!r}", lambda: self.client.
                        alter_collection_properties(physical, properties={DRIFT: str(total)}),
                        write=True)
