@@ -39,6 +39,10 @@ class Chunk:
     # Character offset of the chunk in its document, or -1 when the input was pre-chunked and the
     # chunk could not be located verbatim.
     start: int = -1
+    # Where the chunk is in its document, from the document's own structure: `page`/`page_end`,
+    # `heading_path`, `slide`, `sheet` and `rows`, `cell`, `chapter`, `symbols` (code). Stored
+    # in the row's metadata; not part of the chunk's identity.
+    where: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def id(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -49,6 +50,13 @@ class Settings(BaseSettings):
                               "any, so BM25 scores as on a fresh ingest; inf: never by itself")
     max_file_bytes: int = Field(10_000_000, ge=1, description="a directory corpus's files over "
                                 "this size are skipped unread (and logged)")
+    max_document_bytes: int = Field(200_000_000, ge=1, description="the same limit for PDF, "
+                                    "Office, EPUB and notebook files, and what a zip-based one "
+                                    "(DOCX, XLSX, PPTX, EPUB) may inflate to: a zip bomb is "
+                                    "refused before inflating")
+    code_chunks: Literal["syntax", "text"] = Field("syntax", description="how source files are cut: "
+                                                   "syntax (along functions and classes, with "
+                                                   "tree-sitter) or text (lines and blank lines)")
 
     def default_context(self) -> str:
         if self.context:

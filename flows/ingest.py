@@ -58,9 +58,10 @@ from situate.tasks.embedders.base import Embedders
 
 
 @task(task_run_name="scan-corpus", persist_result=False, cache_policy=NO_CACHE)
-def scan_corpus_task(path: str, chunk_size: int, chunk_overlap: int) -> CorpusScan:
+def scan_corpus_task(path: str, chunk_size: int, chunk_overlap: int,
+                     code_chunks: str | None = None) -> CorpusScan:
     """The checking pass over the corpus, as a task of the run (seen in the UI)."""
-    return scan_corpus(path, chunk_size, chunk_overlap)
+    return scan_corpus(path, chunk_size, chunk_overlap, code_chunks=code_chunks)
 
 
 def make_task_runner(options: IngestOptions) -> TaskRunner[Any]:
@@ -165,7 +166,7 @@ def ingest_flow(options: IngestOptions) -> IngestSummary | IngestPlan:
     with for_run() as resources:
         if resources.scan is None:
             resources.scan = scan_corpus_task(options.corpus, options.chunk_size,
-                                              options.chunk_overlap)
+                                              options.chunk_overlap, options.code_chunks)
         warn_skipped(resources.scan)
         if options.dry_run:
             return _dry_run(options, resources)
@@ -228,7 +229,8 @@ class _Ingest:
         try:
             with make_task_runner(o) as runner:
                 try:
-                    for docs in windows(stream_corpus(o.corpus, o.chunk_size, o.chunk_overlap),
+                    for docs in windows(stream_corpus(o.corpus, o.chunk_size, o.chunk_overlap,
+                                                       code_chunks=o.code_chunks),
                                         window_size(o)):
                         existing = (store.fingerprints(o.collection, [d.id for d in docs])
                                     if setup.existed else {})
@@ -323,7 +325,9 @@ class _Ingest:
             changed=totals.changed, unchanged=totals.unchanged,
             deleted_documents=len(self.deleted_docs), skipped_empty=scan.skipped_empty,
             skipped_large_files=scan.skipped_large_files, skipped_chunks=scan.skipped_chunks,
-            cleaned_chars=scan.cleaned_chars, chunks_written=self.written, chunks_deleted=deleted,
+            cleaned_chars=scan.cleaned_chars, formats=dict(scan.formats),
+            units=dict(scan.units), skipped=dict(scan.skipped), chunks_written=self.written,
+            chunks_deleted=deleted,
             rows=rows, drift_rows=self.drift, drift_share=round(self.drift / max(rows, 1), 4),
             rebuilt=self.rebuilt, **Bill.of(self.usage),
             seconds={k: round(v, 3) for k, v in self.seconds.items()})
@@ -341,8 +345,14 @@ def warn_skipped(scan: CorpusScan) -> None:
     corpus = scan.path
     if scan.skipped_empty:
         logger.warning(f"skipped {scan.skipped_empty} empty document(s) in {corpus}")
-    if scan.skipped_files:
-        logger.warning(f"skipped {scan.skipped_files} binary or non-text file(s) in {corpus}")
+    unreadable = sum(n for _, n in scan.skipped)
+    if scan.skipped_files - unreadable:
+        logger.warning(f"skipped {scan.skipped_files - unreadable} binary or non-text file(s) in "
+                       f"{corpus}")
+    if unreadable:
+        said = ", ".join(f"{n} {kind}" for kind, n in scan.skipped)
+        logger.warning(f"skipped {unreadable} document file(s) in {corpus}: {said}; their paths "
+                       "are in the log above")
     if scan.skipped_large_files:
         logger.warning(f"skipped {scan.skipped_large_files} file(s) over "
                        f"{get_settings().max_file_bytes} bytes in {corpus} "

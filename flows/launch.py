@@ -80,7 +80,8 @@ def launch_ingest(options: IngestOptions) -> IngestSummary | IngestPlan:
             resources.embedders.get(options.embedder)
         from situate.tasks.corpus.load import scan_corpus
 
-        resources.scan = scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap)
+        resources.scan = scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
+                                 code_chunks=options.code_chunks)
         from situate.flows.ingest import ingest_flow  # Prefect comes with it (seconds)
 
         def warm(store: Any) -> None:  # an existing collection loads no model unless it must

@@ -103,6 +103,10 @@ def _fusion_names() -> list[str]:
     return list(FUSIONS)
 
 
+def _code_chunk_names() -> list[str]:
+    return ["syntax", "text"]
+
+
 def _mode_names() -> list[str]:
     from situate.tasks.retrieval.search import MODES
 
@@ -194,6 +198,9 @@ class IngestOptions(Options):
         description="characters per chunk for unchunked input")
     chunk_overlap: Annotated[int, Flag(("--chunk-overlap",)), FromSetting("chunk_overlap")] = from_settings(
         description="characters shared by consecutive chunks")
+    code_chunks: Annotated[str, Flag(("--code-chunks",), choices=_code_chunk_names, strict=True),
+                           FromSetting("code_chunks")] = from_settings(
+        description="cut source files along their syntax (functions, classes) or as text")
     prune: Annotated[bool, Flag(("--prune",))] = Field(
         False, description="delete documents no longer in the corpus")
     force: Annotated[bool, Flag(("--force",))] = Field(

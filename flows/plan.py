@@ -40,8 +40,10 @@ _CACHE_FILE = "cache.db"
 
 
 def fingerprint(doc: Document, pipeline: str) -> str:
-    """What a document's rows were built from: its text and the pipeline that situated them."""
-    return sha256(f"{doc.hash}\x1f{pipeline}")
+    """What a document's rows were built from: its text and the pipeline that situated them
+    (with how it was cut, for source code cut along its syntax)."""
+    cut = doc.metadata.get("chunks")
+    return sha256(f"{doc.hash}\x1f{pipeline}" + (f"\x1f{cut}" if cut else ""))
 
 
 def pipeline_id(contextualizer: Contextualizer | CostModel, chunk_size: int,
@@ -126,7 +128,8 @@ class Setup:
 def prepare(options: IngestOptions, resources: Resources, dry_run: bool = False) -> Setup:
     """The corpus checked (or the command's check taken), the embedder checked, the store opened
     and an existing collection checked against the embedder (no model is loaded for it)."""
-    scan = resources.scan or scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap)
+    scan = resources.scan or scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
+                                 code_chunks=options.code_chunks)
     resources.scan = None  # taken once
     name, model, _ = check_embedder(options.embedder)
     embedder_id = f"{name}:{model}"
@@ -213,7 +216,8 @@ def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
         new=chosen.counts.new, changed=chosen.counts.changed, unchanged=chosen.counts.unchanged,
         deleted_documents=len(gone), skipped_empty=scan.skipped_empty,
         skipped_large_files=scan.skipped_large_files, skipped_chunks=scan.skipped_chunks,
-        cleaned_chars=scan.cleaned_chars, chunks_written=chosen.written,
+        cleaned_chars=scan.cleaned_chars, formats=dict(scan.formats),
+        units=dict(scan.units), skipped=dict(scan.skipped), chunks_written=chosen.written,
         chunks_deleted=len(chosen.counts.stale_ids) + pruned_rows,
         rows=count + chosen.rows_delta - pruned_rows,
         **_drift(options, setup, chosen, pruned_rows, count + chosen.rows_delta - pruned_rows),
@@ -255,7 +259,8 @@ def _tally(options: IngestOptions, setup: Setup,
     cache_file = Path(options.cache_dir) / _CACHE_FILE
     cache = ContextCache(options.cache_dir) if cache_file.is_file() else None
     try:
-        for docs in windows(stream_corpus(options.corpus, options.chunk_size, options.chunk_overlap),
+        for docs in windows(stream_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
+                                         code_chunks=options.code_chunks),
                             window_size(options)):
             existing = (store.fingerprints(collection, [d.id for d in docs])
                         if setup.existed and store is not None else {})

@@ -36,6 +36,11 @@ class Counts(BaseModel):
     drift_rows: int = 0  # rows written or deleted since the collection was built or rebuilt
     drift_share: float = 0.0  # drift_rows over rows
     rebuilt: bool = False  # rebuilt from its own rows after the run (no context, no embedding)
+    # Document files read per format ("pdf": 3), the units read ("pages": 120), and document
+    # files skipped by reason ("encrypted PDF": 1).
+    formats: dict[str, int] = {}
+    units: dict[str, int] = {}
+    skipped: dict[str, int] = {}
 
 
 class Bill(BaseModel):
@@ -76,8 +81,11 @@ class IngestSummary(Bill, Counts):
 
     def metrics(self) -> list[tuple[str, str]]:
         """(metric, value) rows: every field but the nested ones, then the stages' seconds."""
-        nested = ("seconds", "alternatives", "assumptions")
+        nested = ("seconds", "alternatives", "assumptions", "formats", "units", "skipped")
         rows = [(k, str(v)) for k, v in self.model_dump().items() if k not in nested]
+        rows += [(f"files {k}", str(v)) for k, v in self.formats.items()]
+        rows += [(f"read {k}", str(v)) for k, v in self.units.items()]
+        rows += [(f"skipped {k}", str(v)) for k, v in self.skipped.items()]
         return rows + [(f"seconds {k}", f"{v:.2f}") for k, v in self.seconds.items()]
 
     def table(self) -> list[dict[str, str]]:

@@ -87,7 +87,7 @@ def document_rows(doc: EmbeddedDocument) -> list[dict[str, Any]]:
             "context": s.context[:MAX_CONTEXT // 4],
             "doc_hash": doc.fingerprint,
             "chunk_hash": s.chunk.hash,
-            "metadata": metadata,
+            "metadata": {**metadata, **s.chunk.where} if s.chunk.where else metadata,
             "lexical": lexical_text(s.indexed_text)[:MAX_TEXT // 4],
             "dense": list(vector),
         })

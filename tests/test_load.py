@@ -80,7 +80,9 @@ def test_jsonl_documents_are_chunked_and_empty_ones_counted(tmp_path):
         ("bad.json", '[{"doc_id": "d", "content": "x", "chunks": [}]', "bad JSON at line 1"),
         ("obj.json", '{"doc_id": "d"}', "expected a JSON list"),
         ("nochunks.json", '[{"doc_id": "d", "content": "x"}]', "has no 'chunks' list"),
-        ("corpus.pdf", "%PDF", "unknown corpus form '.pdf'"),
+        ("corpus.pdf", "not a pdf at all", "not a PDF"),
+        ("corpus.xyz", "text", "unknown corpus form '.xyz'"),
+        ("corpus.doc", "text", "legacy Word .doc: save it as .docx"),
     ],
 )
 def test_bad_input_names_the_file_and_the_problem(tmp_path, name, content, message):
@@ -98,7 +100,7 @@ def test_missing_corpus(tmp_path):
 
 
 def test_empty_directory(tmp_path):
-    with pytest.raises(InputError, match="no text, Markdown or source files"):
+    with pytest.raises(InputError, match="no documents, text, Markdown or source files"):
         load_corpus(tmp_path)
 
 

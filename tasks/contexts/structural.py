@@ -44,6 +44,9 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 _NOT_A_NAME = {"for", "where", "self", "mut", "const", "unsafe", "async", "extends", "implements"}
 
 _PROSE = {"Markdown", "reStructuredText", "text"}
+# Document formats read by situate.tasks.corpus.readers, as a reader would name them.
+_FORMATS = {"pdf": "PDF", "html": "web page", "docx": "Word document", "pptx": "slides",
+            "xlsx": "spreadsheet", "epub": "e-book", "ipynb": "Jupyter notebook"}
 _LANGUAGES = {
     ".py": "Python", ".rs": "Rust", ".go": "Go", ".js": "JavaScript", ".ts": "TypeScript",
     ".tsx": "TypeScript", ".jsx": "JavaScript", ".java": "Java", ".kt": "Kotlin", ".c": "C",
@@ -234,6 +237,11 @@ class StructuralContextualizer(Contextualizer):
         out: list[Situated] = []
         for chunk in chunks:
             parts = list(header)
+            place = _place(chunk.where)
+            if place:
+                parts.append(place)
+                out.append(Situated(chunk, " ".join(parts), "generated"))
+                continue
             start = chunk.start if chunk.start >= 0 else doc.text.find(chunk.text)
             if start >= 0:
                 first_line = _line_of(line_starts, start + _leading_blank(chunk.text))
@@ -248,7 +256,10 @@ class StructuralContextualizer(Contextualizer):
     def _header(self, doc: Document, defs: Sequence[_Definition]) -> list[str]:
         parts: list[str] = []
         title = doc.title or str(doc.metadata.get("path") or "")
-        language = _language(doc)
+        language = _FORMATS.get(str(doc.metadata.get("format")), "") or _language(doc)
+        named = " ".join(str(doc.metadata.get("document_title") or "").split())[:120]
+        if named and named != title:
+            language = f"{language}: {named}" if language else named
         if title:
             parts.append(f"From {title}" + (f" ({language})." if language else "."))
         summary = leading_comment(doc.text) if self.summary else ""
@@ -265,6 +276,38 @@ class StructuralContextualizer(Contextualizer):
                 more = "" if len(names) <= self.max_names else f" and {len(names) - len(shown)} more"
                 parts.append("Defines " + ", ".join(shown) + more + ".")
         return parts
+
+
+def _place(where: dict[str, object]) -> str:
+    """Where a chunk of a read document (or of code cut along its syntax) is, in a few words:
+    "Page 12 > 3.2 Refunds.", "Slides 4-5: Roadmap (with speaker notes).", "Sheet Q3, rows
+    1-50.", "Cell 3 (code)."; "" for a chunk of text or code, whose place is found in the
+    text (the definitions and Markdown headings open where it starts)."""
+    parts: list[str] = []
+    for key, label in (("chapter", "Chapter"), ("page", "Page"), ("slide", "Slide"),
+                       ("cell", "Cell")):
+        value = where.get(key)
+        if not isinstance(value, int):
+            continue
+        end = where.get(f"{key}_end")
+        text = f"{label}s {value}-{end}" if isinstance(end, int) and end != value else f"{label} {value}"
+        title = where.get(f"{key}_title")
+        if isinstance(title, str) and title.strip():
+            text += f": {' '.join(title.split())[:100]}"
+        if key == "cell" and isinstance(where.get("cell_type"), str) and where["cell_type"] != "mixed":
+            text += f" ({where['cell_type']})"
+        if key == "slide" and where.get("notes"):
+            text += " (with speaker notes)"
+        parts.append(text)
+    sheet = where.get("sheet")
+    if isinstance(sheet, str):
+        rows = where.get("rows")
+        parts.append(f"Sheet {sheet}" + (f", rows {rows[0]}-{rows[1]}"
+                                         if isinstance(rows, list) and len(rows) == 2 else ""))
+    headings = where.get("heading_path")
+    if isinstance(headings, list) and headings:
+        parts.append(" > ".join(" ".join(str(h).split())[:80] for h in headings[-3:]))
+    return " > ".join(parts) + "." if parts else ""
 
 
 def _line_offsets(text: str) -> list[int]:

@@ -19,23 +19,51 @@ _CODE_START = re.compile(
 _HEADING = re.compile(r"^#{1,6}\s")
 
 
-def chunk_text(text: str, size: int = DEFAULT_CHUNK_SIZE,
-               overlap: int = DEFAULT_CHUNK_OVERLAP) -> list[tuple[int, str]]:
+# A boundary of this priority is always cut at, even inside a piece shorter than `size` (a PDF's
+# chapter, a spreadsheet's sheet); boundaries of priority >= SECTION are never overlapped across.
+FORCED = 100
+SECTION = 3
+
+
+def chunk_text(text: str, size: int = DEFAULT_CHUNK_SIZE, overlap: int = DEFAULT_CHUNK_OVERLAP,
+               boundaries: dict[int, int] | None = None) -> list[tuple[int, str]]:
     """Split `text` into (start offset, chunk) pieces of at most `size` characters.
 
     Cuts where a reader would: before a top-level definition or heading after a blank line, else at
     a blank line, else at a line break, else at a space; only a single line longer than `size` is
     cut mid-word. Consecutive chunks share up to `overlap` characters of whole lines.
+
+    `boundaries` (offset of a line start -> priority) are the document format's own edges (a
+    heading, a page, a slide), given by a reader: they outrank the guesses above, a chunk never
+    overlaps across one of priority >= SECTION, and one of priority FORCED is always cut.
     """
     if size <= 0:
         raise InputError(f"chunk size must be positive, got {size}")
     overlap = max(0, min(overlap, size // 2))
     n = len(text)
+    pieces: list[tuple[int, str]] = []
+    forced = sorted(o for o, p in (boundaries or {}).items() if p >= FORCED and 0 < o < n)
+    if boundaries and forced:
+        ordered = sorted(boundaries.items())
+        offsets = [o for o, _ in ordered]
+        edges = [0, *forced, n]
+        for a, b in zip(edges, edges[1:], strict=False):
+            lo, hi = bisect.bisect_right(offsets, a), bisect.bisect_left(offsets, b)
+            inner = {o - a: p for o, p in ordered[lo:hi]}
+            pieces.extend((a + s, piece) for s, piece in chunk_text(text[a:b], size, overlap, inner))
+        return pieces
     if n <= size:
         return [(0, text)] if text.strip() else []
     starts, priority = _line_starts(text)
+    edge: set[int] = set()
+    if boundaries:
+        for i, o in enumerate(starts):
+            p = boundaries.get(o)
+            if p is not None:
+                priority[i] = max(priority[i], p)
+                if p >= SECTION:
+                    edge.add(o)
 
-    pieces: list[tuple[int, str]] = []
     s = 0
     while s < n:
         limit = s + size
@@ -60,7 +88,7 @@ def chunk_text(text: str, size: int = DEFAULT_CHUNK_SIZE,
             break
         # Next chunk starts at the first line start within `overlap` of the cut (whole lines only).
         nxt = end
-        if overlap:
+        if overlap and end not in edge:
             i = bisect.bisect_left(starts, end - overlap)
             if i < len(starts) and s < starts[i] < end:
                 nxt = starts[i]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,12 +77,30 @@ class Tally:
     skipped_chunks: int = 0
     cleaned_chars: int = 0
     cleaned_docs: int = 0
+    # The limit for document formats (PDF, Office, EPUB, notebooks) and what a zip-based one may
+    # inflate to; how source files are cut ("syntax" or "text").
+    document_limit: int = 200_000_000
+    code_chunks: str = "syntax"
+    # Documents read per format ("pdf": 3), the units read ("pages": 120), and files of document
+    # formats skipped, by reason ("encrypted PDF": 1).
+    formats: Counter[str] = field(default_factory=Counter)
+    units: Counter[str] = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
 
-    def large_file(self, f: Path, size: int) -> None:
+    def large_file(self, f: Path, size: int, document: bool = False) -> None:
         self.large_files += 1
+        limit, variable = ((self.document_limit, "SITUATE_MAX_DOCUMENT_BYTES") if document
+                           else (self.limit, "SITUATE_MAX_FILE_BYTES"))
         if self.large_files <= LOG_EACH and not self.quiet:
-            log.warning(f"skipped {f}: {size} bytes, over the {self.limit}-byte limit for one file "
-                        "(SITUATE_MAX_FILE_BYTES)")
+            log.warning(f"skipped {f}: {size} bytes, over the {limit}-byte limit for one file "
+                        f"({variable})")
+
+    def skip(self, f: Path, kind: str, detail: str) -> None:
+        """A file of a document format that cannot be read: counted by reason, said once."""
+        self.skipped_files += 1
+        self.reasons[kind] += 1
+        if sum(self.reasons.values()) <= LOG_EACH and not self.quiet:
+            log.warning(f"skipped {f}: {kind}" + (f" ({detail})" if detail else ""))
 
     def oversize_chunk(self, doc_id: str, index: int, size: int) -> None:
         self.skipped_chunks += 1
@@ -103,7 +122,11 @@ class Tally:
             return
         if self.large_files:
             log.warning(f"skipped {self.large_files} file(s) over {self.limit} "
-                        f"bytes in {self.path} (SITUATE_MAX_FILE_BYTES)")
+                        f"bytes in {self.path} (SITUATE_MAX_FILE_BYTES; "
+                        f"SITUATE_MAX_DOCUMENT_BYTES, {self.document_limit}, for documents)")
+        if self.reasons:
+            said = ", ".join(f"{n} {kind}" for kind, n in self.reasons.most_common())
+            log.warning(f"skipped document files in {self.path}: {said}")
         if self.skipped_chunks:
             log.warning(f"skipped {self.skipped_chunks} chunk(s) over {MAX_CHUNK_BYTES} bytes in "
                         f"{self.path}; the other chunks are ingested")

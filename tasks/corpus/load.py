@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,12 @@ from situate.core.records import Chunk, Document
 from situate.core.settings import get_settings
 from situate.tasks.corpus.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, make_chunks
 from situate.tasks.corpus.clean import MAX_CHUNK_BYTES, Tally, clean_text, clean_value, id_problem
+from situate.tasks.corpus.readers import DOCUMENT_SUFFIXES, LEGACY, Unreadable, read_document
+from situate.tasks.corpus.readers.base import Section
+from situate.tasks.corpus.sections import chunk_sections
 
 TEXT_SUFFIXES = frozenset(
-    ".txt .md .markdown .rst .adoc .org .tex .csv .tsv .json .yaml .yml .toml .ini .cfg .xml .html "
+    ".txt .md .markdown .rst .adoc .org .tex .csv .tsv .json .yaml .yml .toml .ini .cfg .xml "
     ".css .py .pyi .rs .go .js .mjs .cjs .ts .tsx .jsx .java .kt .kts .scala .c .h .cc .cpp .cxx .hpp "
     ".hh .cs .rb .php .swift .m .mm .sh .bash .zsh .sql .lua .pl .pm .r .jl .ex .exs .erl .hs .ml "
     ".clj .dart .vue .svelte .proto .graphql .gradle .cmake .dockerfile .tf".split()
@@ -53,6 +56,10 @@ class Corpus:
     skipped_chunks: int = 0
     # NUL bytes removed and lone surrogates replaced (with U+FFFD) in texts and metadata.
     cleaned_chars: int = 0
+    # Documents read per format, units read (pages, slides...), document files skipped by reason.
+    formats: tuple[tuple[str, int], ...] = ()
+    units: tuple[tuple[str, int], ...] = ()
+    skipped: tuple[tuple[str, int], ...] = ()
 
     @property
     def chunk_count(self) -> int:
@@ -75,16 +82,24 @@ class CorpusScan:
     skipped_chunks: int = 0
     cleaned_chars: int = 0
     order: tuple[str, ...] = ()  # the document ids in corpus order (the order a run writes them)
+    formats: tuple[tuple[str, int], ...] = ()
+    units: tuple[tuple[str, int], ...] = ()
+    skipped: tuple[tuple[str, int], ...] = ()
 
 
 # --- loaders -------------------------------------------------------------------------------------
 
+Cut = Callable[[str], "list[tuple[int, str, dict[str, Any]]] | None"]
+
+
 def _document(tally: Tally, where: str, doc_id: str, text: str, title: str,
               metadata: dict[str, Any], pieces: list[tuple[int, str]] | None = None,
               size: int = DEFAULT_CHUNK_SIZE, overlap: int = DEFAULT_CHUNK_OVERLAP,
-              ) -> Document | None:
+              cut: Cut | None = None) -> Document | None:
     """The one place every loader makes a Document: clean its texts, chunk it (or take the given
     `pieces`, (index, text) pairs of a pre-chunked document), drop chunks too long to store.
+    `cut` chunks the cleaned text along the document's own structure ((start, text, where)
+    triples; None from it: cut as plain text).
 
     None when nothing of it can be stored: blank (counted as empty), or every chunk too long.
     """
@@ -97,7 +112,11 @@ def _document(tally: Tally, where: str, doc_id: str, text: str, title: str,
     metadata, n = clean_value(metadata)
     count += n
     chunks: list[Chunk] = []
-    if pieces is None:
+    structured = cut(text) if cut is not None and text.strip() else None
+    if structured is not None:
+        chunks = [Chunk(doc_id, i, piece, start, place)
+                  for i, (start, piece, place) in enumerate(structured)]
+    elif pieces is None:
         chunks = list(make_chunks(doc_id, text, size, overlap)) if text.strip() else []
     elif text.strip():
         cursor = 0
@@ -129,27 +148,28 @@ def _document(tally: Tally, where: str, doc_id: str, text: str, title: str,
 
 def load_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
-                max_file_bytes: int | None = None) -> Corpus:
+                max_file_bytes: int | None = None, code_chunks: str | None = None) -> Corpus:
     """Read a whole corpus in any of the three forms into memory; InputError on anything unusable.
 
     For corpora that fit in memory (evaluation, tests, small runs); the ingest flow uses
     `scan_corpus` and `stream_corpus` instead, which hold one document at a time.
     `max_file_bytes` (default: the `max_file_bytes` setting) bounds one file of a directory, or a
     single text file given alone; JSONL and pre-chunked JSON files are not bounded by it.
+    `code_chunks` ("syntax" or "text"; default: the setting) is how source files are cut.
     """
-    tally = _tally(path, max_file_bytes, quiet=False)
+    tally = _tally(path, max_file_bytes, quiet=False, code_chunks=code_chunks)
     documents = tuple(iter_corpus(path, chunk_size, chunk_overlap, tally))
     tally.summarize()
     return Corpus(str(path), tally.form, documents, tally.empty, tally.skipped_files,
-                  tally.large_files, tally.skipped_chunks, tally.cleaned_chars)
+                  tally.large_files, tally.skipped_chunks, tally.cleaned_chars, *_counts(tally))
 
 
 def scan_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
-                max_file_bytes: int | None = None) -> CorpusScan:
+                max_file_bytes: int | None = None, code_chunks: str | None = None) -> CorpusScan:
     """Check a whole corpus as `load_corpus` does (the same errors, the same log lines) while
     keeping only counts and ids: memory grows with the number of documents, not their text."""
-    tally = _tally(path, max_file_bytes, quiet=False)
+    tally = _tally(path, max_file_bytes, quiet=False, code_chunks=code_chunks)
     documents = chunks = 0
     order: list[str] = []
     for doc in iter_corpus(path, chunk_size, chunk_overlap, tally):
@@ -159,21 +179,30 @@ def scan_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
     tally.summarize()
     return CorpusScan(str(path), tally.form, documents, chunks, frozenset(order), tally.empty,
                       tally.skipped_files, tally.large_files, tally.skipped_chunks,
-                      tally.cleaned_chars, tuple(order))
+                      tally.cleaned_chars, tuple(order), *_counts(tally))
 
 
 def stream_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                   chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
-                  max_file_bytes: int | None = None) -> Iterator[Document]:
+                  max_file_bytes: int | None = None,
+                  code_chunks: str | None = None) -> Iterator[Document]:
     """The documents of a corpus `scan_corpus` has checked, one at a time, in corpus order, saying
     nothing the scan said already. JSONL and directories are read lazily; a pre-chunked JSON is
     parsed whole (its format is one JSON value)."""
-    return iter_corpus(path, chunk_size, chunk_overlap, _tally(path, max_file_bytes, quiet=True))
+    return iter_corpus(path, chunk_size, chunk_overlap,
+                       _tally(path, max_file_bytes, quiet=True, code_chunks=code_chunks))
 
 
-def _tally(path: str | Path, max_file_bytes: int | None, quiet: bool) -> Tally:
-    limit = max_file_bytes if max_file_bytes is not None else get_settings().max_file_bytes
-    return Tally(str(path), limit, quiet=quiet)
+def _tally(path: str | Path, max_file_bytes: int | None, quiet: bool,
+           code_chunks: str | None = None) -> Tally:
+    settings = get_settings()
+    limit = max_file_bytes if max_file_bytes is not None else settings.max_file_bytes
+    return Tally(str(path), limit, quiet=quiet, document_limit=settings.max_document_bytes,
+                 code_chunks=code_chunks or settings.code_chunks)
+
+
+def _counts(tally: Tally) -> tuple[tuple[tuple[str, int], ...], ...]:
+    return tuple(tuple(sorted(c.items())) for c in (tally.formats, tally.units, tally.reasons))
 
 
 def iter_corpus(path: str | Path, chunk_size: int, chunk_overlap: int,
@@ -194,6 +223,21 @@ def iter_corpus(path: str | Path, chunk_size: int, chunk_overlap: int,
     if suffix == ".json":
         tally.form = "prechunked-json"
         return _iter_prechunked(p, tally)
+    if suffix in DOCUMENT_SUFFIXES:
+        tally.form = "file"
+        size = p.stat().st_size
+        if size > tally.document_limit:
+            raise InputError(f"{p}: {size} bytes, over the {tally.document_limit}-byte limit for one "
+                             "document; split it, or raise SITUATE_MAX_DOCUMENT_BYTES")
+        try:
+            doc = _read_document(p, p.name, str(p), tally, chunk_size, chunk_overlap)
+        except Unreadable as e:
+            raise InputError(f"{p}: {e}; nothing to ingest") from None
+        if doc is None:
+            raise InputError(f"{p}: the document has no text; nothing to ingest")
+        return iter((doc,))
+    if suffix in LEGACY:
+        raise InputError(f"{p}: {LEGACY[suffix]}; situate does not read this format")
     if suffix in TEXT_SUFFIXES or suffix == "":
         tally.form = "file"
         size = p.stat().st_size
@@ -201,14 +245,14 @@ def iter_corpus(path: str | Path, chunk_size: int, chunk_overlap: int,
             raise InputError(f"{p}: {size} bytes, over the {tally.limit}-byte limit for one file; split "
                              "it, or raise SITUATE_MAX_FILE_BYTES")
         body = _read_text_file(p)
-        doc = None if body is None else _document(tally, str(p), p.name, body, p.name,
-                                                  _file_metadata(p, p.name), None, chunk_size,
-                                                  chunk_overlap)
+        doc = None if body is None else _text_document(p, p.name, str(p), body, tally, chunk_size,
+                                                       chunk_overlap)
         if doc is None:
             raise InputError(f"{p}: the file is empty or not UTF-8 text; nothing to ingest")
         return iter((doc,))
     raise InputError(f"{p}: unknown corpus form {suffix!r}; give a pre-chunked .json, a .jsonl of "
-                     "documents, or a directory of text and source files")
+                     "documents, a directory, or a text, source, PDF, HTML, DOCX, PPTX, XLSX, EPUB "
+                     "or notebook file")
 
 
 def _read_text(p: Path) -> str:
@@ -366,7 +410,12 @@ def _file_metadata(p: Path, doc_id: str) -> dict[str, Any]:
 def _iter_directory(root: Path, size: int, overlap: int, tally: Tally) -> Iterator[Document]:
     found = 0
     for f in _walk(root):
-        if f.suffix.lower() not in TEXT_SUFFIXES and f.suffix:
+        suffix = f.suffix.lower()
+        document = suffix in DOCUMENT_SUFFIXES
+        if suffix in LEGACY:
+            tally.skip(f, LEGACY[suffix].split(":")[0], LEGACY[suffix].split(": ", 1)[-1])
+            continue
+        if suffix not in TEXT_SUFFIXES and suffix and not document:
             tally.skipped_files += 1
             continue
         try:
@@ -377,18 +426,83 @@ def _iter_directory(root: Path, size: int, overlap: int, tally: Tally) -> Iterat
         if not stat.S_ISREG(st.st_mode):
             tally.skipped_files += 1  # a FIFO or device: reading it could block or never end
             continue
-        if st.st_size > tally.limit:
-            tally.large_file(f, st.st_size)
+        if st.st_size > (tally.document_limit if document else tally.limit):
+            tally.large_file(f, st.st_size, document)
             continue
         rel = f.relative_to(root).as_posix()
-        body = _read_text_file(f)
-        if body is None:
-            tally.skipped_files += 1
-            continue
-        doc = _document(tally, f"{root}: file {rel!r}", rel, body, rel, _file_metadata(f, rel),
-                        None, size, overlap)
+        where = f"{root}: file {rel!r}"
+        if document:
+            try:
+                doc = _read_document(f, rel, where, tally, size, overlap)
+            except Unreadable as e:
+                tally.skip(f, e.kind, e.detail)
+                continue
+        else:
+            body = _read_text_file(f)
+            if body is None:
+                tally.skipped_files += 1
+                continue
+            doc = _text_document(f, rel, where, body, tally, size, overlap)
         if doc is not None:
             found += 1
             yield doc
     if not found and not tally.empty and not tally.large_files and not tally.skipped_chunks:
-        raise InputError(f"{root}: no text, Markdown or source files found in the directory")
+        skipped = ", ".join(f"{n} {kind}" for kind, n in tally.reasons.most_common())
+        raise InputError(f"{root}: no documents, text, Markdown or source files found in the "
+                         "directory" + (f" (skipped: {skipped})" if skipped else ""))
+
+
+def _text_document(f: Path, doc_id: str, where: str, body: str, tally: Tally, size: int,
+                   overlap: int) -> Document | None:
+    """A text or source file: source code cut along its syntax tree where the language has a
+    grammar and `code_chunks` is "syntax", everything else (and code that does not parse) as
+    text."""
+    metadata = _file_metadata(f, doc_id)
+    cut: Cut | None = None
+    if tally.code_chunks == "syntax":
+        from situate.tasks.corpus.code import chunk_code, language_for
+
+        if language_for(f.suffix.lower()):
+            suffix = f.suffix.lower()
+
+            def cut(text: str) -> list[tuple[int, str, dict[str, Any]]] | None:
+                pieces = chunk_code(text, suffix, size, overlap)
+                if pieces is None:
+                    return None
+                return [(p.start, p.text, {"symbols": list(p.symbols)} if p.symbols else {})
+                        for p in pieces]
+
+            metadata["chunks"] = "syntax"
+    return _document(tally, where, doc_id, body, doc_id, metadata, None, size, overlap, cut)
+
+
+def _read_document(f: Path, doc_id: str, where: str, tally: Tally, size: int,
+                   overlap: int) -> Document | None:
+    """A PDF, HTML, Office, EPUB or notebook file through its reader, cut along its structure.
+    Unreadable (counted by the caller) when the reader refuses it, also midway through."""
+    reading = read_document(f, max_bytes=tally.document_limit)
+    cleaned = 0
+
+    def clean(sections: Iterable[Section]) -> Iterator[Section]:
+        nonlocal cleaned
+        for s in sections:
+            text, n = clean_text(s.text)
+            cleaned += n
+            yield Section(text, s.where, s.kind, s.level) if n else s
+
+    try:
+        text, pieces = chunk_sections(clean(reading.sections), size, overlap)
+    except Unreadable:
+        raise
+    except Exception as e:  # noqa: BLE001 - a reader's library failing midway: the file is skipped
+        raise Unreadable(f"unreadable {reading.format.upper()}", f"{type(e).__name__}: {e}") from None
+    tally.cleaned(doc_id, cleaned)
+    metadata = {**_file_metadata(f, doc_id), **reading.metadata, "format": reading.format}
+    title = reading.title.strip()
+    if title:
+        metadata["document_title"] = title
+    tally.formats[reading.format] += 1
+    if reading.unit and reading.units:
+        tally.units[reading.unit] += reading.units
+    return _document(tally, where, doc_id, text, doc_id, metadata, None, size, overlap,
+                     lambda _: [(p.start, p.text, p.where) for p in pieces])

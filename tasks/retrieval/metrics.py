@@ -7,21 +7,56 @@ content of one of the first k retrieved chunks; averaged over all queries, in pe
 from __future__ import annotations
 
 import math
+import re
+import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path, PurePosixPath
 
 from situate.core.errors import InputError
 from situate.tasks.corpus.load import iter_jsonl
 from situate.tasks.retrieval.search import clean_query
+
+# A word cut at a line end by a hyphen (ASCII, U+2010, or a soft hyphen) and the line break.
+_HYPHEN_BREAK = re.compile(r"(?<=[^\W\d_])[-\u2010\u00ad][ \t]*\r?\n\s*(?=[^\W\d_])")
+_TYPOGRAPHY = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'",
+                             "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u00a0": " ",
+                             "\u00ad": ""})
+
+
+def normalize_quote(text: str) -> str:
+    """Text as a golden quote is matched: line-end hyphenation joined, Unicode compatibility
+    forms folded (a PDF's "ﬁ" ligature is "fi"), typographic quotes made plain, whitespace runs
+    collapsed to one space. So one quote matches the Markdown, the HTML, the DOCX and the PDF of
+    the same document."""
+    text = _HYPHEN_BREAK.sub("", text)
+    text = unicodedata.normalize("NFKC", text).translate(_TYPOGRAPHY)
+    return " ".join(text.split())
+
+
+@lru_cache(maxsize=4096)
+def _normalized(text: str) -> tuple[str, str]:
+    """A chunk's text normalized, and without hyphens: a compound cut at a line end ("well-" /
+    "known") cannot be told from a word cut in two, so the second form lets "well-known" match
+    either reading."""
+    joined = normalize_quote(text)
+    return joined, joined.replace("-", "")
+
+
+def _stem(doc_id: str) -> str:
+    path = PurePosixPath(doc_id)
+    return str(path.with_suffix("")) if path.suffix else doc_id
 
 
 @dataclass(frozen=True)
 class Golden:
     """One golden chunk: its exact content (the benchmark's form), or a document and a quote.
 
-    The quote form keeps hand-written evaluation sets valid when the chunking changes: a retrieved
-    chunk matches if it comes from `doc_id` and contains `quote`.
+    The quote form keeps hand-written evaluation sets valid when the chunking or the format
+    changes: a retrieved chunk matches if it comes from `doc_id` (or from the same path with
+    another extension: `guide.md`'s quote matches in `guide.pdf`) and contains `quote`, both
+    compared after `normalize_quote`.
     """
 
     content: str = ""
@@ -29,11 +64,21 @@ class Golden:
     quote: str = ""
     # Where the chunk comes from, for reports only (the benchmark's `meta.relative_path`).
     source: str = ""
+    _quote: tuple[str, str] = field(default=("", ""), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        quote = normalize_quote(self.quote)
+        object.__setattr__(self, "_quote", (quote, quote.replace("-", "")))
 
     def matches(self, doc_id: str, text: str) -> bool:
         if self.content:
             return text.strip() == self.content
-        return doc_id == self.doc_id and self.quote in text
+        if doc_id != self.doc_id and _stem(doc_id) != _stem(self.doc_id):
+            return False
+        if self.quote in text:
+            return True
+        joined, bare = _normalized(text)
+        return self._quote[0] in joined or self._quote[1] in bare
 
 
 @dataclass(frozen=True)
