@@ -219,6 +219,60 @@ def test_docx_tracked_insertions_kept_deletions_dropped(tmp_path):
     assert [s.text for s in got] == ["Kept inserted"]
 
 
+W_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+FOOTNOTES = (f'<w:footnotes xmlns:w="{W_NS}">'
+             '<w:footnote w:type="separator" w:id="-1"><w:p><w:r><w:separator/></w:r></w:p></w:footnote>'
+             '<w:footnote w:type="continuationSeparator" w:id="0"><w:p><w:r><w:continuationSeparator/>'
+             '</w:r></w:p></w:footnote>'
+             '<w:footnote w:id="7"><w:p><w:r><w:t>Seven, referenced second.</w:t></w:r></w:p></w:footnote>'
+             '<w:footnote w:id="9"><w:p><w:r><w:t>Nine, referenced first.</w:t></w:r></w:p></w:footnote>'
+             '</w:footnotes>')
+
+
+def add_footnotes(src: Path, dst: Path) -> Path:
+    """`src` with a footnotes part (python-docx cannot write one): the body's "NOTE9" and "NOTE7"
+    become references to footnotes 9 and 7, and the part, its relationship and content type are
+    added as Word writes them."""
+    ref = '</w:t></w:r><w:r><w:footnoteReference w:id="{}"/></w:r><w:r><w:t xml:space="preserve">'
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            if not info.filename.endswith((".xml", ".rels")):
+                zout.writestr(info, data)
+                continue
+            text = data.decode("utf-8")
+            if info.filename == "word/document.xml":
+                text = text.replace("NOTE9", ref.format(9)).replace("NOTE7", ref.format(7))
+            elif info.filename == "word/_rels/document.xml.rels":
+                text = text.replace("</Relationships>", '<Relationship Id="rIdFn" Target="footnotes.xml" '
+                                    'Type="http://schemas.openxmlformats.org/officeDocument/2006/'
+                                    'relationships/footnotes"/></Relationships>')
+            elif info.filename == "[Content_Types].xml":
+                text = text.replace("</Types>", '<Override PartName="/word/footnotes.xml" ContentType='
+                                    '"application/vnd.openxmlformats-officedocument.wordprocessingml.'
+                                    'footnotes+xml"/></Types>')
+            zout.writestr(info, text)
+        zout.writestr("word/footnotes.xml", FOOTNOTES)
+    return dst
+
+
+def test_docx_footnotes_numbered_as_referenced_and_kept_at_the_end(tmp_path):
+    import docx
+
+    d = docx.Document()
+    d.add_heading("Terms", 1)
+    d.add_paragraph("First claimNOTE9 and second claimNOTE7.")
+    d.save(str(tmp_path / "plain.docx"))
+    reading = read_document(add_footnotes(tmp_path / "plain.docx", tmp_path / "notes.docx"), max_bytes=LIMIT)
+    assert [(s.kind, s.text, s.where) for s in sections(reading)] == [
+        ("heading", "Terms", {"heading_path": ["Terms"]}),
+        ("text", "First claim[1] and second claim[2].", {"heading_path": ["Terms"]}),
+        ("heading", "Footnotes", {"heading_path": ["Footnotes"]}),
+        ("text", "[1] Nine, referenced first.\n[2] Seven, referenced second.",
+         {"heading_path": ["Footnotes"]}),
+    ]
+
+
 # --- PPTX --------------------------------------------------------------------------------------
 
 def test_pptx_slides_reading_order_tables_groups_and_notes(tmp_path):

@@ -6,9 +6,11 @@ name is "not a DOCX" rather than a library's KeyError. Any exception a library r
 or midway through the lazy sections, becomes `Unreadable("corrupt DOCX", ...)`.
 
 - DOCX (python-docx): the body in document order, paragraphs and tables interleaved, content
-  controls and tracked insertions included, deletions left out. Headings (Heading 1-9, Title, or
-  any style with an outline level) give the `heading_path` of what follows. No pages: Word lays
-  pages out when it renders, the file has none.
+  controls and tracked insertions included, deletions left out; footnotes and endnotes at the end
+  under a "Footnotes"/"Endnotes" heading, marked "[n]" where they are referenced; page headers
+  and footers left out (the same lines on every page). Headings (Heading 1-9, Title, or any style
+  with an outline level) give the `heading_path` of what follows. No pages: Word lays pages out
+  when it renders, the file has none.
 - PPTX (python-pptx): slide by slide, the title first, then the text frames and tables in reading
   order (top to bottom, then left to right), groups opened, then the speaker notes.
 - XLSX (openpyxl, read-only and streaming): sheet by sheet, rows as "a | b | c" in blocks of up
@@ -257,25 +259,51 @@ def _int(value: object, default: int) -> int:
         return default
 
 
-def _paragraph_text(p: Any) -> str:
+Marks = dict[tuple[str, str], str]  # ("footnoteReference", w:id) -> the number Word shows
+
+
+def _paragraph_text(p: Any, marks: Marks | None = None) -> str:
     """What Word shows of paragraph element `p`: runs, hyperlinks, fields' results, content
-    controls and tracked insertions; not deleted text, field codes or the fallback copies of
-    drawings. A text box's paragraphs follow on lines of their own."""
+    controls and tracked insertions, "[n]" for a footnote's reference; not deleted text, field
+    codes or the fallback copies of drawings. A text box's paragraphs follow on lines of their
+    own."""
     out: list[str] = []
-    _collect(p, out)
+    _collect(p, out, marks or {})
     return "".join(out)
 
 
-def _collect(el: Any, out: list[str]) -> None:
+def _collect(el: Any, out: list[str], marks: Marks) -> None:
     for child in el.iterchildren():
         name = _local(child.tag)
         if name == "r":
-            _collect_run(child, out)
+            _collect_run(child, out, marks)
         elif name in _INLINE_CONTAINERS:
-            _collect(child, out)
+            _collect(child, out, marks)
 
 
-def _collect_run(run: Any, out: list[str]) -> None:
+def _note_marks(body: Any) -> Marks:
+    """Word numbers notes by where they are first referenced, not by their ids: footnotes 1, 2,
+    3; endnotes i, ii, iii."""
+    marks: Marks = {}
+    for kind, label in (("footnoteReference", str), ("endnoteReference", _roman)):
+        for ref in body.iter(_w(kind)):
+            key = (kind, str(ref.get(_w("id"))))
+            if key not in marks:
+                marks[key] = label(sum(1 for k in marks if k[0] == kind) + 1)
+    return marks
+
+
+def _roman(n: int) -> str:
+    out = ""
+    for value, digits in ((1000, "m"), (900, "cm"), (500, "d"), (400, "cd"), (100, "c"), (90, "xc"),
+                          (50, "l"), (40, "xl"), (10, "x"), (9, "ix"), (5, "v"), (4, "iv"), (1, "i")):
+        while n >= value:
+            out += digits
+            n -= value
+    return out
+
+
+def _collect_run(run: Any, out: list[str], marks: Marks) -> None:
     for child in run.iterchildren():
         name = _local(child.tag)
         if name == "t":
@@ -286,18 +314,22 @@ def _collect_run(run: Any, out: list[str]) -> None:
             out.append("\n")
         elif name == "noBreakHyphen":
             out.append("-")
+        elif name in ("footnoteReference", "endnoteReference"):
+            key = (name, str(child.get(_w("id"))))
+            out.append(f"[{marks.get(key, key[1])}]")  # the note itself comes at the end, "[1] ..."
         elif name in ("drawing", "pict", "AlternateContent", "object"):
             for box in child.iter(_w("txbxContent")):
                 if any(a.tag == _MC_FALLBACK for a in box.iterancestors()):
                     continue
                 for inner in box.iter(_w("p")):
-                    text = _paragraph_text(inner).strip()
+                    text = _paragraph_text(inner, marks).strip()
                     if text:
                         out.append("\n" + text)
 
 
 def _docx_sections(document: Any, body: Any) -> Iterator[Section]:
     styles = _StyleLevels(document)
+    marks = _note_marks(body)
     path: list[tuple[int, str]] = []
     items: list[str] = []  # consecutive list items, joined into one section
 
@@ -312,11 +344,11 @@ def _docx_sections(document: Any, body: Any) -> Iterator[Section]:
     for block in _docx_blocks(body):
         if _local(block.tag) == "tbl":
             yield from flush()
-            rows = _docx_table(block)
+            rows = _docx_table(block, marks)
             if rows:
                 yield Section("\n".join(rows), where(), kind="table")
             continue
-        text = _paragraph_text(block)
+        text = _paragraph_text(block, marks)
         if not text.strip():
             continue
         level, _ = styles.level(block)
@@ -333,9 +365,38 @@ def _docx_sections(document: Any, body: Any) -> Iterator[Section]:
         yield from flush()
         yield Section(text.strip("\n"), where())
     yield from flush()
+    for kind, title in (("footnotes", "Footnotes"), ("endnotes", "Endnotes")):
+        notes = _docx_notes(document, kind, marks)
+        if notes:
+            yield Section(title, {"heading_path": [title]}, kind="heading", level=1)
+            yield Section("\n".join(notes), {"heading_path": [title]})
 
 
-def _docx_table(tbl: Any) -> list[str]:
+def _docx_notes(document: Any, kind: str, marks: Marks) -> list[str]:
+    """The footnotes (or endnotes) as "[n] text" lines in the order they are referenced (notes
+    never referenced last, by id); the separators Word keeps among them are not notes."""
+    from docx.oxml import parse_xml
+
+    for rel in document.part.rels.values():
+        if rel.is_external or not rel.reltype.endswith("/" + kind):
+            continue
+        root = parse_xml(rel.target_part.blob)
+        ref = "footnoteReference" if kind == "footnotes" else "endnoteReference"
+        order = {key[1]: i for i, key in enumerate(k for k in marks if k[0] == ref)}
+        found = []
+        for note in root.iterchildren(_w(kind[:-1])):
+            if note.get(_w("type")) not in (None, "normal"):
+                continue
+            text = " ".join(" ".join(_paragraph_text(p, marks) for p in note.iter(_w("p"))).split())
+            note_id = str(note.get(_w("id")))
+            if text:
+                label = marks.get((ref, note_id), note_id)
+                found.append((order.get(note_id, len(order)), f"[{label}] {text}"))
+        return [line for _, line in sorted(found, key=lambda f: f[0])]
+    return []
+
+
+def _docx_table(tbl: Any, marks: Marks) -> list[str]:
     """A table's rows as "a | b" lines: a cell merged across columns once, a cell merged down
     rows only in its first row; a nested table's text inside its cell."""
     rows = []
@@ -347,7 +408,7 @@ def _docx_table(tbl: Any) -> list[str]:
             if vmerge is not None and vmerge.get(_w("val"), "continue") == "continue":
                 cells.append("")
                 continue
-            cells.append(_cell_text(" ".join(_paragraph_text(p) for p in tc.iter(_w("p")))))
+            cells.append(_cell_text(" ".join(_paragraph_text(p, marks) for p in tc.iter(_w("p")))))
         line = _row_line(cells)
         if line.strip(" |"):
             rows.append(line)
