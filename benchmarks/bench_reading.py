@@ -1,0 +1,564 @@
+"""Reading speed of situate's document readers, and reading's share of a whole ingest.
+
+Why: a PDF, an Office file or an EPUB costs far more to read than a text file. The claim to check
+is that reading never dominates an ingest with the default embedder (MiniLM, on CPU), and that a
+very long PDF is read one page at a time (memory does not grow with its length).
+
+The corpus is generated here, seeded, with realistic text (sentences of the Python standard
+library's docstrings): by default 1,000 files, 250 PDFs of 3-30 pages (reportlab: headings,
+paragraphs, lists, tables, a running header and footer), 200 HTML pages (a site's menus around an
+article), 200 DOCX, 100 PPTX (bullets, tables, speaker notes), 100 XLSX (1-4 sheets of records),
+50 EPUB (chapters) and 100 notebooks (Markdown, code, outputs).
+
+Measured:
+
+- (a) reading alone, per format, each in a fresh process: the readers alone (`read_document`, every
+  section consumed) and reading as ingest's scan does it (`load_corpus`: read, clean, cut into
+  chunks); files/s, MB/s, pages/s for PDFs; the readers' import time apart.
+- (b) a whole `situate ingest DIR --collection x --context structural` (MiniLM) of the corpus (or
+  of `--ingest-files` of it, the same mix), with the time spent reading counted inside the command
+  itself (the loader's per-file read wrapped with a timer; the scan pass and the streaming pass
+  both), against the command's wall time and its `seconds` per stage.
+- (c) a 2,000-page PDF: read page by page (`read_document`, sections consumed and dropped), and
+  through `load_corpus`; pages/s and peak RSS against the interpreter with the same libraries
+  imported (ru_maxrss of a fresh process, before and after).
+
+    .venv/bin/python benchmarks/bench_reading.py [--keep DIR] [--scale 1.0] [--ingest-files N]
+        [--skip-ingest] [--long-pages 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import platform
+import random
+import re
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+MIX = {"pdf": 250, "html": 200, "docx": 200, "pptx": 100, "xlsx": 100, "epub": 50, "ipynb": 100}
+SUFFIX = {"pdf": ".pdf", "html": ".html", "docx": ".docx", "pptx": ".pptx", "xlsx": ".xlsx",
+          "epub": ".epub", "ipynb": ".ipynb"}
+
+
+# --- text ---------------------------------------------------------------------------------------
+
+def stdlib_sentences(limit: int = 40_000) -> list[str]:
+    """Sentences of English prose from the standard library's docstrings (always installed)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    out: list[str] = []
+    for f in sorted(root.glob("*.py")) + sorted(root.glob("*/*.py")):
+        if "test" in f.as_posix():
+            continue
+        try:
+            tree = ast.parse(f.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            doc = ast.get_docstring(node)
+            if not doc:
+                continue
+            for para in doc.split("\n\n"):
+                if re.search(r">>>|::|^\s*[-*]|\s{4}", para, re.M):
+                    continue
+                for s in re.split(r"(?<=[.!?])\s+(?=[A-Z])", " ".join(para.split())):
+                    if 30 <= len(s) <= 240 and s[0].isupper() and s[-1] in ".!?":
+                        out.append(s)
+        if len(out) >= limit:
+            break
+    return out
+
+
+class Text:
+    """Seeded realistic text: paragraphs of real sentences, titles of real words."""
+
+    def __init__(self, rng: random.Random, sentences: list[str]) -> None:
+        self.rng = rng
+        self.sentences = sentences
+        self.words = sorted({w.strip(".,;:()'\"").lower() for s in sentences[:5000] for w in s.split()
+                             if w.isalpha() and 4 <= len(w) <= 12})
+
+    def sentence(self) -> str:
+        return self.rng.choice(self.sentences)
+
+    def paragraph(self, lo: int = 2, hi: int = 6) -> str:
+        return " ".join(self.sentence() for _ in range(self.rng.randint(lo, hi)))
+
+    def title(self, lo: int = 2, hi: int = 6) -> str:
+        return " ".join(self.rng.choice(self.words) for _ in range(self.rng.randint(lo, hi))).capitalize()
+
+    def code(self) -> str:
+        name = self.rng.choice(self.words)
+        arg = self.rng.choice(self.words)
+        return (f"def {name}_{arg}({arg}, limit=10):\n    \"\"\"{self.sentence()}\"\"\"\n"
+                f"    result = [x for x in {arg} if x]\n    return result[:limit]\n\n"
+                f"print({name}_{arg}(range(5)))\n")
+
+
+def esc(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+# --- generators ---------------------------------------------------------------------------------
+
+def make_pdf(path: Path, t: Text, pages: int, title: str = "") -> None:
+    """A report of about `pages` pages: headings, paragraphs, bullet lists, a table now and then,
+    a running header (the title) and footer (page number)."""
+    from reportlab.lib import colors
+    from reportlab.lib.pagesizes import A4
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import ListFlowable, Paragraph, SimpleDocTemplate, Spacer, Table
+
+    styles = getSampleStyleSheet()
+    title = title or t.title(3, 6)
+
+    def decorate(canvas: Any, doc: Any) -> None:
+        canvas.saveState()
+        canvas.setFont("Helvetica", 8)
+        canvas.drawString(56, A4[1] - 40, f"{title} - internal report")
+        canvas.drawRightString(A4[0] - 56, 30, f"Page {doc.page}")
+        canvas.restoreState()
+
+    story: list[Any] = [Paragraph(esc(title), styles["Title"])]
+    chars = 0
+    target = pages * 3000  # about a page of A4 in 10-point text
+    while chars < target:
+        story.append(Paragraph(esc(t.title()), styles["Heading2"]))
+        for _ in range(t.rng.randint(2, 5)):
+            p = t.paragraph()
+            chars += len(p)
+            story.append(Paragraph(esc(p), styles["BodyText"]))
+        if t.rng.random() < 0.3:
+            items = [t.sentence() for _ in range(t.rng.randint(3, 5))]
+            chars += sum(map(len, items))
+            story.append(ListFlowable([Paragraph(esc(i), styles["BodyText"]) for i in items],
+                                      bulletType="bullet"))
+        if t.rng.random() < 0.2:
+            rows = [["Item", "Owner", "Status", "Value"]] + [
+                [t.title(1, 2), t.title(1, 1), t.rng.choice(["open", "done", "blocked"]),
+                 f"{t.rng.randint(1, 9999)}"] for _ in range(t.rng.randint(3, 8))]
+            story.append(Table(rows, style=[("GRID", (0, 0), (-1, -1), 0.5, colors.grey)]))
+            chars += 30 * len(rows)
+        story.append(Spacer(1, 6))
+    SimpleDocTemplate(str(path), pagesize=A4, title=title).build(
+        story, onFirstPage=decorate, onLaterPages=decorate)
+
+
+def make_html(path: Path, t: Text) -> None:
+    title = t.title(3, 6)
+    body = [f"<h1>{esc(title)}</h1>"]
+    for _ in range(t.rng.randint(3, 10)):
+        body.append(f"<h2>{esc(t.title())}</h2>")
+        body += [f"<p>{esc(t.paragraph())}</p>" for _ in range(t.rng.randint(1, 4))]
+        if t.rng.random() < 0.3:
+            body.append("<ul>" + "".join(f"<li>{esc(t.sentence())}</li>" for _ in range(4)) + "</ul>")
+        if t.rng.random() < 0.2:
+            body.append(f"<pre><code>{esc(t.code())}</code></pre>")
+    menu = "".join(f'<li><a href="/{w}">{w.title()}</a></li>' for w in t.rng.sample(t.words, 8))
+    path.write_text(f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
+<link rel="stylesheet" href="/static/site.css"><script src="/static/site.js"></script></head>
+<body><header><a class="logo" href="/">Handbook</a></header><nav><ul>{menu}</ul></nav>
+<div class="cookie-consent"><p>This site uses cookies to improve your experience.</p>
+<button>Accept</button></div>
+<main><article>{''.join(body)}</article></main>
+<aside><h3>Related</h3><ul>{menu}</ul></aside>
+<footer><p>Copyright the authors. All rights reserved.</p></footer></body></html>
+""", encoding="utf-8")
+
+
+def make_docx(path: Path, t: Text) -> None:
+    import docx
+
+    d = docx.Document()
+    d.core_properties.title = t.title(3, 6)
+    d.add_heading(d.core_properties.title, level=1)
+    for _ in range(t.rng.randint(3, 14)):
+        d.add_heading(t.title(), level=2)
+        for _ in range(t.rng.randint(2, 5)):
+            d.add_paragraph(t.paragraph())
+        if t.rng.random() < 0.3:
+            for _ in range(t.rng.randint(3, 5)):
+                d.add_paragraph(t.sentence(), style="List Bullet")
+        if t.rng.random() < 0.2:
+            rows = t.rng.randint(3, 8)
+            table = d.add_table(rows=rows, cols=3)
+            for r in range(rows):
+                for c in range(3):
+                    table.cell(r, c).text = t.title(1, 3) if c < 2 else str(t.rng.randint(1, 999))
+    d.save(str(path))
+
+
+def make_pptx(path: Path, t: Text) -> None:
+    import pptx
+    from pptx.util import Inches
+
+    p = pptx.Presentation()
+    slide = p.slides.add_slide(p.slide_layouts[0])
+    slide.shapes.title.text = t.title(3, 6)
+    slide.placeholders[1].text = t.sentence()
+    for _ in range(t.rng.randint(5, 20)):
+        if t.rng.random() < 0.15:
+            slide = p.slides.add_slide(p.slide_layouts[5])
+            slide.shapes.title.text = t.title()
+            table = slide.shapes.add_table(4, 3, Inches(1), Inches(2), Inches(8), Inches(2)).table
+            for r in range(4):
+                for c in range(3):
+                    table.cell(r, c).text = t.title(1, 2) if c < 2 else str(t.rng.randint(1, 99))
+        else:
+            slide = p.slides.add_slide(p.slide_layouts[1])
+            slide.shapes.title.text = t.title()
+            frame = slide.placeholders[1].text_frame
+            frame.text = t.sentence()
+            for _ in range(t.rng.randint(2, 5)):
+                frame.add_paragraph().text = t.sentence()
+        if t.rng.random() < 0.6:
+            slide.notes_slide.notes_text_frame.text = t.paragraph(1, 3)
+    p.save(str(path))
+
+
+def make_xlsx(path: Path, t: Text) -> None:
+    import datetime
+
+    import openpyxl
+
+    wb = openpyxl.Workbook()
+    for n in range(t.rng.randint(1, 4)):
+        ws = wb.active if n == 0 else wb.create_sheet()
+        ws.title = t.title(1, 2)[:28] + f" {n + 1}"
+        ws.append(["ID", "Date", "Customer", "Category", "Amount", "Notes"])
+        day = datetime.date(2024, 1, 1)
+        for i in range(t.rng.randint(20, 400)):
+            ws.append([i + 1, day + datetime.timedelta(days=t.rng.randint(0, 700)), t.title(2, 3),
+                       t.rng.choice(["hardware", "services", "licences", "travel", "training"]),
+                       round(t.rng.uniform(10, 50_000), 2),
+                       t.sentence() if t.rng.random() < 0.4 else ""])
+    wb.save(str(path))
+
+
+def make_epub(path: Path, t: Text) -> None:
+    """An EPUB 3 book: the mimetype stored first, the container, the package, a nav document and
+    5-15 chapters of XHTML."""
+    title = t.title(3, 6)
+    chapters = []
+    for n in range(t.rng.randint(5, 15)):
+        heading = t.title()
+        paras = "".join(f"<p>{esc(t.paragraph(3, 8))}</p>" for _ in range(t.rng.randint(6, 20)))
+        chapters.append((f"ch{n + 1}.xhtml", heading, f"""<?xml version="1.0" encoding="utf-8"?>
+<html xmlns="http://www.w3.org/1999/xhtml"><head><title>{esc(heading)}</title></head>
+<body><h1>{esc(heading)}</h1>{paras}</body></html>"""))
+    manifest = "".join(f'<item id="c{i}" href="{name}" media-type="application/xhtml+xml"/>'
+                       for i, (name, _, _) in enumerate(chapters))
+    spine = "".join(f'<itemref idref="c{i}"/>' for i in range(len(chapters)))
+    nav = "".join(f'<li><a href="{name}">{esc(h)}</a></li>' for name, h, _ in chapters)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(zipfile.ZipInfo("mimetype"), "application/epub+zip")  # stored, first
+        z.writestr("META-INF/container.xml", """<?xml version="1.0"?>
+<container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:container">
+<rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/>
+</rootfiles></container>""", compress_type=zipfile.ZIP_DEFLATED)
+        z.writestr("OEBPS/content.opf", f"""<?xml version="1.0" encoding="utf-8"?>
+<package xmlns="http://www.idpf.org/2007/opf" version="3.0" unique-identifier="id">
+<metadata xmlns:dc="http://purl.org/dc/elements/1.1/">
+<dc:identifier id="id">urn:uuid:{t.rng.getrandbits(64):x}</dc:identifier>
+<dc:title>{esc(title)}</dc:title><dc:language>en</dc:language></metadata>
+<manifest><item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>
+{manifest}</manifest><spine>{spine}</spine></package>""", compress_type=zipfile.ZIP_DEFLATED)
+        z.writestr("OEBPS/nav.xhtml", f"""<?xml version="1.0" encoding="utf-8"?>
+<html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops">
+<head><title>Contents</title></head><body><nav epub:type="toc"><ol>{nav}</ol></nav></body></html>""",
+                   compress_type=zipfile.ZIP_DEFLATED)
+        for name, _, body in chapters:
+            z.writestr(f"OEBPS/{name}", body, compress_type=zipfile.ZIP_DEFLATED)
+
+
+def make_ipynb(path: Path, t: Text) -> None:
+    cells: list[dict[str, Any]] = [{"cell_type": "markdown", "metadata": {},
+                                    "source": [f"# {t.title(3, 6)}\n", "\n", t.paragraph()]}]
+    for n in range(t.rng.randint(4, 16)):
+        if t.rng.random() < 0.5:
+            cells.append({"cell_type": "markdown", "metadata": {},
+                          "source": [f"## {t.title()}\n", "\n", t.paragraph(1, 4)]})
+        code = t.code()
+        cells.append({"cell_type": "code", "execution_count": n + 1, "metadata": {},
+                      "source": code.splitlines(keepends=True),
+                      "outputs": [{"output_type": "stream", "name": "stdout",
+                                   "text": [f"[{', '.join(str(i) for i in range(1, 5))}]\n"]}]})
+    nb = {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                      "language": "python"},
+                                       "language_info": {"name": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(nb, indent=1), encoding="utf-8")
+
+
+def generate(out: Path, mix: dict[str, int], seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    t = Text(rng, stdlib_sentences())
+    made: dict[str, Any] = {}
+    for fmt, n in mix.items():
+        d = out / fmt
+        d.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        for i in range(n):
+            path = d / f"{fmt}-{i:04d}{SUFFIX[fmt]}"
+            if fmt == "pdf":
+                make_pdf(path, t, rng.randint(3, 30))
+            else:
+                globals()[f"make_{fmt}"](path, t)
+        made[fmt] = {"files": n, "bytes": sum(f.stat().st_size for f in d.iterdir()),
+                     "generate_seconds": round(time.perf_counter() - start, 1)}
+        print("generated", fmt, json.dumps(made[fmt]), flush=True)
+    return made
+
+
+# --- measuring ----------------------------------------------------------------------------------
+
+READ_ALONE = """
+import json, resource, sys, time
+from pathlib import Path
+t = time.perf_counter()
+from situate.tasks.corpus.load import load_corpus
+from situate.tasks.corpus.readers import read_document, FORMATS
+import importlib
+for module in sorted({m for _, m in FORMATS.values()}):
+    importlib.import_module(f"situate.tasks.corpus.readers.{module}")
+imported = time.perf_counter() - t
+files = sorted(p for p in Path(sys.argv[1]).rglob("*") if p.is_file())
+t = time.perf_counter()
+chars = units = 0
+for f in files:
+    reading = read_document(f, max_bytes=1 << 30)
+    for s in reading.sections:
+        chars += len(s.text)
+    units += reading.units
+readers = time.perf_counter() - t
+t = time.perf_counter()
+corpus = load_corpus(sys.argv[1])
+loaded = time.perf_counter() - t
+print(json.dumps({"import_seconds": round(imported, 3), "reader_seconds": round(readers, 3),
+                  "load_seconds": round(loaded, 3), "files": len(files), "chars": chars,
+                  "reader_units": units, "documents": len(corpus.documents),
+                  "chunks": corpus.chunk_count, "units": dict(corpus.units),
+                  "skipped": dict(corpus.skipped)}))
+"""
+
+
+def read_alone(d: Path, env: dict[str, str]) -> dict[str, Any]:
+    r = subprocess.run([sys.executable, "-c", READ_ALONE, str(d)], cwd=ROOT, env=env,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"reading {d} failed:\n{r.stderr[-3000:]}")
+    res: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    mb = sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) / 1e6
+    res["mb"] = round(mb, 2)
+    for key in ("reader", "load"):
+        s = max(res[f"{key}_seconds"], 1e-9)
+        res[f"{key}_files_per_second"] = round(res["files"] / s, 1)
+        res[f"{key}_mb_per_second"] = round(mb / s, 2)
+        if res["reader_units"]:
+            res[f"{key}_units_per_second"] = round(res["reader_units"] / s, 1)
+    return res
+
+
+# The real command, with the loader's per-file read timed inside it (scan pass and streaming pass
+# told apart by the tally's `quiet`, which only the streaming pass sets).
+INGEST = """
+import atexit, json, sys, time
+import situate.tasks.corpus.load as load
+spent = {"scan_read_seconds": 0.0, "stream_read_seconds": 0.0, "scan_files": 0, "stream_files": 0}
+def timed(fn):
+    def wrapper(f, doc_id, where, *rest, **kw):
+        t = time.perf_counter()
+        try:
+            return fn(f, doc_id, where, *rest, **kw)
+        finally:
+            tally = next((a for a in rest if isinstance(a, load.Tally)), None)
+            key = "stream" if tally is not None and tally.quiet else "scan"
+            spent[f"{key}_read_seconds"] += time.perf_counter() - t
+            spent[f"{key}_files"] += 1
+    return wrapper
+load._read_document = timed(load._read_document)
+load._text_document = timed(load._text_document)
+out = sys.argv[1]
+atexit.register(lambda: open(out, "w").write(json.dumps(spent)))
+from situate.flows.cli import main
+sys.argv = ["situate", *sys.argv[2:]]
+sys.exit(main())
+"""
+
+
+def ingest(corpus: Path, tmp: Path, env: dict[str, str]) -> dict[str, Any]:
+    spent = tmp / "spent.json"
+    summary = tmp / "summary.json"
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", INGEST, str(spent), "ingest", str(corpus),
+                        "--collection", "reading", "--context", "structural", "--json", str(summary)],
+                       cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if r.returncode != 0:
+        sys.exit(f"situate ingest failed:\n{r.stderr[-3000:]}")
+    s = json.loads(summary.read_text())
+    read = json.loads(spent.read_text())
+    reading = read["scan_read_seconds"] + read["stream_read_seconds"]
+    return {"wall_seconds": round(wall, 1), "documents": s["documents"], "chunks": s["chunks_written"],
+            "formats": s.get("formats"), "units": s.get("units"), "skipped": s.get("skipped"),
+            "stage_seconds": s.get("seconds"), **{k: round(v, 2) for k, v in read.items()},
+            "reading_seconds": round(reading, 1), "reading_share": round(reading / wall, 3),
+            "chunks_per_second": round(s["chunks_written"] / wall, 1)}
+
+
+LONG = """
+import json, resource, sys, time
+from pathlib import Path
+mode, path = sys.argv[1], Path(sys.argv[2])
+from situate.tasks.corpus.load import load_corpus
+from situate.tasks.corpus.readers import read_document
+import situate.tasks.corpus.readers.pdf  # noqa: the reader's libraries loaded (PDFium)
+import pypdfium2
+pypdfium2.PdfDocument(str(path)).close()  # and PDFium initialised: the baseline
+baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+t = time.perf_counter()
+pages = chars = 0
+if mode == "reader":
+    reading = read_document(path, max_bytes=1 << 31)
+    last = None
+    for s in reading.sections:
+        chars += len(s.text)
+        last = s.where.get("page", last)
+    pages = reading.units or last or 0
+else:
+    corpus = load_corpus(path, max_file_bytes=1 << 31)
+    pages = dict(corpus.units).get("pages", 0)
+    chars = len(corpus.documents[0].text)
+seconds = time.perf_counter() - t
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"mode": mode, "pages": pages, "chars": chars, "seconds": round(seconds, 2),
+                  "pages_per_second": round(pages / seconds, 1), "baseline_rss_mib": round(baseline, 1),
+                  "peak_rss_mib": round(peak, 1), "growth_mib": round(peak - baseline, 1)}))
+"""
+
+
+def long_pdf(path: Path, env: dict[str, str]) -> list[dict[str, Any]]:
+    out = []
+    for mode in ("reader", "load"):
+        r = subprocess.run([sys.executable, "-c", LONG, mode, str(path)], cwd=ROOT, env=env,
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"reading {path} ({mode}) failed:\n{r.stderr[-3000:]}")
+        out.append(json.loads(r.stdout.strip().splitlines()[-1]))
+        print("long pdf", json.dumps(out[-1]), flush=True)
+    return out
+
+
+def subset(corpus: Path, out: Path, files: int) -> Path:
+    """Every n-th file of each format (hard links), `files` in all, the same mix."""
+    all_files = sorted(p for p in corpus.rglob("*") if p.is_file())
+    step = max(1, len(all_files) // files)
+    for p in all_files[::step][:files]:
+        target = out / p.relative_to(corpus)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.link(p, target)
+    return out
+
+
+def markdown_tables(results: dict[str, Any]) -> str:
+    lines = ["| format | files | MB | units | chunks | readers alone: files/s | MB/s | units/s | "
+             "read + chunk (load_corpus): files/s | MB/s | units/s | import s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for fmt, r in results["alone"].items():
+        unit = next(iter(r["units"]), "")
+        lines.append(
+            f"| {fmt} | {r['files']} | {r['mb']} | {r['reader_units'] or ''} {unit} | {r['chunks']} | "
+            f"{r['reader_files_per_second']} | {r['reader_mb_per_second']} | "
+            f"{r.get('reader_units_per_second', '')} | {r['load_files_per_second']} | "
+            f"{r['load_mb_per_second']} | {r.get('load_units_per_second', '')} | {r['import_seconds']} |")
+    text = "\n".join(lines) + "\n"
+    if results.get("ingest"):
+        i = results["ingest"]
+        text += ("\n| ingest of | documents | chunks | wall s | reading s (scan + stream) | "
+                 "reading share | chunks/s | stages (summary) |\n|---|---|---|---|---|---|---|---|\n"
+                 f"| {i['corpus']} | {i['documents']} | {i['chunks']} | {i['wall_seconds']} | "
+                 f"{i['reading_seconds']} ({i['scan_read_seconds']} + {i['stream_read_seconds']}) | "
+                 f"{100 * i['reading_share']:.1f}% | {i['chunks_per_second']} | "
+                 f"{', '.join(f'{k} {v:.1f}' for k, v in (i['stage_seconds'] or {}).items())} |\n")
+    if results.get("long_pdf"):
+        text += ("\n| 2,000-page PDF | pages | seconds | pages/s | baseline RSS MiB | peak RSS MiB | "
+                 "growth MiB |\n|---|---|---|---|---|---|---|\n")
+        for r in results["long_pdf"]:
+            what = "read page by page (readers)" if r["mode"] == "reader" else "load_corpus (read + chunk)"
+            text += (f"| {what} | {r['pages']} | {r['seconds']} | {r['pages_per_second']} | "
+                     f"{r['baseline_rss_mib']} | {r['peak_rss_mib']} | {r['growth_mib']} |\n")
+    return text
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--keep", type=Path, help="generate the corpus here and keep it (reused if there)")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply every format's file count")
+    ap.add_argument("--seed", type=int, default=22)
+    ap.add_argument("--ingest-files", type=int, default=0,
+                    help="ingest only this many files of the corpus (the same mix); 0: all")
+    ap.add_argument("--skip-ingest", action="store_true")
+    ap.add_argument("--long-pages", type=int, default=2000, help="0: skip the long PDF")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "reading.json")
+    ap.add_argument("--render", metavar="JSON", help="print the tables of an earlier --out and stop")
+    args = ap.parse_args()
+    if args.render:
+        print(markdown_tables(json.loads(Path(args.render).read_text())), end="")
+        return
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        work = args.keep or tmp / "reading"
+        corpus = work / "corpus"
+        mix = {fmt: max(1, round(n * args.scale)) for fmt, n in MIX.items()}
+        results: dict[str, Any] = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+                                              f"Python {platform.python_version()}",
+                                   "command": " ".join([Path(sys.executable).name, *sys.argv]),
+                                   "mix": mix}
+        made = work / "generated.json"  # a kept corpus of the same mix and seed is reused
+        if made.exists() and json.loads(made.read_text())["mix"] == mix | {"seed": args.seed}:
+            results["generated"] = json.loads(made.read_text())["generated"]
+        else:
+            results["generated"] = generate(corpus, mix, args.seed)
+            made.write_text(json.dumps({"mix": mix | {"seed": args.seed},
+                                        "generated": results["generated"]}))
+        env = {**os.environ, "SITUATE_MILVUS_URI": f"{tmp}/milvus.db", "SITUATE_CACHE_DIR": f"{tmp}/c",
+               "SITUATE_RESULTS_DIR": f"{tmp}/r"}
+        env.pop("ANTHROPIC_API_KEY", None)
+        results["alone"] = {}
+        for fmt in mix:
+            results["alone"][fmt] = read_alone(corpus / fmt, env)
+            print("read", fmt, json.dumps(results["alone"][fmt]), flush=True)
+        if args.long_pages:
+            long = work / f"long-{args.long_pages}.pdf"
+            if not long.exists():
+                t = time.perf_counter()
+                make_pdf(long, Text(random.Random(args.seed), stdlib_sentences()), args.long_pages,
+                         title="A very long manual")
+                print("generated long pdf", round(time.perf_counter() - t, 1), "s", flush=True)
+            results["long_pdf_bytes"] = long.stat().st_size
+            results["long_pdf"] = long_pdf(long, env)
+        if not args.skip_ingest:
+            target = corpus if not args.ingest_files else subset(corpus, tmp / "subset", args.ingest_files)
+            results["ingest"] = {"corpus": "all" if not args.ingest_files
+                                 else f"{args.ingest_files} files, the same mix", **ingest(target, tmp, env)}
+            print("ingest", json.dumps(results["ingest"]), flush=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        print(markdown_tables(results), end="")
+
+
+if __name__ == "__main__":
+    main()
