@@ -555,15 +555,10 @@ def _sheet_sections(ws: Any) -> Iterator[Section]:
         return Section(text, {"sheet": name, "rows": [first, last]}, kind="table")
 
     header_row = 0
-    number = 0
-    for row in ws.iter_rows():
-        number += 1
-        for cell in row:
-            r = getattr(cell, "row", None)
-            if isinstance(r, int):
-                number = r
-                break
-        line = _row_line([format_cell(getattr(c, "value", None)) for c in row])
+    # Read-only openpyxl yields every row from 1 on, filling the rows a sheet leaves out with
+    # empty ones, so a row's position is its number.
+    for number, values in enumerate(ws.iter_rows(values_only=True), 1):
+        line = _row_line([format_cell(v) for v in values])
         if not line.strip(" |"):
             continue
         if not header:
