@@ -1,0 +1,739 @@
+"""PDF through PDFium (pypdfium2, Apache/BSD): text in reading order, one page at a time.
+
+PDFium gives each page's characters in content-stream order with its own line breaks, and the box
+of each run of characters drawn by one text object. That is enough to lay a page out again
+without asking for every character's box (which would cost ~3x the time): each PDFium line is cut
+where its runs leave a wide gap (table cells, a second column drawn on the same baseline), the
+pieces are regrouped into visual lines, a gutter free of text splits two- or three-column pages
+(column 1 is read before column 2), lines with several cells become table rows ("a | b | c"),
+and lines become paragraphs with end-of-line hyphens undone.
+
+Running headers and footers are learnt from the first pages (a small window, kept in memory as
+extracted text only) and dropped on every page; lines set notably larger than the body text are
+headings, so chunks get a heading path. The document is opened once and each page is loaded,
+read and closed before the next, so a 2,000-page PDF is held one page at a time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from situate.tasks.corpus.readers.base import Reading, Section, Unreadable
+
+WINDOW = 8  # pages read ahead to learn headers, footers and the body's font size
+SCAN_PAGES = 5  # a PDF whose first pages all have images and no text is a scan
+BAND = 0.1  # headers and footers live in the top and bottom tenth of the page
+HEADING_RATIO = 1.18  # a line this much larger than the body text is a heading
+HYPHENS = "-\u2010\u00ad"
+_EOL_HYPHEN = "\ufffe"  # PDFium's mark for a hyphen it saw at a line's end (no line break follows)
+_BULLETS = "\u2022\u25e6\u25aa\u25cf\u2023\u2043\u2219*\u2013\u2014-"
+_BULLET = re.compile(rf"^([{_BULLETS}]|\(?\d+[.)]|\(?[a-zA-Z][.)])(\s|$)")  # a list item starts a paragraph
+_MARKER = re.compile(rf"^([\(\[]?(\d+(\.\d+)*|[A-Za-z]|[ivxlcIVXLC]+)[.)\]]?|[{_BULLETS}])$")  # "1.", "2.3"
+_BREAK = re.compile("\r\n|[\r\n\ufffe]")  # PDFium's line ends
+_PAGE_NUMBER = re.compile(r"^[\W_]*(page\s*)?\d+(\s*(of|/)\s*\d+)?[\W_]*$", re.IGNORECASE)
+_JUNK_TITLES = {"untitled", "unknown", "title", "no title", "anonymous", "(anonymous)"}
+_FPDF_ERR_PASSWORD = 4
+_FPDF_ERR_SECURITY = 6
+_PAGEOBJ_IMAGE = 3
+_PAGEOBJ_FORM = 5
+
+
+@dataclass(slots=True)
+class _Frag:
+    """A run of text on one visual line with no wide gap in it, in display coordinates (points,
+    origin top-left, y downward)."""
+
+    text: str
+    x0: float
+    top: float
+    x1: float
+    bottom: float
+    size: float  # font size as drawn (the font's size times the text matrix's scale)
+
+
+@dataclass(slots=True)
+class _Line:
+    frags: list[_Frag]
+    x0: float
+    top: float
+    x1: float
+    bottom: float
+    size: float
+    cells: list[str] = field(default_factory=list)
+    text: str = ""  # the cells joined by spaces
+
+
+@dataclass(slots=True)
+class _Page:
+    number: int  # 1-based
+    width: float
+    height: float
+    frags: list[_Frag]
+    images: bool  # checked only when the page has no text
+
+
+@dataclass
+class _Style:
+    """What the first pages teach about the rest: the running header and footer lines (text with
+    digits masked, and where they sit) and the font sizes of body text and headings."""
+
+    furniture: dict[str, float] = field(default_factory=dict)  # masked text -> median position
+    body: float = 0.0
+    heading_sizes: list[float] = field(default_factory=list)  # largest first
+
+    def level(self, size: float) -> int:
+        """The heading level of a line this size, 0 for body text."""
+        if not self.body or size < self.body * HEADING_RATIO:
+            return 0
+        larger = sum(1 for s in self.heading_sizes if s > size * 1.05)
+        return min(3, larger + 1)
+
+
+def read(path: Path, *, fmt: str = "pdf", max_bytes: int) -> Reading:
+    """Open `path` as a PDF: checks it is one, not encrypted, not a scan, reads the first pages
+    ahead (headers, footers, font sizes) and returns a Reading whose sections are its pages, read
+    one at a time."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        head = f.read(1024)
+        f.seek(0, 2)
+        size = f.tell()
+    if b"%PDF-" not in head:
+        raise Unreadable("not a PDF", f"{path}: the file's content is not a PDF (no %PDF- header)")
+    if size > max_bytes:
+        raise Unreadable("too large", f"{path}: {size} bytes, over the limit of {max_bytes} "
+                                      "(SITUATE_MAX_DOCUMENT_BYTES)")
+    import pypdfium2 as pdfium
+
+    try:
+        pdf = pdfium.PdfDocument(str(path))
+    except pdfium.PdfiumError as e:
+        code = getattr(e, "err_code", None)
+        if code in (_FPDF_ERR_PASSWORD, _FPDF_ERR_SECURITY):
+            raise Unreadable("encrypted PDF", "password-protected; decrypt it (e.g. qpdf --decrypt) and "
+                                              "ingest again") from None
+        raise Unreadable("corrupt PDF", f"{path}: {e} (truncated or damaged; save or repair it, e.g. "
+                                        "qpdf, and ingest again)") from None
+    try:
+        count = len(pdf)
+        if count <= 0:
+            raise Unreadable("corrupt PDF", f"{path}: no pages")
+        title = _title(pdf)
+        window = [_extract(pdf, i) for i in range(min(WINDOW, count))]
+        _refuse_scan(pdf, window, count)
+        style = _learn(window)
+    except BaseException:
+        pdf.close()
+        raise
+    return Reading(format=fmt, sections=_sections(pdf, window, count, style), title=title,
+                   unit="pages", units=count)
+
+
+def _sections(pdf: Any, window: list[_Page], count: int, style: _Style) -> Iterator[Section]:
+    """Every page's sections: the window's pages first (already read), then each further page
+    loaded, read and closed in turn. Closes the document at the end."""
+    try:
+        for i in range(count):
+            if window:
+                page = window.pop(0)
+            else:
+                page = _extract(pdf, i)
+            yield from _page_sections(page, style)
+    finally:
+        pdf.close()
+
+
+def _title(pdf: Any) -> str:
+    try:
+        title = str(pdf.get_metadata_value("Title") or "").strip()
+    except Exception:  # noqa: BLE001 - metadata is a nicety; a broken Info dictionary is no title
+        return ""
+    return "" if title.lower() in _JUNK_TITLES else title
+
+
+# --- Reading one page ------------------------------------------------------------------------------
+
+def _extract(pdf: Any, index: int) -> _Page:
+    """Page `index` as text fragments with boxes; the page and its text page are closed on return."""
+    import pypdfium2.raw as c
+
+    page = c.FPDF_LoadPage(pdf.raw, index)
+    if not page:
+        raise Unreadable("corrupt PDF", f"page {index + 1} cannot be loaded (damaged or truncated file)")
+    try:
+        box = c.FS_RECTF()
+        if c.FPDF_GetPageBoundingBox(page, box):
+            bounds = (box.left, box.bottom, box.right, box.top)
+        else:
+            bounds = (0.0, 0.0, c.FPDF_GetPageWidthF(page), c.FPDF_GetPageHeightF(page))
+        rotation = c.FPDFPage_GetRotation(page) % 4
+        tp = c.FPDFText_LoadPage(page)
+        if not tp:
+            raise Unreadable("corrupt PDF", f"page {index + 1}: its text cannot be read")
+        try:
+            frags = _fragments(c, tp, _Transform(bounds, rotation))
+        finally:
+            c.FPDFText_ClosePage(tp)
+        images = not frags and _has_images(c, page)
+        left, bottom, right, top = bounds
+        width, height = right - left, top - bottom
+        if rotation % 2:
+            width, height = height, width
+        return _Page(index + 1, width, height, frags, images)
+    finally:
+        c.FPDF_ClosePage(page)
+
+
+class _Transform:
+    """PDF user space (y up, page box possibly offset, page possibly rotated) to the page as
+    displayed (origin top-left, y down)."""
+
+    def __init__(self, bounds: tuple[float, float, float, float], rotation: int) -> None:
+        self.left, self.bottom, self.right, self.top = bounds
+        self.rotation = rotation
+
+    def point(self, x: float, y: float) -> tuple[float, float]:
+        r = self.rotation
+        if r == 0:
+            return x - self.left, self.top - y
+        if r == 1:
+            return y - self.bottom, x - self.left
+        if r == 2:
+            return self.right - x, y - self.bottom
+        return self.top - y, self.right - x
+
+    def rect(self, left: float, bottom: float, right: float, top: float) -> tuple[float, float, float, float]:
+        ax, ay = self.point(left, bottom)
+        bx, by = self.point(right, top)
+        return min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)
+
+
+def _page_text(c: Any, tp: Any, n: int) -> str:
+    """The page's characters, one string per PDFium character index (GetText in one call; per
+    character only when a character outside the BMP broke the 1:1 mapping)."""
+    buf = ctypes.create_string_buffer((n + 1) * 2)
+    got = c.FPDFText_GetText(tp, 0, n, ctypes.cast(buf, ctypes.POINTER(ctypes.c_ushort)))
+    text = buf.raw[: max(0, got - 1) * 2].decode("utf-16-le", errors="replace")
+    if len(text) == n:
+        return text
+    out = []
+    for i in range(n):
+        code = c.FPDFText_GetUnicode(tp, i)
+        if code == 2:  # what GetText writes as U+FFFE: a hyphen at a line's end, or a soft hyphen
+            out.append(_EOL_HYPHEN if c.FPDFText_IsHyphen(tp, i) else "-")
+        else:  # a glyph with no Unicode (0) keeps its place, to be dropped with the other junk
+            out.append(chr(code) if 0 < code < 0x110000 else "\ufffd")
+    return "".join(out)
+
+
+def _fragments(c: Any, tp: Any, tf: _Transform) -> list[_Frag]:
+    """The page's text as fragments: PDFium's lines, each cut where its text objects' boxes leave
+    a gap wider than about a letter's height (or change baseline)."""
+    n = c.FPDFText_CountChars(tp)
+    if n <= 0:
+        return []
+    return _TextPage(c, tp, tf, _page_text(c, tp, n)).fragments()
+
+
+class _TextPage:
+    """One PDFium text page being cut into fragments, with the ctypes out-parameters reused."""
+
+    def __init__(self, c: Any, tp: Any, tf: _Transform, chars: str) -> None:
+        self.c, self.tp, self.tf, self.chars = c, tp, tf, chars
+        self.box = [ctypes.c_double() for _ in range(4)]
+        self.matrix = c.FS_MATRIX()
+        self.plain = tf.rotation == 0 and tf.left == 0 and tf.top > 0  # the common case, inlined
+
+    def fragments(self) -> list[_Frag]:
+        c, tp, chars = self.c, self.tp, self.chars
+        left, top, right, bottom = self.box
+        height = self.tf.top
+        frags: list[_Frag] = []
+        start = 0
+        for brk in _BREAK.finditer(chars + "\n"):
+            i = brk.start()
+            end = i + 1 if chars[i:i + 1] == _EOL_HYPHEN else i  # PDFium's end-of-line hyphen stays
+            if end > start:
+                rects = []
+                for k in range(c.FPDFText_CountRects(tp, start, end - start)):
+                    if c.FPDFText_GetRect(tp, k, left, top, right, bottom):
+                        if self.plain:
+                            box = (left.value, height - top.value, right.value, height - bottom.value)
+                        else:
+                            box = self.tf.rect(left.value, bottom.value, right.value, top.value)
+                        if box[2] - box[0] > 0.01 and box[3] - box[1] > 0.01:
+                            rects.append(box)
+                if len(rects) == 1:
+                    text = " ".join(chars[start:end].replace(_EOL_HYPHEN, "-").split())
+                    if text:
+                        x0, y0, x1, y1 = rects[0]
+                        frags.append(_Frag(text, x0, y0, x1, y1, self.font_size(start, end)))
+                elif rects:
+                    frags.extend(self.cut_line(start, end, _groups(rects)))
+            start = brk.end()
+        return frags
+
+    def cut_line(self, start: int, end: int, groups: list[list[float]]) -> list[_Frag]:
+        """One PDFium line as fragments: the whole line when it is one group, else each character
+        sent to the group its box falls in (character boxes asked for on such lines only)."""
+        chars = self.chars
+        if len(groups) == 1:
+            texts = [chars[start:end]]
+            firsts = [start]
+        else:
+            c, tp = self.c, self.tp
+            parts: list[list[str]] = [[] for _ in groups]
+            firsts = [-1] * len(groups)
+            left, top, right, bottom = self.box
+            g = 0
+            for i in range(start, end):
+                if c.FPDFText_GetCharBox(tp, i, left, right, bottom, top) and right.value - left.value > 0.01:
+                    x0, _, x1, _ = self.tf.rect(left.value, bottom.value, right.value, top.value)
+                    cx = (x0 + x1) / 2
+                    here = g
+                    g = min(range(len(groups)),
+                            key=lambda k: max(groups[k][0] - cx, 0.0, cx - groups[k][2]) + (k != here) * 0.01)
+                    if firsts[g] < 0:
+                        firsts[g] = i
+                parts[g].append(chars[i])
+            texts = ["".join(p) for p in parts]
+        out = []
+        for group, text, first in zip(groups, texts, firsts, strict=True):
+            text = " ".join(text.replace(_EOL_HYPHEN, "-").split())
+            if text:
+                out.append(_Frag(text, group[0], group[1], group[2], group[3], self.font_size(first, end)))
+        return out
+
+    def font_size(self, i: int, end: int) -> float:
+        """The drawn size of the first visible character from `i`: the font size times the text
+        matrix's vertical scale (a PDF may set 1-point text and scale it with the matrix)."""
+        chars = self.chars
+        while 0 <= i < end and chars[i].isspace():
+            i += 1
+        if i < 0 or i >= end:
+            return 0.0
+        size = float(self.c.FPDFText_GetFontSize(self.tp, i))
+        m = self.matrix
+        if self.c.FPDFText_GetMatrix(self.tp, i, m):
+            scale = math.hypot(m.c, m.d)
+            if scale > 0:
+                size *= scale
+        return round(size, 1)
+
+
+def _groups(rects: list[tuple[float, float, float, float]]) -> list[list[float]]:
+    """Consecutive runs merged while they continue one another: on one baseline (superscripts
+    allowed) and no wider apart than about a letter's height."""
+    groups: list[list[float]] = []
+    for x0, y0, x1, y1 in rects:
+        if groups:
+            g = groups[-1]
+            h = max(g[3] - g[1], y1 - y0)
+            gap = x0 - g[2]
+            same_line = abs((g[1] + g[3]) / 2 - (y0 + y1) / 2) < 0.7 * h
+            if same_line and -0.5 * h <= gap <= 1.0 * h:
+                g[0], g[1], g[2], g[3] = min(g[0], x0), min(g[1], y0), max(g[2], x1), max(g[3], y1)
+                continue
+        groups.append([x0, y0, x1, y1])
+    return groups
+
+
+def _has_images(c: Any, page: Any) -> bool:
+    """Whether the page draws an image, also inside form XObjects (how scanners often wrap it)."""
+    def walk(count: int, get: Any, depth: int) -> bool:
+        for k in range(min(count, 10_000)):
+            obj = get(k)
+            kind = c.FPDFPageObj_GetType(obj)
+            if kind == _PAGEOBJ_IMAGE:
+                return True
+            if kind == _PAGEOBJ_FORM and depth < 4:
+                inner = c.FPDFFormObj_CountObjects(obj)
+                if walk(inner, lambda j, o=obj: c.FPDFFormObj_GetObject(o, j), depth + 1):
+                    return True
+        return False
+
+    return walk(c.FPDFPage_CountObjects(page), lambda k: c.FPDFPage_GetObject(page, k), 0)
+
+
+def _refuse_scan(pdf: Any, window: list[_Page], count: int) -> None:
+    """A scan: the first pages (5, or all when fewer) have images and no text at all, and neither
+    have a few pages sampled through the rest of the document. Blank pages alone are no scan."""
+    first = window[:SCAN_PAGES]
+    if any(p.frags for p in first) or not any(p.images for p in first):
+        return
+    rest = range(len(window), count)
+    if rest:
+        step = max(1, len(rest) // 5)
+        for i in list(rest[::step])[:5] + [count - 1]:
+            if _extract(pdf, i).frags:
+                return
+    if any(p.frags for p in window):
+        return
+    raise Unreadable("scanned PDF", "no text layer; OCR is not included: run OCR first (e.g. ocrmypdf) and "
+                                    "ingest the result")
+
+
+# --- What the first pages teach --------------------------------------------------------------------
+
+def _mask(text: str) -> str:
+    return " ".join(re.sub(r"\d+", "#", text.lower()).split())
+
+
+def _band_lines(page: _Page) -> list[tuple[str, float, list[_Frag]]]:
+    """The lines in the page's top and bottom bands: (masked text, position, fragments)."""
+    band = BAND * page.height
+    inside = [f for f in page.frags if (f.top + f.bottom) / 2 < band
+              or (f.top + f.bottom) / 2 > page.height - band]
+    out = []
+    for line in _lines(inside):
+        text = " ".join(f.text for f in line.frags)
+        out.append((_mask(text), (line.top + line.bottom) / 2, line.frags))
+    return out
+
+
+def _learn(window: list[_Page]) -> _Style:
+    """The body's font size (the size most characters have), the heading sizes (notably larger),
+    and the running header and footer lines: in the top or bottom band, the same text with digits
+    masked on at least 40% of the window's pages (and 3), not set larger than the body."""
+    style = _Style()
+    texted = [p for p in window if p.frags]
+    sizes: Counter[float] = Counter()
+    for page in texted:
+        for f in page.frags:
+            if f.size > 0:
+                sizes[round(f.size * 2) / 2] += len(f.text)
+    if sizes:
+        body, _ = sizes.most_common(1)[0]
+        total = sum(sizes.values())
+        large = {s: n for s, n in sizes.items() if s >= body * HEADING_RATIO}
+        # Headings are a small part of the text; when "large" text is a big part, sizes do not
+        # tell headings apart (slides, posters, odd fonts): no headings at all rather than wrong ones.
+        if sum(large.values()) <= 0.3 * total:
+            style.body = body
+            style.heading_sizes = _clusters(sorted(large, reverse=True))
+    if len(texted) >= 3:
+        seen: dict[str, list[float]] = {}
+        for page in texted:
+            once: dict[str, float] = {}
+            for key, y, frags in _band_lines(page):
+                if not style.level(max(f.size for f in frags)):
+                    once.setdefault(key, y)
+            for key, y in once.items():
+                seen.setdefault(key, []).append(y)
+        need = max(3, math.ceil(0.4 * len(texted)))
+        style.furniture = {k: median(ys) for k, ys in seen.items() if len(ys) >= need}
+    return style
+
+
+def _clusters(sizes: list[float]) -> list[float]:
+    """Sizes within 5% of one another counted as one (a bold and a roman 14 pt differ a little)."""
+    out: list[float] = []
+    for s in sizes:
+        if not out or s < out[-1] * 0.95:
+            out.append(s)
+    return out
+
+
+# --- Laying a page out -----------------------------------------------------------------------------
+
+def _drop_furniture(page: _Page, style: _Style) -> list[_Frag]:
+    """The page's fragments without its running header and footer lines and page numbers."""
+    drop: set[int] = set()
+    tolerance = 0.03 * page.height
+    for key, y, frags in _band_lines(page):
+        known = style.furniture.get(key)
+        if (known is not None and abs(known - y) <= tolerance) or _PAGE_NUMBER.match(key.replace("#", "1")):
+            drop.update(id(f) for f in frags)
+    return [f for f in page.frags if id(f) not in drop] if drop else page.frags
+
+
+def _lines(frags: list[_Frag]) -> list[_Line]:
+    """Fragments grouped into visual lines (vertical overlap), top to bottom, left to right."""
+    lines: list[_Line] = []
+    for f in sorted(frags, key=lambda f: f.top + f.bottom):
+        mid = (f.top + f.bottom) / 2
+        for line in lines[-1:-4:-1]:
+            if line.top <= mid <= line.bottom or (
+                    min(line.bottom, f.bottom) - max(line.top, f.top)
+                    >= 0.5 * min(line.bottom - line.top, f.bottom - f.top)):
+                line.frags.append(f)
+                if f.x0 < line.x0:
+                    line.x0 = f.x0
+                if f.x1 > line.x1:
+                    line.x1 = f.x1
+                if f.top < line.top:
+                    line.top = f.top
+                if f.bottom > line.bottom:
+                    line.bottom = f.bottom
+                break
+        else:
+            lines.append(_Line([f], f.x0, f.top, f.x1, f.bottom, f.size))
+    for line in lines:
+        if len(line.frags) > 1:
+            line.frags.sort(key=lambda f: f.x0)
+            line.size = max(line.frags, key=lambda f: len(f.text)).size
+            line.cells = _cells(line.frags)
+        else:
+            line.cells = [line.frags[0].text]
+        line.text = " ".join(line.cells)
+    return lines
+
+
+def _cells(frags: list[_Frag]) -> list[str]:
+    """A line's cells: its fragments, except that a list or section marker ("1.", "2.3", "•")
+    stays with the text after it and fragments closer than a word's gap are one."""
+    cells: list[str] = []
+    prev: _Frag | None = None
+    for f in frags:
+        if prev is not None and cells and (_MARKER.match(cells[-1]) and len(cells) == 1
+                                           or f.x0 - prev.x1 < 0.3 * max(f.size, prev.size, 1.0)):
+            cells[-1] = cells[-1] + " " + f.text
+        else:
+            cells.append(f.text)
+        prev = f
+    return cells
+
+
+def _columns(frags: list[_Frag], depth: int = 0) -> list[list[_Line]]:
+    """Fragments in reading order as flows of lines. A page with a gutter (a vertical strip that
+    few fragments cross) and prose on both sides reads, between the lines that cross it (a title,
+    a wide paragraph or table), the left side before the right; each side may split again (three
+    columns). A stretch whose sides are not prose (short cells, as in a table) reads across."""
+    if depth < 3 and len(frags) >= 6:
+        gutter = _gutter(frags)
+        if gutter is not None:
+            g0, g1 = gutter
+            left = [f for f in frags if f.x1 <= g0 + 0.5]
+            right = [f for f in frags if f.x0 >= g1 - 0.5]
+            if _prose(left) and _prose(right):
+                if not any(f.x1 > g0 + 0.5 and f.x0 < g1 - 0.5 for f in frags):
+                    return _split_block(frags, g0, g1, depth)
+                flows: list[list[_Line]] = []
+                block: list[_Frag] = []
+                wide_flow = False  # whether the last flow is crossing lines (they read as one flow)
+                for line in _lines(frags):
+                    if any(f.x1 > g0 + 0.5 and f.x0 < g1 - 0.5 for f in line.frags):
+                        if block:
+                            flows.extend(_split_block(block, g0, g1, depth))
+                            block = []
+                            wide_flow = False
+                        if wide_flow:
+                            flows[-1].append(line)
+                        else:
+                            flows.append([line])
+                            wide_flow = True
+                    else:
+                        block.extend(line.frags)
+                if block:
+                    flows.extend(_split_block(block, g0, g1, depth))
+                return flows
+    return [_lines(frags)]
+
+
+def _split_block(frags: list[_Frag], g0: float, g1: float, depth: int) -> list[list[_Line]]:
+    """A stretch of the page no line crosses the gutter in, cut where a blank strip runs across
+    it (a table below the columns): each piece reads left side then right side when both sides
+    are prose, else across."""
+    heights = sorted(f.bottom - f.top for f in frags)
+    gap = 2.0 * heights[len(heights) // 2]
+    pieces: list[list[_Frag]] = []
+    bottom = -math.inf
+    for f in sorted(frags, key=lambda f: f.top):
+        if not pieces or f.top - bottom > gap:
+            pieces.append([])
+        pieces[-1].append(f)
+        bottom = max(bottom, f.bottom)
+    flows: list[list[_Line]] = []
+    for piece in pieces:
+        left = [f for f in piece if f.x1 <= g0 + 0.5]
+        right = [f for f in piece if f.x0 >= g1 - 0.5]
+        if left and right and not (_columnar(left) and _columnar(right)):
+            flows.append(_lines(piece))
+            continue
+        for side in (left, right):
+            if side:
+                flows.extend(_columns(side, depth + 1))
+    return flows
+
+
+def _columnar(frags: list[_Frag]) -> bool:
+    """A side of a short stretch that reads as column text: long fragments, mostly filling it."""
+    lengths = sorted(len(f.text) for f in frags)
+    if lengths[len(lengths) // 2] < 15:
+        return False
+    return len(frags) <= 2 or _prose(frags)
+
+
+def _gutter(frags: list[_Frag]) -> tuple[float, float] | None:
+    """The widest vertical strip in the middle 60% of the text's width that no fragment (or at
+    most a few) crosses, at least about a letter wide."""
+    x0 = min(f.x0 for f in frags)
+    x1 = max(f.x1 for f in frags)
+    width = x1 - x0
+    if width < 50:
+        return None
+    lo, hi = x0 + 0.2 * width, x0 + 0.8 * width
+    events = sorted([(f.x0, 1) for f in frags] + [(f.x1, -1) for f in frags])
+    sizes = sorted(f.size for f in frags if f.size > 0)
+    min_width = 0.8 * (sizes[len(sizes) // 2] if sizes else 10.0)
+    # A strip nothing crosses first; else one a few wide lines (a title, a wide table) cross.
+    for allowed in (0, max(1, len(frags) // 20)):
+        best: tuple[float, float] | None = None
+        level = 0
+        start: float | None = None
+        for x, step in events:
+            before = level
+            level += step
+            if before > allowed >= level:
+                start = x  # a strip opens
+            elif before <= allowed < level and start is not None:
+                a, b = max(start, lo), min(x, hi)  # a strip closes: its part in the middle counts
+                if b - a >= min_width and (best is None or b - a > best[1] - best[0]):
+                    best = (a, b)
+                start = None
+        if best is not None:
+            return best
+    return None
+
+
+def _prose(frags: list[_Frag]) -> bool:
+    """Whether a side of a gutter holds running text: at least three long fragments (15+
+    characters), most of them filling the width the long ones span. Short ones (a table's
+    cells beside the columns) are not counted: a stretch of them reads across anyway."""
+    long = [f for f in frags if len(f.text) >= 15]
+    if len(long) < 3:
+        return False
+    width = max(f.x1 for f in long) - min(f.x0 for f in long)
+    return width > 0 and sum(1 for f in long if f.x1 - f.x0 >= 0.6 * width) >= 0.5 * len(long)
+
+
+# --- Lines to sections -----------------------------------------------------------------------------
+
+def _join(a: str, b: str) -> str:
+    """Two lines of one paragraph: a hyphen at the end of the first is undone when the next line
+    goes on in lowercase ("retrie-" + "val"), kept without a space before an uppercase letter or a
+    digit ("Franco-" + "Prussian", "2020-" + "2021"); a soft hyphen is always undone."""
+    if a and b and a[-1] in HYPHENS and len(a) >= 2 and a[-2].isalnum():
+        if a[-1] == "\u00ad" or (b[0].islower() and a[-2].isalpha()):
+            return a[:-1] + b
+        if b[0].isupper() or b[0].isdigit():
+            return a + b
+    return a + " " + b
+
+
+def _paragraph_break(prev: _Line, line: _Line, pitch: float, right: float, width: float) -> bool:
+    if pitch and line.top - prev.top > 1.45 * pitch:
+        return True
+    if abs(line.size - prev.size) > 0.12 * max(line.size, prev.size, 1.0):
+        return True
+    if _BULLET.match(line.text):
+        return True
+    text = prev.text
+    return bool(text) and text[-1] in ".!?:" and prev.x1 < right - 0.2 * width
+
+
+def _pitch(lines: list[_Line]) -> float:
+    steps = [b.top - a.top for a, b in zip(lines, lines[1:], strict=False)
+             if b.top > a.top and abs(a.size - b.size) < 0.5]
+    return median(steps) if steps else 0.0
+
+
+def _page_sections(page: _Page, style: _Style) -> Iterator[Section]:
+    """One page's sections in reading order: headings, text (paragraphs separated by blank lines)
+    and tables (one row per line, cells separated by " | ")."""
+    frags = _drop_furniture(page, style)
+    if not frags:
+        return
+    where = {"page": page.number}
+    blocks: list[tuple[str, int, str]] = []  # (kind, level, text)
+    starts = set()  # where each column's blocks start
+    for flow in _columns(frags):
+        starts.add(len(blocks))
+        _flow_blocks(flow, style, blocks)
+    paragraphs: list[str] = []
+    for k, (kind, level, text) in enumerate(blocks):
+        first = k in starts
+        if kind == "text":
+            if paragraphs and paragraphs[-1][-1:] not in ".!?:;" and text[:1].islower() and first:
+                paragraphs[-1] = _join(paragraphs[-1], text)  # a sentence (or word) cut across columns
+            else:
+                paragraphs.append(text)
+            continue
+        if paragraphs:
+            yield Section(_clean("\n\n".join(paragraphs)), dict(where))
+            paragraphs = []
+        yield Section(_clean(text), dict(where), kind, level)
+    if paragraphs:
+        yield Section(_clean("\n\n".join(paragraphs)), dict(where))
+
+
+def _clean(text: str) -> str:
+    return text.replace("\u00ad", "").replace("\ufffd", "").strip()
+
+
+def _flow_blocks(flow: list[_Line], style: _Style, blocks: list[tuple[str, int, str]]) -> None:
+    """A column's lines as blocks: consecutive lines of two or more cells a table, lines larger
+    than the body text headings, the rest paragraphs."""
+    if not flow:
+        return
+    pitch = _pitch(flow)
+    left = min(line.x0 for line in flow)
+    right = max(line.x1 for line in flow)
+    width = right - left
+    rows: list[str] = []
+    para = ""
+    heading: tuple[int, str, _Line] | None = None
+    prev: _Line | None = None
+
+    def flush() -> None:
+        nonlocal para, heading, rows
+        if para:
+            blocks.append(("text", 0, para))
+            para = ""
+        if heading:
+            level, text, _ = heading
+            if len(text) <= 200:
+                blocks.append(("heading", level, text))
+            else:
+                blocks.append(("text", 0, text))
+            heading = None
+        if rows:
+            if len(rows) >= 2:
+                blocks.append(("table", 0, "\n".join(rows)))
+            else:
+                blocks.append(("text", 0, rows[0].replace(" | ", " ")))
+            rows = []
+
+    for line in flow:
+        level = style.level(line.size)
+        if level and not any(ch.isalpha() for ch in line.text):
+            level = 0
+        if len(line.cells) >= 2 and not level:
+            if not rows:
+                flush()
+            rows.append(" | ".join(cell.strip() for cell in line.cells))
+        elif level:
+            text = line.text
+            if heading and heading[0] == level and prev is not None and line.top - prev.bottom < line.size:
+                heading = (level, _join(heading[1], text), line)
+            else:
+                flush()
+                heading = (level, text, line)
+        else:
+            text = line.text
+            if rows or heading or not para or prev is None \
+                    or _paragraph_break(prev, line, pitch, right, width):
+                flush()
+                para = text
+            else:
+                para = _join(para, text)
+        prev = line
+    flush()
