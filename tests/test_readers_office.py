@@ -203,6 +203,24 @@ def test_docx_title_from_core_properties_else_first_heading(tmp_path):
     assert read_document(tmp_path / "b.docx", max_bytes=LIMIT).title == "A heading"
 
 
+def test_docx_table_of_contents_left_out_and_its_title_not_a_heading(tmp_path):
+    """Word's "TOC Heading" is based on Heading 1 but has outline level 9 (body text); the "toc N"
+    lines repeat the headings with page numbers."""
+    import docx
+    from docx.enum.style import WD_STYLE_TYPE
+
+    d = docx.Document()
+    d.styles.add_style("toc 1", WD_STYLE_TYPE.PARAGRAPH)
+    d.add_paragraph("Contents", style="TOC Heading")
+    d.add_paragraph("Refund policy\t3", style="toc 1")
+    d.add_heading("Refund policy", 1)
+    d.add_paragraph("Body.")
+    d.save(str(tmp_path / "toc.docx"))
+    got = sections(read_document(tmp_path / "toc.docx", max_bytes=LIMIT))
+    assert [(s.kind, s.text) for s in got] == [("text", "Contents"), ("heading", "Refund policy"),
+                                                ("text", "Body.")]
+
+
 def test_docx_tracked_insertions_kept_deletions_dropped(tmp_path):
     """python-docx's own Paragraph.text skips w:ins; Word shows inserted text and hides deleted."""
     import docx

@@ -119,6 +119,7 @@ def _row_line(cells: list[str]) -> str:
 # --- DOCX --------------------------------------------------------------------------------------
 
 _HEADING_NAME = re.compile(r"^heading\s*([1-9])$", re.IGNORECASE)
+_TOC_NAME = re.compile(r"^toc\s*[1-9]$", re.IGNORECASE)
 # Inline containers whose runs are shown text; w:del and w:moveFrom (deleted text) are not here.
 _INLINE_CONTAINERS = {"hyperlink", "ins", "smartTag", "sdt", "sdtContent", "fldSimple", "customXml",
                       "moveTo", "dir", "bdo"}
@@ -186,10 +187,9 @@ class _StyleLevels:
         """(heading level 1-6 or 0, whether it is the Title style) of paragraph element `p`."""
         ppr = p.find(_w("pPr"))
         own = ppr.find(_w("outlineLvl")) if ppr is not None else None
-        if own is not None:
+        if own is not None:  # the paragraph's own outline level wins; 9 is "body text"
             lvl = _int(own.get(_w("val")), 9)
-            if lvl < 9:
-                return min(lvl + 1, 6), False
+            return (min(lvl + 1, 6), False) if 0 <= lvl < 9 else (0, False)
         style_el = ppr.find(_w("pStyle")) if ppr is not None else None
         style_id = style_el.get(_w("val")) if style_el is not None else ""
         if not style_id:
@@ -211,12 +211,19 @@ class _StyleLevels:
                 return min(int(m.group(1)), 6), False
             ppr = style.element.find(_w("pPr"))
             lvl_el = ppr.find(_w("outlineLvl")) if ppr is not None else None
-            if lvl_el is not None:
+            if lvl_el is not None:  # "TOC Heading" is based on Heading 1 but says 9, body text
                 lvl = _int(lvl_el.get(_w("val")), 9)
-                if lvl < 9:
-                    return min(lvl + 1, 6), False
+                return (min(lvl + 1, 6), False) if 0 <= lvl < 9 else (0, False)
             style = style.base_style
         return 0, False
+
+    def is_toc_entry(self, p: Any) -> bool:
+        """A line of a generated table of contents ("toc 1" ... styles): the headings again with
+        page numbers, left out."""
+        ppr = p.find(_w("pPr"))
+        style_el = ppr.find(_w("pStyle")) if ppr is not None else None
+        style = self.styles.get(style_el.get(_w("val"))) if style_el is not None else None
+        return style is not None and bool(_TOC_NAME.match(style.name or ""))
 
     def is_list(self, p: Any) -> int:
         """-1 for a paragraph that is not a list item, else its list level (0 outermost)."""
@@ -349,7 +356,7 @@ def _docx_sections(document: Any, body: Any) -> Iterator[Section]:
                 yield Section("\n".join(rows), where(), kind="table")
             continue
         text = _paragraph_text(block, marks)
-        if not text.strip():
+        if not text.strip() or styles.is_toc_entry(block):
             continue
         level, _ = styles.level(block)
         if level:
