@@ -5,6 +5,7 @@ scanned, truncated, lying about its format, a zip bomb) an `Unreadable` of the r
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -230,3 +231,212 @@ def test_pdf_pages_read_one_at_a_time(tmp_path: Path, monkeypatch: pytest.Monkey
     assert [s.where["page"] for s in taken] == list(range(1, pdf_reader.WINDOW + 3))
     rest = list(reading.sections)
     assert [s.text for s in rest][-1] == "page 30 says hello" and loaded == list(range(30))
+
+
+# --- HTML ---------------------------------------------------------------------------------------------
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="windows-1252"><title>Situate guide</title>
+<style>body { color: red }</style><script>var x = "<p>not text</p>";</script></head>
+<body>
+<header class="site-header"><a href="/">Home</a><nav><ul><li><a href="/a">About</a></li></ul></nav></header>
+<div id="cookie-consent">We use cookies. <button>Accept</button></div>
+<div class="breadcrumbs">Home &gt; Docs &gt; Guide</div>
+<main>
+<h1>Installing situate</h1>
+<p>Situate   reads
+   documents offline.  It costs 5 \u20ac per run.</p>
+<p>Second<br>line after a break.</p>
+<h2>Requirements</h2>
+<ul><li>Python 3.11</li><li>Milvus <b>Lite</b><ul><li>or a server</li></ul></li></ul>
+<pre><code>def main():
+    if ready:
+        run()
+</code></pre>
+<h3>Versions</h3>
+<table><tr><th>Name</th><th>Version</th></tr><tr><td>lxml</td><td>6.1</td></tr>
+<tr><td>pdfium</td><td> 159 </td></tr></table>
+<div class="share-buttons">Share on X</div>
+<aside>Related posts</aside>
+<h2>Running</h2>
+<p>Run it with <code>situate ingest</code> and wait.</p>
+<noscript>Enable JavaScript</noscript>
+</main>
+<footer>Copyright 2024</footer>
+<script>console.log("x")</script>
+</body></html>
+"""
+
+
+def test_html_main_content_headings_code_table(tmp_path: Path) -> None:
+    path = tmp_path / "guide.html"
+    path.write_bytes(PAGE.encode("cp1252"))
+    reading = read_document(path, max_bytes=LIMIT)
+    assert (reading.format, reading.title) == ("html", "Situate guide")
+    got = [(s.kind, s.level, s.text, s.where) for s in reading.sections]
+    install = ["Installing situate"]
+    need = install + ["Requirements"]
+    versions = need + ["Versions"]
+    assert got == [
+        ("heading", 1, "Installing situate", {"heading_path": install}),
+        ("text", 0, "Situate reads documents offline. It costs 5 \u20ac per run.\n\n"
+                    "Second\nline after a break.", {"heading_path": install}),
+        ("heading", 2, "Requirements", {"heading_path": need}),
+        ("text", 0, "- Python 3.11\n- Milvus Lite\n  - or a server", {"heading_path": need}),
+        ("code", 0, "def main():\n    if ready:\n        run()", {"heading_path": need}),
+        ("heading", 3, "Versions", {"heading_path": versions}),
+        ("table", 0, "Name | Version\nlxml | 6.1\npdfium | 159", {"heading_path": versions}),
+        ("heading", 2, "Running", {"heading_path": install + ["Running"]}),
+        ("text", 0, "Run it with situate ingest and wait.", {"heading_path": install + ["Running"]}),
+    ]
+
+
+def test_html_without_main_takes_the_text_and_keeps_wrapped_pages(tmp_path: Path) -> None:
+    """No <main> or <article>: the element holding most of the text, furniture dropped; a
+    wrapper whose class says "sidebar" but holds the whole page is not dropped with it."""
+    page = """<html><body><div class="page has-sidebar">
+    <div class="menu"><a>One</a> <a>Two</a> <a>Three</a></div>
+    <div id="content"><h1>Notes on chunking</h1><p>Chunks follow the structure of the document.</p>
+    <ol><li>cut at headings</li><li>then at paragraphs</li></ol></div>
+    <div class="social-links">Follow us</div>
+    <div role="contentinfo">Contact</div><div hidden>secret</div>
+    </div></body></html>"""
+    path = tmp_path / "notes.htm"
+    path.write_text(page, encoding="utf-8")
+    reading = read_document(path, max_bytes=LIMIT)
+    assert reading.title == "Notes on chunking"
+    got = [(s.kind, s.text) for s in reading.sections]
+    assert got == [("heading", "Notes on chunking"),
+                   ("text", "Chunks follow the structure of the document.\n\n"
+                            "1. cut at headings\n2. then at paragraphs")]
+
+
+def test_html_encodings(tmp_path: Path) -> None:
+    path = tmp_path / "utf16.html"
+    page = "<html><body><p>na\u00efve caf\u00e9 \u2014 \u65e5\u672c</p></body></html>"
+    path.write_bytes(page.encode("utf-16"))
+    assert [s.text for s in _sections(path)] == ["na\u00efve caf\u00e9 \u2014 \u65e5\u672c"]
+    path = tmp_path / "broken.html"
+    path.write_bytes(b"<html><body><p>caf\xc3\xa9 and a stray \xff byte</p></body></html>")
+    assert [s.text for s in _sections(path)] == ["caf\u00e9 and a stray \ufffd byte"]
+    path = tmp_path / "declared.xhtml"
+    path.write_bytes(b'<?xml version="1.0" encoding="iso-8859-1"?><html xmlns="http://www.w3.org/1999/xhtml">'
+                     b"<body><p>gar\xe7on</p></body></html>")
+    assert [s.text for s in _sections(path)] == ["gar\u00e7on"]
+
+
+def test_html_not_html(tmp_path: Path) -> None:
+    binary = tmp_path / "image.html"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
+    plain = tmp_path / "plain.html"
+    plain.write_text("just words, no markup at all\n")
+    for path in (binary, plain):
+        with pytest.raises(Unreadable) as e:
+            read_document(path, max_bytes=LIMIT)
+        assert e.value.kind == "not HTML"
+
+
+# --- EPUB ---------------------------------------------------------------------------------------------
+
+CONTAINER = """<?xml version="1.0"?>
+<container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:container">
+<rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/></rootfiles>
+</container>"""
+
+OPF = """<?xml version="1.0" encoding="utf-8"?>
+<package xmlns="http://www.idpf.org/2007/opf" version="3.0" unique-identifier="id">
+<metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:title>The Retrieval Book</dc:title></metadata>
+<manifest>
+<item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>
+<item id="a" href="text/a_second.xhtml" media-type="application/xhtml+xml"/>
+<item id="b" href="text/b%20first.xhtml" media-type="application/xhtml+xml"/>
+<item id="css" href="style.css" media-type="text/css"/>
+</manifest>
+<spine><itemref idref="nav"/><itemref idref="b"/><itemref idref="a"/></spine>
+</package>"""
+
+NAV = """<?xml version="1.0" encoding="utf-8"?>
+<html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops"><head><title>Contents</title></head>
+<body><nav epub:type="toc"><ol><li><a href="text/b%20first.xhtml">Beginnings</a></li>
+<li><a href="text/a_second.xhtml#top">Endings</a></li></ol></nav></body></html>"""
+
+
+def _chapter(heading: str, body: str) -> str:
+    return (f'<?xml version="1.0" encoding="utf-8"?>\n<html xmlns="http://www.w3.org/1999/xhtml"><head>'
+            f"<title>{heading}</title></head><body><h1>{heading}</h1><p>{body}</p><p>Second "
+            f"<a id='x'/>paragraph<br/>of {heading.lower()}.</p></body></html>")
+
+
+def _epub(path: Path, extra: dict[str, bytes] | None = None) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(zipfile.ZipInfo("mimetype"), "application/epub+zip")
+        zf.writestr("META-INF/container.xml", CONTAINER)
+        zf.writestr("OEBPS/content.opf", OPF)
+        zf.writestr("OEBPS/nav.xhtml", NAV)
+        zf.writestr("OEBPS/text/b first.xhtml", _chapter("Chapter One", "It begins."))
+        zf.writestr("OEBPS/text/a_second.xhtml", _chapter("Chapter Two", "It ends."))
+        zf.writestr("OEBPS/style.css", "p { margin: 0 }")
+        for name, data in (extra or {}).items():
+            zf.writestr(name, data)
+    return path
+
+
+def test_epub_chapters_in_spine_order(tmp_path: Path) -> None:
+    reading = read_document(_epub(tmp_path / "book.epub"), max_bytes=LIMIT)
+    assert (reading.format, reading.title, reading.unit) == ("epub", "The Retrieval Book", "chapters")
+    got = [(s.kind, s.text, s.where) for s in reading.sections]
+    one = {"chapter": 1, "chapter_title": "Beginnings"}
+    two = {"chapter": 2, "chapter_title": "Endings"}
+    assert got == [
+        ("heading", "Chapter One", {**one, "heading_path": ["Chapter One"]}),
+        ("text", "It begins.\n\nSecond paragraph\nof chapter one.", {**one, "heading_path": ["Chapter One"]}),
+        ("heading", "Chapter Two", {**two, "heading_path": ["Chapter Two"]}),
+        ("text", "It ends.\n\nSecond paragraph\nof chapter two.", {**two, "heading_path": ["Chapter Two"]}),
+    ]
+    assert reading.units == 2  # the navigation document (only a <nav>) is no chapter
+
+
+def test_epub_drm_and_font_obfuscation(tmp_path: Path) -> None:
+    def encryption(algorithm: str, uri: str) -> bytes:
+        return (f'<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container" '
+                f'xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData>'
+                f'<enc:EncryptionMethod Algorithm="{algorithm}"/><enc:CipherData>'
+                f'<enc:CipherReference URI="{uri}"/></enc:CipherData></enc:EncryptedData>'
+                f'</encryption>').encode()
+
+    drm = _epub(tmp_path / "drm.epub", {"META-INF/encryption.xml": encryption(
+        "http://www.w3.org/2001/04/xmlenc#aes128-cbc", "OEBPS/text/a_second.xhtml")})
+    with pytest.raises(Unreadable) as e:
+        read_document(drm, max_bytes=LIMIT)
+    assert e.value.kind == "encrypted EPUB"
+    fonts = _epub(tmp_path / "fonts.epub", {"META-INF/encryption.xml": encryption(
+        "http://www.idpf.org/2008/embedding", "OEBPS/fonts/serif.otf")})
+    assert len(_sections(fonts)) == 4
+
+
+def test_epub_bomb_corrupt_and_not_a_zip(tmp_path: Path) -> None:
+    bomb = _epub(tmp_path / "bomb.epub", {"OEBPS/text/zeros.xhtml": b"\0" * (4 << 20)})
+    with pytest.raises(Unreadable) as e:
+        read_document(bomb, max_bytes=LIMIT)
+    assert e.value.kind == "zip bomb"
+    with pytest.raises(Unreadable) as e:  # over the limit in all, whatever the ratio
+        read_document(_epub(tmp_path / "book.epub"), max_bytes=1000)
+    assert e.value.kind == "zip bomb"
+    whole = _epub(tmp_path / "whole.epub").read_bytes()
+    cut = tmp_path / "cut.epub"
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(Unreadable) as e:
+        read_document(cut, max_bytes=LIMIT)
+    assert e.value.kind == "corrupt EPUB"
+    text = tmp_path / "text.epub"
+    text.write_text("not a book")
+    with pytest.raises(Unreadable) as e:
+        read_document(text, max_bytes=LIMIT)
+    assert e.value.kind == "not an EPUB"
+    nospine = tmp_path / "nospine.epub"
+    with zipfile.ZipFile(nospine, "w") as zf:
+        zf.writestr("META-INF/container.xml", CONTAINER)
+        zf.writestr("OEBPS/content.opf", OPF.replace("<itemref", "<nothing"))
+    with pytest.raises(Unreadable) as e:
+        read_document(nospine, max_bytes=LIMIT)
+    assert e.value.kind == "corrupt EPUB"
