@@ -97,13 +97,28 @@ def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess
                           capture_output=True, text=True, timeout=600)
 
 
+def _zip_bomb(path: Path) -> None:
+    """A .docx whose one member inflates to 300 MB (over the 200 MB default limit), written
+    from a stream so the test never holds it: 300 KB on disk."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z, z.open("word/document.xml", "w",
+                                                                       force_zip64=True) as f:
+        block = b"\0" * (1 << 20)
+        for _ in range(300):
+            f.write(block)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["ingest", "{tmp}/missing.json", "--collection", "c"], "corpus not found"),
         (["ingest", "{tmp}/bad.jsonl", "--collection", "c"], "bad JSON at line 2"),
         (["ingest", "{tmp}/empty.json", "--collection", "c"], "the file is empty"),
-        (["ingest", "{tmp}/notes.pdf", "--collection", "c"], "unknown corpus form"),
+        (["ingest", "{tmp}/notes.pdf", "--collection", "c"], "notes.pdf: not a PDF"),
+        (["ingest", "{tmp}/notes.xyz", "--collection", "c"], "unknown corpus form '.xyz'"),
+        (["ingest", "{tmp}/old.doc", "--collection", "c"], "legacy Word .doc: save it as .docx"),
+        (["ingest", "{tmp}/bomb.docx", "--collection", "c"], "zip bomb"),
         (["ingest", str(SAMPLE_CORPUS), "--collection", "c", "--context", "gpt"],
          "unknown context provider 'gpt'"),
         (["ingest", str(SAMPLE_CORPUS), "--collection", "c", "--embedder", "nope"], "unknown embedder"),
@@ -115,7 +130,7 @@ def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess
         (["ingest", "{tmp}/notext.jsonl", "--collection", "c"], "line 1 (a) has no 'text' string"),
         (["ingest", "{tmp}/dup.jsonl", "--collection", "c"], "line 2: duplicate id 'a' (first on line 1)"),
         (["ingest", "{tmp}/shape.json", "--collection", "c"], "expected a JSON list of documents"),
-        (["ingest", "{tmp}/nothing", "--collection", "c"], "no text, Markdown or source files"),
+        (["ingest", "{tmp}/nothing", "--collection", "c"], "no documents, text, Markdown or source files"),
         (["evaluate", "{tmp}/missing.jsonl", "--collection", "c"], "missing.jsonl"),
         (["evaluate", str(SAMPLE_EVAL), "--collection", "c", "--modes", "rerank"],
          "reranker 'cohere' needs an API key"),
@@ -129,7 +144,11 @@ def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     (tmp_path / "bad.jsonl").write_text('{"id": "a", "text": "x"}\n{"id": \n')
     (tmp_path / "empty.json").write_text("")
-    (tmp_path / "notes.pdf").write_text("%PDF")
+    (tmp_path / "notes.pdf").write_text("plain text, not a PDF")
+    (tmp_path / "notes.xyz").write_text("x")
+    (tmp_path / "old.doc").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 504)
+    if any("bomb" in a for a in args):
+        _zip_bomb(tmp_path / "bomb.docx")
     (tmp_path / "notext.jsonl").write_text('{"id": "a", "body": "x"}\n')
     (tmp_path / "dup.jsonl").write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n')
     (tmp_path / "shape.json").write_text('{"documents": []}')

@@ -99,6 +99,7 @@ class Tally:
         """A file of a document format that cannot be read: counted by reason, said once."""
         self.skipped_files += 1
         self.reasons[kind] += 1
+        detail = detail.replace(f"{f}: ", "").replace(str(f), "the file")  # said once, first
         if sum(self.reasons.values()) <= LOG_EACH and not self.quiet:
             log.warning(f"skipped {f}: {kind}" + (f" ({detail})" if detail else ""))
 

@@ -57,6 +57,9 @@ def assemble(sections: Iterable[Section]) -> tuple[str, dict[int, int], list[_Sp
         if "heading_path" not in where and headings:
             where["heading_path"] = [t for _, t in headings]
         priority = _priority(section, where, previous)
+        sheet = where.get("sheet")
+        if isinstance(sheet, str) and sheet != previous.get("sheet"):
+            text = f"{sheet}\n{text}"  # a sheet's rows say which sheet they are in
         if parts:
             parts.append("\n\n")
             offset += 2
