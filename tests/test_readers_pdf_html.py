@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,14 +47,17 @@ def _report(path: Path, *, interleave: bool = True) -> Path:
         top = height - 130
         if interleave:
             for k, (a, b) in enumerate(zip(LEFT, RIGHT, strict=True)):
-                c.drawString(72, top - 13 * k, a)
+                _justified(c, 72, top - 13 * k, a)
                 c.drawString(width / 2 + 10, top - 13 * k, b)
         else:
             for k, a in enumerate(LEFT):
-                c.drawString(72, top - 13 * k, a)
+                _justified(c, 72, top - 13 * k, a)
             for k, b in enumerate(RIGHT):
                 c.drawString(width / 2 + 10, top - 13 * k, b)
         if page == 1:
+            c.setFont("Helvetica-Bold", 14)  # a heading under both columns, not crossing the gutter
+            c.drawString(72, top - 75, "Totals")
+            c.setFont("Helvetica", 10)
             y = top - 100
             for row in TABLE:
                 for x, cell in zip((72, 250, 400), row, strict=True):
@@ -62,6 +66,17 @@ def _report(path: Path, *, interleave: bool = True) -> Path:
         c.showPage()
     c.save()
     return path
+
+
+def _justified(c: Any, x: float, y: float, line: str) -> None:
+    """The third line of the left column drawn as two runs with a wide space between (as a
+    justified line often is): still one line of text, not a table row."""
+    if line != LEFT[2]:
+        c.drawString(x, y, line)
+        return
+    first, rest = line.split(" must ")
+    c.drawString(x, y, first + " must")
+    c.drawString(x + c.stringWidth(first + " must", "Helvetica", 10) + 14, y, rest)
 
 
 def _sections(path: Path) -> list[Section]:
@@ -81,7 +96,9 @@ def test_pdf_two_columns_table_hyphens_headers(tmp_path: Path, interleave: bool)
     # The running header and the footer with its page number are gone from every page.
     assert "ACME" not in everything and "Page 1 of 4" not in everything and "of 4" not in everything
     page1 = [s for s in sections if s.where["page"] == 1]
-    assert [(s.kind, s.level, s.text) for s in page1 if s.kind == "heading"] == [("heading", 1, HEADINGS[0])]
+    assert [(s.kind, s.level, s.text) for s in page1 if s.kind == "heading"] == [
+        ("heading", 1, HEADINGS[0]), ("heading", 2, "Totals")]
+    assert [s.kind for s in page1] == ["heading", "text", "heading", "table"]
     text = next(s.text for s in page1 if s.kind == "text")
     left = ("Alpha one begins the left column and continues with a hyphenated retrieval word that must "
             "be joined back together by the reader. End of left.")
@@ -93,7 +110,7 @@ def test_pdf_two_columns_table_hyphens_headers(tmp_path: Path, interleave: bool)
     assert [s.text for s in table] == ["\n".join(" | ".join(row) for row in TABLE)]
     assert table[0].where == {"page": 1}
     # Every page's heading, in order, each at its page.
-    headings = [(s.text, s.where["page"]) for s in sections if s.kind == "heading"]
+    headings = [(s.text, s.where["page"]) for s in sections if s.kind == "heading" and s.level == 1]
     assert headings == [(h, k) for k, h in enumerate(HEADINGS, 1)]
 
 

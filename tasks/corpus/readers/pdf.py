@@ -38,7 +38,8 @@ _BULLETS = "\u2022\u25e6\u25aa\u25cf\u2023\u2043\u2219*\u2013\u2014-"
 _BULLET = re.compile(rf"^([{_BULLETS}]|\(?\d+[.)]|\(?[a-zA-Z][.)])(\s|$)")  # a list item starts a paragraph
 _MARKER = re.compile(rf"^([\(\[]?(\d+(\.\d+)*|[A-Za-z]|[ivxlcIVXLC]+)[.)\]]?|[{_BULLETS}])$")  # "1.", "2.3"
 _BREAK = re.compile("\r\n|[\r\n\ufffe]")  # PDFium's line ends
-_PAGE_NUMBER = re.compile(r"^[\W_]*(page\s*)?\d+(\s*(of|/)\s*\d+)?[\W_]*$", re.IGNORECASE)
+_PAGE_NUMBER = re.compile(r"^[\W_]*(page\s*)?(\d+|[ivxlc]+)(\s*(of|/)\s*\d+)?[\W_]*$", re.IGNORECASE)
+_LEADER = re.compile(r"(\.\s?){4,}\s*\S*$|\u2026\s*\S*$")  # a table of contents' dot leader
 _JUNK_TITLES = {"untitled", "unknown", "title", "no title", "anonymous", "(anonymous)"}
 _FPDF_ERR_PASSWORD = 4
 _FPDF_ERR_SECURITY = 6
@@ -68,6 +69,7 @@ class _Line:
     bottom: float
     size: float
     cells: list[str] = field(default_factory=list)
+    spans: list[tuple[float, float]] = field(default_factory=list)  # each cell's x0, x1
     text: str = ""  # the cells joined by spaces
 
 
@@ -313,13 +315,22 @@ class _TextPage:
         return out
 
     def font_size(self, i: int, end: int) -> float:
-        """The drawn size of the first visible character from `i`: the font size times the text
-        matrix's vertical scale (a PDF may set 1-point text and scale it with the matrix)."""
+        """The drawn size of a run's text: the font size times the text matrix's vertical scale
+        (a PDF may set 1-point text and scale it with the matrix), the median of three visible
+        characters (first, middle, last), so a bullet or a word in another font does not decide."""
         chars = self.chars
-        while 0 <= i < end and chars[i].isspace():
-            i += 1
-        if i < 0 or i >= end:
+        picks = []
+        for k in (i, (i + end) // 2, end - 1):
+            while i <= k < end and chars[k].isspace():
+                k += 1
+            if 0 <= k < end:
+                picks.append(self.char_size(k))
+        if not picks:
             return 0.0
+        picks.sort()
+        return picks[len(picks) // 2]
+
+    def char_size(self, i: int) -> float:
         size = float(self.c.FPDFText_GetFontSize(self.tp, i))
         m = self.matrix
         if self.c.FPDFText_GetMatrix(self.tp, i, m):
@@ -480,26 +491,31 @@ def _lines(frags: list[_Frag]) -> list[_Line]:
         if len(line.frags) > 1:
             line.frags.sort(key=lambda f: f.x0)
             line.size = max(line.frags, key=lambda f: len(f.text)).size
-            line.cells = _cells(line.frags)
+            line.cells, line.spans = _cells(line.frags)
         else:
             line.cells = [line.frags[0].text]
+            line.spans = [(line.x0, line.x1)]
         line.text = " ".join(line.cells)
     return lines
 
 
-def _cells(frags: list[_Frag]) -> list[str]:
-    """A line's cells: its fragments, except that a list or section marker ("1.", "2.3", "•")
-    stays with the text after it and fragments closer than a word's gap are one."""
+def _cells(frags: list[_Frag]) -> tuple[list[str], list[tuple[float, float]]]:
+    """A line's cells and their horizontal spans: its fragments, except that a list or section
+    marker ("1.", "2.3", "•") stays with the text after it and fragments closer than a word's gap
+    are one."""
     cells: list[str] = []
+    spans: list[tuple[float, float]] = []
     prev: _Frag | None = None
     for f in frags:
         if prev is not None and cells and (_MARKER.match(cells[-1]) and len(cells) == 1
                                            or f.x0 - prev.x1 < 0.3 * max(f.size, prev.size, 1.0)):
             cells[-1] = cells[-1] + " " + f.text
+            spans[-1] = (spans[-1][0], f.x1)
         else:
             cells.append(f.text)
+            spans.append((f.x0, f.x1))
         prev = f
-    return cells
+    return cells, spans
 
 
 def _columns(frags: list[_Frag], depth: int = 0) -> list[list[_Line]]:
@@ -558,10 +574,33 @@ def _split_block(frags: list[_Frag], g0: float, g1: float, depth: int) -> list[l
         if left and right and not (_columnar(left) and _columnar(right)):
             flows.append(_lines(piece))
             continue
-        for side in (left, right):
+        tail: list[_Frag] = []
+        if left and right:
+            left_end, right_end = max(f.bottom for f in left), max(f.bottom for f in right)
+            if left_end > right_end:
+                left, tail = _after_columns(left, right_end)
+            else:
+                right, tail = _after_columns(right, left_end)
+        for side in (left, right, tail):
             if side:
                 flows.extend(_columns(side, depth + 1))
     return flows
+
+
+def _after_columns(side: list[_Frag], other_end: float) -> tuple[list[_Frag], list[_Frag]]:
+    """The longer column split where what follows the columns begins: below the end of the other
+    column, the first line after a gap wider than its lines' pitch allows or set larger (a
+    heading under both columns, narrow enough not to cross the gutter)."""
+    lines = _lines(side)
+    pitch = _pitch(lines)
+    for k in range(1, len(lines)):
+        line, above = lines[k], lines[k - 1]
+        if line.top <= other_end:
+            continue
+        if (pitch and line.top - above.top > 1.45 * pitch) or line.size > 1.15 * max(above.size, 0.1):
+            keep = [f for ln in lines[:k] for f in ln.frags]
+            return keep, [f for ln in lines[k:] for f in ln.frags]
+    return side, []
 
 
 def _columnar(frags: list[_Frag]) -> bool:
@@ -632,6 +671,8 @@ def _join(a: str, b: str) -> str:
 def _paragraph_break(prev: _Line, line: _Line, pitch: float, right: float, width: float) -> bool:
     if pitch and line.top - prev.top > 1.45 * pitch:
         return True
+    if _LEADER.search(prev.text):
+        return True  # one table-of-contents entry per line
     if abs(line.size - prev.size) > 0.12 * max(line.size, prev.size, 1.0):
         return True
     if _BULLET.match(line.text):
@@ -680,60 +721,83 @@ def _clean(text: str) -> str:
 
 
 def _flow_blocks(flow: list[_Line], style: _Style, blocks: list[tuple[str, int, str]]) -> None:
-    """A column's lines as blocks: consecutive lines of two or more cells a table, lines larger
-    than the body text headings, the rest paragraphs."""
+    """A column's lines as blocks: a run of two or more lines of several cells whose cells line up
+    a table, lines larger than the body text headings, the rest paragraphs. A line cut into
+    cells that does not line up with its neighbours (a justified line with wide spaces) is text."""
     if not flow:
         return
     pitch = _pitch(flow)
     left = min(line.x0 for line in flow)
     right = max(line.x1 for line in flow)
     width = right - left
-    rows: list[str] = []
+    rows: list[_Line] = []  # consecutive lines of several cells, a table or not
     para = ""
-    heading: tuple[int, str, _Line] | None = None
-    prev: _Line | None = None
+    heading: tuple[int, str] | None = None
+    last: _Line | None = None  # the line before, for paragraph breaks and multi-line headings
 
     def flush() -> None:
-        nonlocal para, heading, rows
+        nonlocal para, heading
         if para:
             blocks.append(("text", 0, para))
             para = ""
         if heading:
-            level, text, _ = heading
-            if len(text) <= 200:
+            level, text = heading
+            if len(text) <= 200 and len(text.split()) <= 24:  # else large text, not a title
                 blocks.append(("heading", level, text))
             else:
                 blocks.append(("text", 0, text))
             heading = None
-        if rows:
-            if len(rows) >= 2:
-                blocks.append(("table", 0, "\n".join(rows)))
-            else:
-                blocks.append(("text", 0, rows[0].replace(" | ", " ")))
-            rows = []
+
+    def text_line(line: _Line) -> None:
+        nonlocal para, last
+        if heading or not para or last is None or _paragraph_break(last, line, pitch, right, width):
+            flush()
+            para = line.text
+        else:
+            para = _join(para, line.text)
+        last = line
+
+    def end_rows() -> None:
+        if len(rows) >= 2 and _aligned(rows):
+            flush()
+            blocks.append(("table", 0, "\n".join(" | ".join(c.strip() for c in r.cells) for r in rows)))
+        else:
+            for row in rows:
+                text_line(row)
+        rows.clear()
 
     for line in flow:
+        if len(line.cells) >= 2:
+            rows.append(line)
+            continue
+        if rows:
+            end_rows()
         level = style.level(line.size)
-        if level and not any(ch.isalpha() for ch in line.text):
+        if level and (not any(ch.isalpha() for ch in line.text) or _LEADER.search(line.text)):
             level = 0
-        if len(line.cells) >= 2 and not level:
-            if not rows:
-                flush()
-            rows.append(" | ".join(cell.strip() for cell in line.cells))
-        elif level:
-            text = line.text
-            if heading and heading[0] == level and prev is not None and line.top - prev.bottom < line.size:
-                heading = (level, _join(heading[1], text), line)
+        if level:
+            if heading and heading[0] == level and last is not None and line.top - last.bottom < line.size:
+                heading = (level, _join(heading[1], line.text))
             else:
                 flush()
-                heading = (level, text, line)
+                heading = (level, line.text)
+            last = line
         else:
-            text = line.text
-            if rows or heading or not para or prev is None \
-                    or _paragraph_break(prev, line, pitch, right, width):
-                flush()
-                para = text
-            else:
-                para = _join(para, text)
-        prev = line
+            text_line(line)
+    if rows:
+        end_rows()
     flush()
+
+
+def _aligned(rows: list[_Line]) -> bool:
+    """Whether consecutive rows' cells line up as a table's columns do: each pair of neighbours
+    has two cells or more starting, ending or centred within 4 pt of one another."""
+    def matches(a: _Line, b: _Line) -> int:
+        count = 0
+        for x0, x1 in a.spans:
+            if any(abs(x0 - y0) < 4 or abs(x1 - y1) < 4 or abs(x0 + x1 - y0 - y1) < 8 for y0, y1 in b.spans):
+                count += 1
+        return count
+
+    pairs = list(zip(rows, rows[1:], strict=False))
+    return sum(1 for a, b in pairs if matches(a, b) >= 2) >= 0.5 * len(pairs)
