@@ -500,6 +500,13 @@ def test_password_protected_docx_is_encrypted(tmp_path):
     assert refused(tmp_path / "secret.pptx").kind == "encrypted PPTX"
 
 
+def test_ole_file_is_encrypted_only_under_an_office_name(tmp_path):
+    (tmp_path / "book.epub").write_bytes(ole_file(["EncryptionInfo", "EncryptedPackage"]))
+    with pytest.raises(Unreadable) as caught:
+        open_zip(tmp_path / "book.epub", "EPUB", LIMIT)
+    assert caught.value.kind == "not an EPUB"
+
+
 def test_legacy_doc_renamed_docx_is_not_a_docx(tmp_path):
     (tmp_path / "old.docx").write_bytes(ole_file(["WordDocument", "1Table"]))
     e = refused(tmp_path / "old.docx")

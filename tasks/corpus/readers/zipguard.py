@@ -32,6 +32,8 @@ MAX_RATIO = 100  # deflate reaches ~1000:1 on zeros; real XML and media stay far
 RATIO_FLOOR = 1 << 20  # a small member may compress well (an empty sheet's XML); only big ones count
 
 LIMIT_NAME = "SITUATE_MAX_DOCUMENT_BYTES"
+# Formats Office encrypts into an OLE container; an OLE file named .epub is just not an EPUB.
+OFFICE_LABELS = frozenset({"DOCX", "PPTX", "XLSX"})
 
 # Stream names in an OLE container: Office's encryption wraps the package in these two.
 _ENCRYPTED_STREAMS = {"EncryptedPackage", "EncryptionInfo"}
@@ -112,7 +114,7 @@ def sniff(path: Path, fmt_label: str) -> None:
         if head[:4] in (ZIP_MAGIC, EMPTY_ZIP_MAGIC):
             return
         a = _article(fmt_label)
-        if head[:8] == OLE_MAGIC:
+        if head[:8] == OLE_MAGIC and fmt_label in OFFICE_LABELS:
             streams = _ole_streams(head, f)
             legacy = [what for name, what in _LEGACY_STREAMS.items() if name in streams]
             if legacy and not streams & _ENCRYPTED_STREAMS:
