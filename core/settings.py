@@ -26,8 +26,9 @@ class Settings(BaseSettings):
     milvus_token: SecretStr = Field(SecretStr(""), description="token for Milvus server / Zilliz")
     cache_dir: str = Field("data/cache", description="disk cache of generated contexts")
     results_dir: str = Field("data/results", description="evaluation JSON reports")
-    context: str = Field("", description="structural | anthropic | none; default: anthropic when "
-                                          "an Anthropic key is configured, else structural")
+    context: str = Field("", description="structural | anthropic | openai | ollama | none "
+                                          "(optionally name:model); default: anthropic when an "
+                                          "Anthropic key is configured, else structural")
     embedder: str = Field("minilm", description="embedder by name (`situate ingest --help` lists "
                                                 "them), optionally name:model")
     reranker: str = Field("cohere", description="reranker of the rerank mode: cohere[:model] (needs "
@@ -37,6 +38,24 @@ class Settings(BaseSettings):
                         "(per-query standardised scores, each leg weighted by how far its best "
                         "stands out) | dbsf (the same, unweighted) | rrf (reciprocal ranks, k=60)")
     anthropic_model: str = Field("claude-haiku-4-5", description="model for --context anthropic")
+    llm_base_url: str = Field("", description="address of the context provider's server (openai: "
+                              "any OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1; ollama: "
+                              "http://127.0.0.1:11434); empty: OPENAI_BASE_URL, OLLAMA_HOST, or "
+                              "the provider's own")
+    llm_price_input: float | None = Field(None, ge=0, description="dollars per million input "
+                                          "tokens for --context openai (overrides the price table)")
+    llm_price_cached_input: float | None = Field(None, ge=0, description="dollars per million "
+                                                 "cached input tokens for --context openai "
+                                                 "(default: the input price when that is given)")
+    llm_price_output: float | None = Field(None, ge=0, description="dollars per million output "
+                                           "tokens for --context openai")
+    llm_context_window: int | None = Field(None, ge=1024, description="context window (tokens) "
+                                           "of a self-hosted model (openai, ollama): longer "
+                                           "documents are situated in windows; default: the "
+                                           "price table's, else 8192")
+    batch_cache_ttl: Literal["1h", "5m"] = Field("1h", description="life of the prompt-cache "
+                                                 "entries of Claude's Message Batches (--batch): "
+                                                 "1h outlives a batch round (writes at 2x input)")
     concurrency: int = Field(8, ge=1, description="concurrent requests to the context provider")
     chunk_size: int = Field(800, ge=100, description="characters per chunk for unchunked input")
     chunk_overlap: int = Field(100, ge=0, description="characters shared by consecutive chunks")

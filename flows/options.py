@@ -185,7 +185,12 @@ class IngestOptions(Options):
                                   hint="optionally name:model; st:NAME_OR_PATH"),
                         FromSetting("embedder")] = from_settings(description="embedder by name")
     model: Annotated[str, Flag(("--model",)), FromSetting("anthropic_model")] = from_settings(
-        description="Claude model for --context anthropic")
+        description="Claude model for --context anthropic (other providers: --context "
+                    "name:MODEL)")
+    llm_base_url: Annotated[str, Flag(("--llm-base-url",), metavar="URL"),
+                            FromSetting("llm_base_url")] = from_settings(
+        description="address of the context provider's server: any OpenAI-compatible server "
+                    "for openai, Ollama's for ollama (default: OPENAI_BASE_URL, OLLAMA_HOST)")
     concurrency: Annotated[int, Flag(("--concurrency",)), FromSetting("concurrency")] = from_settings(
         ge=1, description="concurrent context requests")
     group_chunks: Annotated[bool, Flag(("--group-chunks",))] = Field(
@@ -233,11 +238,11 @@ class IngestOptions(Options):
     @model_validator(mode="after")
     def _check(self) -> IngestOptions:
         from situate.storage.rows import validate_collection_name
-        from situate.tasks.contexts.base import CONTEXTUALIZERS
+        from situate.tasks.contexts.base import check_context
         from situate.tasks.embedders.base import check_embedder
 
         _collection_name(self.collection, validate_collection_name)
-        CONTEXTUALIZERS.check(self.context)
+        check_context(self.context)
         check_embedder(self.embedder)
         check_task_runner(self.task_runner, self.dask_address, self.milvus_uri)
         return self

@@ -25,7 +25,7 @@ from situate.flows.options import IngestOptions
 from situate.flows.resources import Resources
 from situate.flows.results import Alternative, Bill, IngestPlan, PlanAssumptions
 from situate.storage.cache import ContextCache
-from situate.tasks.contexts.base import ContextConfig, Contextualizer
+from situate.tasks.contexts.base import ContextConfig, Contextualizer, split_context
 from situate.tasks.contexts.cache import cached_split
 from situate.tasks.contexts.cost import Assumptions, CostModel, Estimate, get_cost_models
 from situate.tasks.corpus.load import CorpusScan, scan_corpus, stream_corpus
@@ -58,9 +58,22 @@ def pipeline_id(contextualizer: Contextualizer | CostModel, chunk_size: int,
 
 
 def context_config(options: IngestOptions) -> ContextConfig:
-    return ContextConfig(name=options.context, model=options.model,
-                         concurrency=options.concurrency, group_chunks=options.group_chunks,
-                         batch=options.batch, state_dir=options.cache_dir)
+    """The context provider's configuration: `--context name:model` names the model (else
+    `--model`, which names a Claude model by default), the server's address and the LLM
+    settings (prices, context window, batch cache life) as the provider's extras."""
+    name, model = split_context(options.context)
+    if not model and (name == "anthropic" or not options.model.startswith("claude")):
+        model = options.model
+    settings = get_settings()
+    extra: dict[str, object] = {"base_url": options.llm_base_url or "",
+                                "batch_cache_ttl": settings.batch_cache_ttl}
+    for key in ("price_input", "price_cached_input", "price_output", "context_window"):
+        value = getattr(settings, f"llm_{key}")
+        if value is not None and not (name == "anthropic" and key == "context_window"):
+            extra[key] = value
+    return ContextConfig(name=name, model=model, concurrency=options.concurrency,
+                         group_chunks=options.group_chunks, batch=options.batch,
+                         state_dir=options.cache_dir, extra=extra)
 
 
 def window_size(options: IngestOptions) -> int:

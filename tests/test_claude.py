@@ -660,7 +660,13 @@ def test_batch_situates_everything_at_half_price(fake: FakeAnthropic, tmp_path: 
     # Two phases: the first request of the cacheable document (and the uncached ones), then the
     # rest of it, which reads what the first phase wrote.
     assert fake.batches_created == 2 and fake.duplicate_writes() == 0
-    assert batch.cost_usd == pytest.approx(interactive.cost_usd / 2)
+    # Half price, but the batch's cache writes are 1-hour writes (2x input, not 1.25x): a round
+    # can outlive the 5-minute cache.
+    writes = batch.cache_creation_input_tokens
+    assert writes == interactive.cache_creation_input_tokens > 0
+    assert batch.cost_usd == pytest.approx(
+        interactive.cost_usd / 2 + writes * (HAIKU.pricing.cache_write_1h
+                                             - HAIKU.pricing.cache_write) / 2 / 1e6)
     # Each batch was recorded while it ran, and forgotten once read in full.
     assert json.loads((tmp_path / "claude-batches.json").read_text()) == {"batches": {}}
 

@@ -139,7 +139,7 @@ def test_structural_contexts_on_the_codebase_are_short_and_deterministic():
 def test_registry_knows_names_and_rejects_unknown():
     assert get_contextualizer(ContextConfig(name="structural")).name == "structural"
     assert get_contextualizer(ContextConfig(name="none")).name == "none"
-    with pytest.raises(InputError, match="unknown context provider 'gpt'.*none, structural"):
+    with pytest.raises(InputError, match="unknown context provider 'gpt'.*none, ollama, openai, structural"):
         get_contextualizer(ContextConfig(name="gpt"))
 
 

@@ -50,9 +50,11 @@ def _corpus(root: Path) -> Path:
 
 
 def _bill(fake: FakeAnthropic, batch: bool) -> tuple[dict[str, int], float]:
+    """The fake's counters priced; 1-hour cache writes (Message Batches') at 2x input."""
     usage = fake.usage["batch" if batch else "standard"]
-    dollars = sum(usage[k] * p for k, p in PRICES.items()) / 1e6 * (0.5 if batch else 1.0)
-    return dict(usage), dollars
+    dollars = sum(usage[k] * p for k, p in PRICES.items()) / 1e6
+    dollars += usage["cache_creation_1h_input_tokens"] * (2.0 - 1.25) / 1e6
+    return dict(usage), dollars * (0.5 if batch else 1.0)
 
 
 def _close(predicted: float, billed: float, tolerance: float = 0.02) -> bool:
@@ -222,7 +224,8 @@ def test_a_plan_reuses_what_the_run_would(group, batch):
                            batch=batch, extra={"group_size": 8, "max_tokens": 300})
     models = get_cost_models(config, Assumptions())
     assert (models[0].flags.split().count("--group-chunks"), models[0].batch) == (group, batch)
-    assert len({m.mode for m in models}) == 4
+    # Four modes, and the two batch modes with 5-minute cache entries (priced beside the 1-hour).
+    assert len({m.mode for m in models}) == 6
     run = AnthropicContextualizer(config, api_key="sk-ant-never-used")
     try:
         assert models[0].cache_identity() == run.cache_identity()

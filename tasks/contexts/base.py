@@ -3,13 +3,14 @@
 One small interface (`Contextualizer.situate`) and a registry by name (`CONTEXTUALIZERS`). Every
 provider is driven through `situate.tasks.contexts.cache` (cached answers read, each new one kept
 as it arrives) and priced before a run by `situate.tasks.contexts.cost`. The providers live
-beside it: `structural.py`, `claude/`.
+beside it: `structural.py`, `claude/`, `openai_chat.py`, `ollama.py`, the paid ones on the shared
+engine (`engine/`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from situate.core.records import Chunk, Document, Situated, Usage
@@ -102,10 +103,34 @@ class NoContext(Contextualizer):
 CONTEXTUALIZERS: Registry[Callable[[ContextConfig], Contextualizer]] = Registry("context provider")
 CONTEXTUALIZERS.register("none", lambda config: NoContext())
 CONTEXTUALIZERS.register("structural", "situate.tasks.contexts.structural:from_config")
-# Imported on demand so that the offline default never imports the anthropic SDK.
+# Imported on demand so that the offline default never imports the anthropic or openai SDK.
 CONTEXTUALIZERS.register("anthropic", "situate.tasks.contexts.claude:from_config")
+CONTEXTUALIZERS.register("openai", "situate.tasks.contexts.openai_chat:from_config")
+CONTEXTUALIZERS.register("ollama", "situate.tasks.contexts.ollama:from_config")
+CONTEXTUALIZERS.hint = " (optionally name:model, e.g. openai:gpt-4.1-mini, ollama:llama3.2)"
+
+
+def split_context(spec: str) -> tuple[str, str]:
+    """(name, model) of `name` or `name:model` (`--context ollama:llama3.2`); the model may hold
+    colons itself (Ollama's tags: `ollama:qwen2.5:7b`)."""
+    name, _, model = spec.partition(":")
+    return name, model
+
+
+def check_context(spec: str) -> str:
+    """`spec` when its name is a known provider, else the registry's InputError."""
+    CONTEXTUALIZERS.check(split_context(spec)[0])
+    return spec
+
+
+def resolved(config: ContextConfig) -> ContextConfig:
+    """`config` with a `name:model` name split into its name and model."""
+    name, model = split_context(config.name)
+    return replace(config, name=name, model=model or config.model) if model else config
 
 
 def get_contextualizer(config: ContextConfig) -> Contextualizer:
-    """The contextualizer named by `config.name`; an InputError lists the known names."""
+    """The contextualizer named by `config.name` (`name` or `name:model`); an InputError lists
+    the known names."""
+    config = resolved(config)
     return CONTEXTUALIZERS.get(config.name)(config)

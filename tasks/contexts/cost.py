@@ -13,6 +13,7 @@ from situate.tasks.contexts.base import (
     ContextConfig,
     Contextualizer,
     get_contextualizer,
+    resolved,
 )
 
 
@@ -85,11 +86,14 @@ class CostModel:
 COST_MODELS: Registry[Callable[[ContextConfig, Assumptions], list[CostModel]]] = Registry(
     "context provider")
 COST_MODELS.register("anthropic", "situate.tasks.contexts.claude:cost_models")
+COST_MODELS.register("openai", "situate.tasks.contexts.openai_chat:cost_models")
+COST_MODELS.register("ollama", "situate.tasks.contexts.ollama:cost_models")
 
 
 def get_cost_models(config: ContextConfig, assumptions: Assumptions) -> list[CostModel]:
     """The cost models of `config`'s provider: its configured mode first, then the others it
     offers (a free provider has one). An InputError lists the known names."""
+    config = resolved(config)
     CONTEXTUALIZERS.check(config.name)
     if config.name in COST_MODELS:
         return COST_MODELS.get(config.name)(config, assumptions)

@@ -7,7 +7,9 @@ cheap or expensive on the real service:
 - prompt caching by exact prefix (model + every block up to a `cache_control` breakpoint), with the
   model's minimum cacheable length, a TTL refreshed on read, and the rule that an entry becomes
   readable only once the response that wrote it has started: concurrent requests for one prefix
-  each pay a write;
+  each pay a write; entries expire after their TTL (`ttl_5m`, `ttl_1h` seconds: set them short
+  to emulate a Message Batches round that outlives the 5-minute cache), and 1-hour writes are
+  counted apart (`cache_creation_1h_input_tokens`, billed at 2x input);
 - token counting (a deterministic ~4 characters per token, `count_tokens`), usage fields as the
   service reports them, the context window (400 "prompt is too long");
 - fault injection: 429 with `retry-after`, 529 overloaded, 500, dropped connections and slow
@@ -129,6 +131,7 @@ class CacheEvent:
 class _Block:
     text: str
     cache_ttl: float | None  # seconds when the block carries a cache_control breakpoint
+    one_hour: bool = False  # the breakpoint asks for the 1-hour cache
 
 
 class ApiError(Exception):
@@ -148,7 +151,8 @@ class FakeAnthropic(LoopbackServer):
                  output_tokens: int = 100, models: dict[str, ModelSpec] | None = None,
                  faults: Faults | None = None, seed: int = 0, cache_ttl_cap: float | None = None,
                  batch_delay: float = 0.2, batch_lanes: int = 4, batch_latency: float = 0.0,
-                 batch_error_rate: float = 0.0, group_omit_rate: float = 0.0) -> None:
+                 batch_error_rate: float = 0.0, group_omit_rate: float = 0.0,
+                 ttl_5m: float = 300.0, ttl_1h: float = 3600.0) -> None:
         self.api_key = api_key
         self.latency = latency
         self.output_tokens = output_tokens
@@ -160,6 +164,8 @@ class FakeAnthropic(LoopbackServer):
         self.batch_latency = batch_latency
         self.batch_error_rate = batch_error_rate
         self.group_omit_rate = group_omit_rate
+        self.ttl_5m = ttl_5m  # seconds a 5-minute entry lives (emulated expiry)
+        self.ttl_1h = ttl_1h
         self._rng = random.Random(seed)
         self._lock = threading.RLock()
         self._arrived = threading.Condition(self._lock)
@@ -245,7 +251,7 @@ class FakeAnthropic(LoopbackServer):
             raise ApiError(400, "invalid_request_error",
                            f"max_tokens: {max_tokens} > {spec.max_output}, which is the maximum "
                            f"allowed number of output tokens for {model}")
-        blocks = _flatten(params)
+        blocks = _flatten(params, self.ttl_5m, self.ttl_1h)
         breakpoints = [i for i, b in enumerate(blocks) if b.cache_ttl is not None]
         if len(breakpoints) > 4:
             raise ApiError(400, "invalid_request_error",
@@ -274,7 +280,7 @@ class FakeAnthropic(LoopbackServer):
                     continue
                 if prefix_tokens[i] < spec.min_cache_tokens:
                     continue
-                ttl = blocks[i].cache_ttl or 300.0
+                ttl = blocks[i].cache_ttl or self.ttl_5m
                 if self.cache_ttl_cap is not None:
                     ttl = min(ttl, self.cache_ttl_cap)
                 entry = self._cache.get(keys[i])
@@ -293,7 +299,7 @@ class FakeAnthropic(LoopbackServer):
         stop_reason = "end_turn"
         if count_tokens(text) > max_tokens:
             text, stop_reason = text[: max_tokens * CHARS_PER_TOKEN], "max_tokens"
-        one_hour = last_write is not None and (blocks[last_write].cache_ttl or 0) > 300
+        one_hour = last_write is not None and blocks[last_write].one_hour
         usage = {
             "input_tokens": total - read_tokens - creation,
             "output_tokens": count_tokens(text),
@@ -303,10 +309,12 @@ class FakeAnthropic(LoopbackServer):
                                "ephemeral_1h_input_tokens": creation if one_hour else 0},
             "service_tier": "batch" if batch else "standard",
         }
+        counted = {k: v for k, v in usage.items() if isinstance(v, int)}
+        counted["cache_creation_1h_input_tokens"] = creation if one_hour else 0
         with self._lock:
             self.messages_ok += 1
             self.usage["batch" if batch else "standard"].update(
-                {k: v for k, v in usage.items() if isinstance(v, int)} | {"requests": 1})
+                counted | {"requests": 1})
             self.messages_log.append({"model": model, "batch": batch, "usage": usage,
                                       "blocks": [b.text for b in blocks]})
         body = {
@@ -485,7 +493,8 @@ def _errored(kind: str, message: str) -> dict[str, Any]:
             "error": {"type": "error", "error": {"type": kind, "message": message}}}
 
 
-def _flatten(params: dict[str, Any]) -> list[_Block]:
+def _flatten(params: dict[str, Any], ttl_5m: float = 300.0, ttl_1h: float = 3600.0
+             ) -> list[_Block]:
     """The request as an ordered list of text blocks: schema, system, then messages."""
     blocks: list[_Block] = []
     fmt = (params.get("output_config") or {}).get("format")
@@ -504,13 +513,14 @@ def _flatten(params: dict[str, Any]) -> list[_Block]:
             cc = block.get("cache_control")
             ttl = None
             if cc:
-                ttl = 3600.0 if cc.get("ttl") == "1h" else 300.0
-            blocks.append(_Block(block.get("text", ""), ttl))
+                ttl = ttl_1h if cc.get("ttl") == "1h" else ttl_5m
+            blocks.append(_Block(block.get("text", ""), ttl, bool(cc) and cc.get("ttl") == "1h"))
     if not params.get("messages"):
         raise ApiError(400, "invalid_request_error", "messages: at least one message is required")
     top = params.get("cache_control")
     if top and blocks and blocks[-1].cache_ttl is None:
-        blocks[-1].cache_ttl = 3600.0 if top.get("ttl") == "1h" else 300.0
+        blocks[-1].cache_ttl = ttl_1h if top.get("ttl") == "1h" else ttl_5m
+        blocks[-1].one_hour = top.get("ttl") == "1h"
     return blocks
 
 

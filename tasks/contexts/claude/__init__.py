@@ -1,16 +1,16 @@
 """Claude as a context provider (`--context anthropic`): the public names of the package, so that
 callers and the registry ("situate.tasks.contexts.claude:from_config") need not know its modules.
 
-`contextualizer` puts the pieces together; `prompts`, `pricing`, `planning`, `client`, `answers`
-and `batches` each hold one responsibility (see their opening lines); `estimate` prices a run
-before it is made (`situate ingest --dry-run`).
+What is Claude's: `wire` (the Messages request with `cache_control`, the usage, the errors),
+`pricing` (the price table), `batches` (Message Batches) and `estimate` (its cache rule and
+prices for the dry run); `contextualizer` puts them on the shared engine
+(`situate.tasks.contexts.engine`: prompts, planning, client, answers).
 """
 
 from __future__ import annotations
 
 from situate.tasks.contexts.claude.contextualizer import AnthropicContextualizer, from_config
 from situate.tasks.contexts.claude.estimate import cost_models
-from situate.tasks.contexts.claude.planning import DEFAULT_MODEL
 from situate.tasks.contexts.claude.pricing import (
     BATCH_DISCOUNT,
     MODELS,
@@ -21,7 +21,8 @@ from situate.tasks.contexts.claude.pricing import (
     model_info,
     price,
 )
-from situate.tasks.contexts.claude.prompts import (
+from situate.tasks.contexts.claude.wire import DEFAULT_MODEL
+from situate.tasks.contexts.engine.prompts import (
     CHUNK_PROMPT,
     DOCUMENT_PROMPT,
     GROUP_PROMPT,

@@ -1,7 +1,8 @@
 """Claude contexts through the Message Batches API at half price: requests in rounds that let the
-prompt cache work, failed requests retried in later rounds, each result kept as it is read, and
-every batch not yet read in full persisted, so that a restarted run reads it instead of paying for
-its requests twice."""
+prompt cache work (1-hour entries by default: a round can outlive the 5-minute cache, and then
+every request of the next round would pay its document's write again), failed requests retried
+in later rounds, each result kept as it is read, and every batch not yet read in full persisted,
+so that a restarted run reads it instead of paying for its requests twice."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ import anthropic
 
 from situate.core.records import Chunk, Document
 from situate.tasks.contexts.base import ContextResult, Keep
-from situate.tasks.contexts.claude.answers import Outcome
-from situate.tasks.contexts.claude.client import ClaudeClient
-from situate.tasks.contexts.claude.planning import Job, Planner, Unit
-from situate.tasks.contexts.claude.pricing import Pricing
+from situate.tasks.contexts.claude.wire import ClaudeClient, params, reply_of
+from situate.tasks.contexts.engine.answers import Outcome
+from situate.tasks.contexts.engine.models import Pricing
+from situate.tasks.contexts.engine.planning import Job, Planner, Unit
 
 log = logging.getLogger("situate.claude")
 
@@ -77,12 +78,13 @@ class Batches:
     """Situates whole corpora through Message Batches, with the run's client and planner.
 
     `identity` names what makes two requests with one custom id ask the same thing (the
-    contextualizer's cache identity): a batch of another identity is never resumed.
+    contextualizer's cache identity): a batch of another identity is never resumed. `ttl` is the
+    life of the cache entries a batch writes ("1h", or "5m" for the 5-minute cache).
     """
 
     def __init__(self, client: ClaudeClient, planner: Planner, state: BatchState, *,
                  pricing: Pricing, group: bool, identity: str, unpriced_model: str | None,
-                 poll_seconds: float) -> None:
+                 poll_seconds: float, ttl: str = "1h") -> None:
         self.client = client
         self.planner = planner
         self.state = state
@@ -91,6 +93,7 @@ class Batches:
         self.identity = identity
         self.unpriced_model = unpriced_model
         self.poll_seconds = poll_seconds
+        self.ttl = ttl
 
     def situate_corpus(self, items: Sequence[tuple[Document, Sequence[Chunk]]],
                        keep: Keep | None = None) -> list[ContextResult]:
@@ -144,7 +147,8 @@ class Batches:
         batches = self.client.sdk.messages.batches
         batch_ids = []
         for part in split_requests(
-                [{"custom_id": job.custom_id, "params": job.params(self.client.model, cache)}
+                [{"custom_id": job.custom_id,
+                  "params": params(job, self.client.model, cache, self.ttl)}
                  for job, cache in requests]):
             batch = self.client.call(partial(batches.create, requests=cast(Any, part)),
                                      "a message batch")  # the SDK's TypedDicts, as dicts
@@ -239,7 +243,7 @@ class _Reader:
         n = self.where[custom_id]
         outcome = self.outcomes[n]
         if result.type == "succeeded":
-            outcome.take(job, result.message, self.batches.pricing, batch=True)
+            outcome.take(job, reply_of(result.message, self.batches.pricing, batch=True))
             lost = [c for c in job.chunks if c.index not in outcome.contexts]
             again: list[Request] = []
             if lost:  # a group answer missed chunks (or an empty answer): ask one by one

@@ -1,4 +1,4 @@
-"""The words sent to Claude and the shape of what comes back: the contextual-retrieval guide's
+"""The words sent to the model and the shape of what comes back, for every provider: the
 prompt, the grouped prompt with its JSON schema, chunk marking, and the reading of a group answer.
 
 Documents and chunks are quoted verbatim inside fenced tags (`<document-F>` … `</document-F>`,

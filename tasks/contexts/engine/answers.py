@@ -1,6 +1,6 @@
-"""Reading Claude's answers for one document: the contexts they give, the bill they carry (usage
-as reported by the service, priced live or at batch rates), and the notes a user should see.
-Each context is handed to the driver's `keep` as its answer is read, so it is on disk before the
+"""Reading a provider's answers for one document: the contexts they give, the bill they carry
+(usage as the service reported it, priced by the wire), and the notes a user should see. Each
+context is handed to the driver's `keep` as its answer is read, so it is on disk before the
 worker that received it sends anything else."""
 
 from __future__ import annotations
@@ -8,13 +8,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from situate.core.records import Chunk, Situated, Usage
 from situate.tasks.contexts.base import ContextResult, Keep
-from situate.tasks.contexts.claude.planning import Job
-from situate.tasks.contexts.claude.pricing import Pricing, price
-from situate.tasks.contexts.claude.prompts import parse_group_answer
+from situate.tasks.contexts.engine.planning import Job
+from situate.tasks.contexts.engine.prompts import parse_group_answer
+
+if TYPE_CHECKING:
+    from situate.tasks.contexts.engine.client import Reply
 
 
 @dataclass
@@ -31,14 +33,9 @@ class Outcome:
     keep: Keep | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def take(self, job: Job, message: Any, pricing: Pricing, batch: bool) -> None:
+    def take(self, job: Job, reply: Reply) -> None:
         """Record one answer: its bill, and the contexts it gives, kept at once."""
-        u = message.usage
-        bill = Usage(requests=1, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-                     cache_creation_input_tokens=u.cache_creation_input_tokens or 0,
-                     cache_read_input_tokens=u.cache_read_input_tokens or 0)
-        bill.cost_usd = price(bill, pricing, batch)
-        text = "".join(getattr(b, "text", "") for b in message.content).strip()
+        text = reply.text.strip()
         given: dict[int, str] = {}
         note = ""
         if job.schema is not None:
@@ -48,7 +45,7 @@ class Outcome:
                     "the model answered with no text")
         else:
             given = {job.chunks[0].index: text}
-            if message.stop_reason == "max_tokens":
+            if reply.cut:
                 note = (f"document {job.doc.id}, chunk {job.chunks[0].index}: "
                         f"context cut at {job.max_tokens} tokens")
         if self.keep is not None:
@@ -56,7 +53,7 @@ class Outcome:
             for index, context in given.items():
                 self.keep(job.doc, by_index[index], context)
         with self._lock:
-            self.usage.add(bill)
+            self.usage.add(reply.usage)
             self.contexts.update(given)
             if note:
                 self.notes.append(note)

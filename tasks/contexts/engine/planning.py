@@ -1,6 +1,7 @@
-"""Which Messages requests situate a document's chunks: one per chunk or one per group, the
-document whole or in windows when it exceeds the context window, grouped into units that share
-(and may cache) one document prefix."""
+"""Which requests situate a document's chunks, for any provider: one per chunk or one per group,
+the document whole or in windows when it exceeds the model's context window, grouped into units
+that share (and may cache) one document prefix. What a request looks like on the wire is the
+provider's (`Wire.send`); what it asks is decided here once, so the run and its dry run agree."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Any
 
 from situate.core.errors import ProviderError
 from situate.core.records import Chunk, Document, sha256
-from situate.tasks.contexts.claude.pricing import UNKNOWN_MODEL, ModelInfo, estimate_tokens, model_info
-from situate.tasks.contexts.claude.prompts import (
+from situate.tasks.contexts.engine.models import ModelInfo, estimate_tokens, lookup
+from situate.tasks.contexts.engine.prompts import (
     GROUP_PROMPT_VERSION,
     PROMPT_VERSION,
     chunk_prompt,
@@ -24,7 +25,7 @@ from situate.tasks.contexts.claude.prompts import (
     mark_chunks,
 )
 
-log = logging.getLogger("situate.claude")
+log = logging.getLogger("situate.contexts")
 
 # (text, offset in the document, chunks located in it, requested chunks assigned to it)
 Window = tuple[str, int, list[Chunk], list[Chunk]]
@@ -32,7 +33,7 @@ Window = tuple[str, int, list[Chunk], list[Chunk]]
 
 @dataclass
 class Job:
-    """One Messages request: the document block (the cacheable prefix) and what follows it."""
+    """One request: the document block (the cacheable prefix) and what follows it."""
 
     doc: Document
     chunks: list[Chunk]
@@ -48,19 +49,11 @@ class Job:
         key = "\x1f".join([self.doc.id, self.doc.hash, *(str(c.index) for c in self.chunks)])
         return f"{kind}-{sha256(key)[:40]}"
 
-    def params(self, model: str, cache: bool) -> dict[str, Any]:
-        doc_block: dict[str, Any] = {"type": "text", "text": self.doc_block}
-        if cache:
-            doc_block["cache_control"] = {"type": "ephemeral"}
-        params: dict[str, Any] = {
-            "model": model,
-            "max_tokens": self.max_tokens,
-            "messages": [{"role": "user",
-                          "content": [doc_block, {"type": "text", "text": self.suffix}]}],
-        }
-        if self.schema is not None:
-            params["output_config"] = {"format": {"type": "json_schema", "schema": self.schema}}
-        return params
+    @property
+    def prefix_key(self) -> str:
+        """Names the document prefix this request shares with the others of its document (OpenAI's
+        `prompt_cache_key`): a hash of the document, never its id or text."""
+        return f"situate-{sha256(self.doc.hash)[:32]}"
 
 
 @dataclass
@@ -71,47 +64,65 @@ class Unit:
     cacheable: bool
 
 
-DEFAULT_MODEL = "claude-haiku-4-5"
+@dataclass(frozen=True)
+class Catalog:
+    """What a provider knows of its models: its name (in the cache identity), its default model,
+    the facts of the models it knows (by prefix) and what to assume of one it does not."""
+
+    provider: str
+    default_model: str
+    models: dict[str, ModelInfo]
+    unknown: ModelInfo
+
+    def info(self, model: str) -> ModelInfo | None:
+        return lookup(self.models, model)
 
 
 @dataclass(frozen=True)
 class Options:
-    """What a `ContextConfig` asks of Claude, worked out once: the contextualizer sends with it
-    and the cost estimate (`estimate.py`) plans with it, so both see the same requests and the
-    same cache identity. Needs no key and makes no client."""
+    """What a `ContextConfig` asks of a provider, worked out once: the contextualizer sends with
+    it and the cost estimate plans with it, so both see the same requests and the same cache
+    identity. Needs no key and makes no client."""
 
+    provider: str
     model: str
     info: ModelInfo
-    priced: bool  # False: the model's family is unknown, its price taken as 0
+    priced: bool  # False: the model is unknown and no price was given, its price taken as 0
     max_tokens: int  # output cap of a per-chunk request
     context_tokens: int  # output budget per chunk of a group request
     group_size: int
+    server: str = ""  # the server's address when it decides which model answers (not Anthropic)
 
     @classmethod
-    def from_config(cls, model: str, extra: dict[str, Any]) -> Options:
-        model = model or DEFAULT_MODEL
-        known = model_info(model)
-        info = known or UNKNOWN_MODEL
-        if "context_window" in extra:
+    def from_config(cls, catalog: Catalog, model: str, extra: dict[str, Any],
+                    server: str = "") -> Options:
+        model = model or catalog.default_model
+        known = catalog.info(model)
+        info = known or catalog.unknown
+        if extra.get("context_window"):
             info = replace(info, context_window=int(extra["context_window"]))
         context_tokens = int(extra.get("context_max_tokens", 250))
-        return cls(model, info, known is not None, int(extra.get("max_tokens", 1024)),
-                   context_tokens, max(1, min(int(extra.get("group_size", 32)),
-                                              (info.max_output - 100) // context_tokens)))
+        return cls(catalog.provider, model, info, known is not None,
+                   int(extra.get("max_tokens", 1024)), context_tokens,
+                   max(1, min(int(extra.get("group_size", 32)),
+                              (info.max_output - 100) // context_tokens)), server)
 
     def planner(self) -> Planner:
         return Planner(self.model, self.info, self.max_tokens, self.context_tokens,
                        self.group_size)
 
     def identity(self, group: bool) -> dict[str, str | int]:
-        """Every input that changes the generated text: the model, the prompt (its version), the
+        """Every input that changes the generated text: the provider, the model (and the server
+        that decides what the name means, for a self-hosted one), the prompt (its version), the
         output limits, the context window (it decides how a long document is windowed) and, when
-        grouping, how chunks are grouped. Not concurrency, batch or live, the key or base URL."""
+        grouping, how chunks are grouped. Not concurrency, batch or live, nor the key."""
         identity: dict[str, str | int] = {
-            "provider": "anthropic", "model": self.model,
+            "provider": self.provider, "model": self.model,
             "prompt": GROUP_PROMPT_VERSION if group else PROMPT_VERSION,
             "max_tokens": self.max_tokens, "context_window": self.info.context_window,
         }
+        if self.server:
+            identity["server"] = self.server
         if group:
             identity.update(group_size=self.group_size, context_max_tokens=self.context_tokens)
         return identity
