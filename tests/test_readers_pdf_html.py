@@ -315,7 +315,7 @@ def test_html_without_main_takes_the_text_and_keeps_wrapped_pages(tmp_path: Path
     <div class="menu"><a>One</a> <a>Two</a> <a>Three</a></div>
     <div id="content"><h1>Notes on chunking</h1><p>Chunks follow the structure of the document.</p>
     <ol><li>cut at headings</li><li>then at paragraphs</li></ol></div>
-    <div class="social-links">Follow us</div>
+    <div class="social-links">Follow us</div><div class="sphinxsidebar">Quick search</div>
     <div role="contentinfo">Contact</div><div hidden>secret</div>
     </div></body></html>"""
     path = tmp_path / "notes.htm"

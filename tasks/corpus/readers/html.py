@@ -27,8 +27,8 @@ DROP_TAGS = frozenset({"script", "style", "noscript", "svg", "iframe", "template
 FURNITURE_TAGS = frozenset({"nav", "footer", "aside", "menu"})
 DROP_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search", "dialog",
                         "alertdialog", "menu", "menubar"})
-# Words in an id or class that mark page furniture; a token matches when it starts with one
-# ("navbar", "social-links", "advertisement").
+# Words in an id or class that mark page furniture; a token matches when it starts or ends with
+# one ("navbar", "social-links", "advertisement", "sphinxsidebar", "mainnav").
 DROP_WORDS = ("cookie", "consent", "gdpr", "banner", "breadcrumb", "sidebar", "menu", "nav", "footer",
               "share", "social", "advert")
 HEADINGS = {f"h{n}": n for n in range(1, 7)}
@@ -168,7 +168,7 @@ def _furniture(el: Any) -> int:
     if tag == "form":
         return 1  # also the ASP.NET form that wraps a whole page: kept when it holds most text
     words = _TOKENS.split(f"{get('id') or ''} {get('class') or ''}".lower())
-    return 1 if any(w.startswith(DROP_WORDS) for w in words if w) else 0
+    return 1 if any(w.startswith(DROP_WORDS) or w.endswith(DROP_WORDS) for w in words if w) else 0
 
 
 def _strip(root: Any) -> None:

@@ -317,18 +317,26 @@ class _TextPage:
     def font_size(self, i: int, end: int) -> float:
         """The drawn size of a run's text: the font size times the text matrix's vertical scale
         (a PDF may set 1-point text and scale it with the matrix), the median of three visible
-        characters (first, middle, last), so a bullet or a word in another font does not decide."""
+        characters (first, middle, last), so a bullet or a word in another font does not decide.
+        When the first and last agree the middle is not asked."""
         chars = self.chars
-        picks = []
-        for k in (i, (i + end) // 2, end - 1):
-            while i <= k < end and chars[k].isspace():
-                k += 1
-            if 0 <= k < end:
-                picks.append(self.char_size(k))
-        if not picks:
+        while i < end and chars[i].isspace():
+            i += 1
+        last = end - 1
+        while last > i and chars[last].isspace():
+            last -= 1
+        if i < 0 or i >= end:
             return 0.0
-        picks.sort()
-        return picks[len(picks) // 2]
+        first = self.char_size(i)
+        if last == i:
+            return first
+        final = self.char_size(last)
+        if final == first:
+            return first
+        middle = (i + last) // 2
+        while middle < last and chars[middle].isspace():
+            middle += 1
+        return sorted((first, final, self.char_size(middle)))[1]
 
     def char_size(self, i: int) -> float:
         size = float(self.c.FPDFText_GetFontSize(self.tp, i))
@@ -591,6 +599,8 @@ def _after_columns(side: list[_Frag], other_end: float) -> tuple[list[_Frag], li
     """The longer column split where what follows the columns begins: below the end of the other
     column, the first line after a gap wider than its lines' pitch allows or set larger (a
     heading under both columns, narrow enough not to cross the gutter)."""
+    if not any(f.top > other_end for f in side):
+        return side, []
     lines = _lines(side)
     pitch = _pitch(lines)
     for k in range(1, len(lines)):
