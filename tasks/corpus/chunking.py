@@ -22,7 +22,7 @@ _HEADING = re.compile(r"^#{1,6}\s")
 # A boundary of this priority is always cut at, even inside a piece shorter than `size` (a PDF's
 # chapter, a spreadsheet's sheet); boundaries of priority >= SECTION are never overlapped across.
 FORCED = 100
-SECTION = 3
+SECTION = 4
 
 
 def chunk_text(text: str, size: int = DEFAULT_CHUNK_SIZE, overlap: int = DEFAULT_CHUNK_OVERLAP,

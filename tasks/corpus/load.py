@@ -496,6 +496,11 @@ def _read_document(f: Path, doc_id: str, where: str, tally: Tally, size: int,
         raise
     except Exception as e:  # noqa: BLE001 - a reader's library failing midway: the file is skipped
         raise Unreadable(f"unreadable {reading.format.upper()}", f"{type(e).__name__}: {e}") from None
+    finally:
+        # Closed however reading ends, so a reader's file (an open workbook) is never left open.
+        close = getattr(reading.sections, "close", None)
+        if close is not None:
+            close()
     tally.cleaned(doc_id, cleaned)
     metadata = {**_file_metadata(f, doc_id), **reading.metadata, "format": reading.format}
     title = reading.title.strip()

@@ -17,9 +17,12 @@ from situate.tasks.corpus.readers.base import Section
 
 # How strong a cut before a section is, by what changes there. A chapter or a sheet is always a
 # cut (nothing of two sheets in one chunk); a heading is a strong cut (the higher the stronger);
-# a page, slide or cell edge is a cut the chunker prefers to a paragraph break but packs across.
+# a slide, cell or block of rows is a cut the chunker prefers to a paragraph break, packs small
+# ones together, and never overlaps across (SECTION); a page edge is preferred too, but text
+# flows across pages, so a chunk after it may start with the previous page's last lines.
 _HEADING_PRIORITY = {1: 7, 2: 6}
-_UNIT_PRIORITY = 4
+_UNIT_PRIORITY = SECTION
+_PAGE_PRIORITY = SECTION - 1
 _UNIT_KEYS = ("page", "slide", "cell")
 
 
@@ -79,12 +82,14 @@ def _priority(section: Section, where: dict[str, Any], previous: dict[str, Any])
         if key in where and where.get(key) != previous.get(key):
             return FORCED
     if section.kind == "heading":
-        return _HEADING_PRIORITY.get(section.level, 5)
-    if any(key in where and where.get(key) != previous.get(key) for key in _UNIT_KEYS):
+        return _HEADING_PRIORITY.get(section.level, SECTION + 1)
+    if any(key in where and where.get(key) != previous.get(key) for key in ("slide", "cell", "rows")):
         return _UNIT_PRIORITY
     if section.kind == "notes" and not previous.get("notes"):
         return _UNIT_PRIORITY
-    return SECTION if where.get("heading_path") != previous.get("heading_path") else 0
+    if where.get("heading_path") != previous.get("heading_path"):
+        return SECTION
+    return _PAGE_PRIORITY if where.get("page") != previous.get("page") else 0
 
 
 def chunk_sections(sections: Iterable[Section], size: int,
