@@ -244,7 +244,8 @@ def test_pdf_pages_read_one_at_a_time(tmp_path: Path, monkeypatch: pytest.Monkey
     reading = pdf_reader.read(path, max_bytes=LIMIT)
     assert loaded == list(range(pdf_reader.WINDOW))
     taken = [next(reading.sections) for _ in range(pdf_reader.WINDOW + 2)]
-    assert loaded == list(range(pdf_reader.WINDOW + 2))
+    # A page's last section waits for the next page (a word hyphenated across the break).
+    assert loaded == list(range(pdf_reader.WINDOW + 3))
     assert [s.where["page"] for s in taken] == list(range(1, pdf_reader.WINDOW + 3))
     rest = list(reading.sections)
     assert [s.text for s in rest][-1] == "page 30 says hello" and loaded == list(range(30))
@@ -457,3 +458,32 @@ def test_epub_bomb_corrupt_and_not_a_zip(tmp_path: Path) -> None:
     with pytest.raises(Unreadable) as e:
         read_document(nospine, max_bytes=LIMIT)
     assert e.value.kind == "corrupt EPUB"
+
+
+def test_pdf_word_across_pages_and_short_last_column(tmp_path: Path) -> None:
+    """A word hyphenated at a page's end is joined at the next page; a last page whose second
+    column holds one line still reads column by column."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    width, height = A4
+    path = tmp_path / "pages.pdf"
+    c = canvas.Canvas(str(path), pagesize=A4)
+    c.setFont("Helvetica", 10)
+    c.drawString(72, 120, "The first page ends in the middle of the word")
+    c.drawString(72, 107, "contextual retrie-")
+    c.showPage()
+    c.setFont("Helvetica", 10)
+    c.drawString(72, 760, "val, which the reader puts back together.")
+    left = [f"left column line number {k} of the closing page" for k in range(6)]
+    for k, line in enumerate(left):
+        c.drawString(72, 700 - 13 * k, line)
+    c.drawString(width / 2 + 10, 700, "Right column holds only this line.")
+    c.showPage()
+    c.save()
+    sections = _sections(path)
+    assert [(s.where["page"], s.text) for s in sections] == [
+        (1, "The first page ends in the middle of the word contextual"),
+        (2, "retrieval, which the reader puts back together.\n\n" + " ".join(left)
+         + "\n\nRight column holds only this line."),
+    ]

@@ -142,15 +142,45 @@ def read(path: Path, *, fmt: str = "pdf", max_bytes: int) -> Reading:
 def _sections(pdf: Any, window: list[_Page], count: int, style: _Style) -> Iterator[Section]:
     """Every page's sections: the window's pages first (already read), then each further page
     loaded, read and closed in turn. Closes the document at the end."""
+    held: Section | None = None  # a page's last section, held until the next page's first is known
     try:
         for i in range(count):
-            if window:
-                page = window.pop(0)
-            else:
-                page = _extract(pdf, i)
-            yield from _page_sections(page, style)
+            page = window.pop(0) if window else _extract(pdf, i)
+            sections = list(_page_sections(page, style))
+            if held is not None:
+                if sections:
+                    held, sections[0] = _carry_word(held, sections[0])
+                if held.text:
+                    yield _final(held)
+                held = None
+            if sections:
+                held = sections.pop()
+                yield from (_final(s) for s in sections)
+        if held is not None:
+            yield _final(held)
     finally:
         pdf.close()
+
+
+def _carry_word(last: Section, first: Section) -> tuple[Section, Section]:
+    """A word hyphenated across a page break ("... the retrie-" | "val of ...") moved whole to the
+    next page's first text; the sections are returned unchanged otherwise."""
+    text = last.text
+    if last.kind != "text" or first.kind != "text" or len(text) < 2 or text[-1] not in HYPHENS \
+            or not text[-2].isalpha() or not first.text[:1].islower():
+        return last, first
+    cut = max(text.rfind(" "), text.rfind("\n")) + 1
+    word = text[cut:-1]
+    rest = text[:cut].rstrip()
+    carried = Section(word + first.text, first.where, first.kind, first.level)
+    return Section(rest, last.where, last.kind, last.level), carried
+
+
+def _final(section: Section) -> Section:
+    """A section as given out: a soft hyphen left at its end (kept for `_carry_word`) removed."""
+    if section.text.endswith("\u00ad"):
+        return Section(section.text[:-1], section.where, section.kind, section.level)
+    return section
 
 
 def _title(pdf: Any) -> str:
@@ -537,7 +567,9 @@ def _columns(frags: list[_Frag], depth: int = 0) -> list[list[_Line]]:
             g0, g1 = gutter
             left = [f for f in frags if f.x1 <= g0 + 0.5]
             right = [f for f in frags if f.x0 >= g1 - 0.5]
-            if _prose(left) and _prose(right):
+            # One side running text, the other at least one long line (a last page's short
+            # second column); a table's short cells have none.
+            if (_prose(left) and _long(right)) or (_long(left) and _prose(right)):
                 if not any(f.x1 > g0 + 0.5 and f.x0 < g1 - 0.5 for f in frags):
                     return _split_block(frags, g0, g1, depth)
                 flows: list[list[_Line]] = []
@@ -611,6 +643,10 @@ def _after_columns(side: list[_Frag], other_end: float) -> tuple[list[_Frag], li
             keep = [f for ln in lines[:k] for f in ln.frags]
             return keep, [f for ln in lines[k:] for f in ln.frags]
     return side, []
+
+
+def _long(frags: list[_Frag]) -> bool:
+    return any(len(f.text) >= 15 for f in frags)
 
 
 def _columnar(frags: list[_Frag]) -> bool:
@@ -727,7 +763,11 @@ def _page_sections(page: _Page, style: _Style) -> Iterator[Section]:
 
 
 def _clean(text: str) -> str:
-    return text.replace("\u00ad", "").replace("\ufffd", "").strip()
+    """Soft hyphens (invisible) and unmapped glyphs out, except a soft hyphen ending the text,
+    which may join a word across the page break."""
+    text = text.replace("\ufffd", "").strip()
+    end = "\u00ad" if text.endswith("\u00ad") else ""
+    return text.replace("\u00ad", "") + end
 
 
 def _flow_blocks(flow: list[_Line], style: _Style, blocks: list[tuple[str, int, str]]) -> None:
