@@ -211,6 +211,15 @@ def test_pdf_encrypted(tmp_path: Path) -> None:
     with pytest.raises(Unreadable) as e:
         read_document(path, max_bytes=LIMIT)
     assert e.value.kind == "encrypted PDF" and "qpdf --decrypt" in e.value.detail
+    # Only an owner password (copy and print restrictions): no password to open, so it is read.
+    from reportlab.lib.pdfencrypt import StandardEncryption
+
+    owner = tmp_path / "owner.pdf"
+    c = canvas.Canvas(str(owner), encrypt=StandardEncryption("", ownerPassword="owner", canCopy=0))
+    c.drawString(72, 700, "restricted but readable")
+    c.showPage()
+    c.save()
+    assert [s.text for s in _sections(owner)] == ["restricted but readable"]
 
 
 def test_pdf_truncated_and_not_a_pdf(tmp_path: Path) -> None:

@@ -350,12 +350,14 @@ class _TextPage:
         characters (first, middle, last), so a bullet or a word in another font does not decide.
         When the first and last agree the middle is not asked."""
         chars = self.chars
+        if i < 0:
+            return 0.0
         while i < end and chars[i].isspace():
             i += 1
         last = end - 1
         while last > i and chars[last].isspace():
             last -= 1
-        if i < 0 or i >= end:
+        if i >= end:
             return 0.0
         first = self.char_size(i)
         if last == i:
