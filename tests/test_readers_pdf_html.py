@@ -496,3 +496,22 @@ def test_pdf_word_across_pages_and_short_last_column(tmp_path: Path) -> None:
         (2, "retrieval, which the reader puts back together.\n\n" + " ".join(left)
          + "\n\nRight column holds only this line."),
     ]
+
+
+def test_epub2_titles_from_ncx(tmp_path: Path) -> None:
+    opf = OPF.replace('<item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>',
+                      '<item id="ncx" href="toc.ncx" media-type="application/x-dtbncx+xml"/>')
+    opf = opf.replace('<spine><itemref idref="nav"/>', '<spine toc="ncx">')
+    ncx = ('<ncx xmlns="http://www.daisy.org/z3986/2005/ncx/" version="2005-1"><navMap>'
+           '<navPoint id="p1"><navLabel><text>From the NCX</text></navLabel>'
+           '<content src="text/a_second.xhtml"/></navPoint></navMap></ncx>')
+    path = tmp_path / "old.epub"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("META-INF/container.xml", CONTAINER)
+        zf.writestr("OEBPS/content.opf", opf)
+        zf.writestr("OEBPS/toc.ncx", ncx)
+        zf.writestr("OEBPS/text/b first.xhtml", _chapter("Chapter One", "It begins."))
+        zf.writestr("OEBPS/text/a_second.xhtml", _chapter("Chapter Two", "It ends."))
+    titles = [(s.where["chapter"], s.where["chapter_title"]) for s in _sections(path) if s.kind == "heading"]
+    # Chapter one is not in the NCX: its title is its first heading.
+    assert titles == [(1, "Chapter One"), (2, "From the NCX")]
