@@ -515,3 +515,33 @@ def test_epub2_titles_from_ncx(tmp_path: Path) -> None:
     titles = [(s.where["chapter"], s.where["chapter_title"]) for s in _sections(path) if s.kind == "heading"]
     # Chapter one is not in the NCX: its title is its first heading.
     assert titles == [(1, "Chapter One"), (2, "From the NCX")]
+
+
+def test_pdf_numbered_heading_bullets_and_numeric_table(tmp_path: Path) -> None:
+    """A heading whose number is a separate run ("2   Results"), a bulleted list whose bullets
+    are separate runs (a list, not a table) and a table whose first column is numbers."""
+    from reportlab.pdfgen import canvas
+
+    path = tmp_path / "mixed.pdf"
+    c = canvas.Canvas(str(path))
+    c.setFont("Helvetica-Bold", 16)
+    c.drawString(72, 740, "2")
+    c.drawString(100, 740, "Results")
+    c.setFont("Helvetica", 10)
+    c.drawString(72, 715, "The scores by year were as follows, with two remarks below them.")
+    rows = [("Year", "Dense", "Hybrid"), ("2021", "4.5", "3.2"), ("2022", "5.25", "3.75")]
+    for k, row in enumerate(rows):
+        for x, cell in zip((72, 200, 300), row, strict=True):
+            c.drawString(x, 690 - 14 * k, cell)
+    for k, item in enumerate(["hybrid search wins every year", "dense search improves the most"]):
+        c.drawString(80, 630 - 14 * k, "\u2022")
+        c.drawString(95, 630 - 14 * k, item)
+    c.showPage()
+    c.save()
+    got = [(s.kind, s.text) for s in _sections(path)]
+    assert got == [
+        ("heading", "2 Results"),
+        ("text", "The scores by year were as follows, with two remarks below them."),
+        ("table", "Year | Dense | Hybrid\n2021 | 4.5 | 3.2\n2022 | 5.25 | 3.75"),
+        ("text", "\u2022 hybrid search wins every year\n\n\u2022 dense search improves the most"),
+    ]

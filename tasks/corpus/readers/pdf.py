@@ -36,7 +36,9 @@ HYPHENS = "-\u2010\u00ad"
 _EOL_HYPHEN = "\ufffe"  # PDFium's mark for a hyphen it saw at a line's end (no line break follows)
 _BULLETS = "\u2022\u25e6\u25aa\u25cf\u2023\u2043\u2219*\u2013\u2014-"
 _BULLET = re.compile(rf"^([{_BULLETS}]|\(?\d+[.)]|\(?[a-zA-Z][.)])(\s|$)")  # a list item starts a paragraph
-_MARKER = re.compile(rf"^([\(\[]?(\d+(\.\d+)*|[A-Za-z]|[ivxlcIVXLC]+)[.)\]]?|[{_BULLETS}])$")  # "1.", "2.3"
+# A list marker ("1.", "a)", "(iv)", "•") stays with its item's text; a bare number ("2021",
+# "1.20") may be a table's cell and does not.
+_MARKER = re.compile(rf"^([\(\[]?(\d+(\.\d+)*|[A-Za-z]|[ivxlcIVXLC]+)[.)\]]|[{_BULLETS}])$")
 _BREAK = re.compile("\r\n|[\r\n\ufffe]")  # PDFium's line ends
 _PAGE_NUMBER = re.compile(r"^[\W_]*(page\s*)?(\d+|[ivxlc]+)(\s*(of|/)\s*\d+)?[\W_]*$", re.IGNORECASE)
 _LEADER = re.compile(r"(\.\s?){4,}\s*\S*$|\u2026\s*\S*$")  # a table of contents' dot leader
@@ -809,21 +811,8 @@ def _flow_blocks(flow: list[_Line], style: _Style, blocks: list[tuple[str, int, 
             para = _join(para, line.text)
         last = line
 
-    def end_rows() -> None:
-        if len(rows) >= 2 and _aligned(rows):
-            flush()
-            blocks.append(("table", 0, "\n".join(" | ".join(c.strip() for c in r.cells) for r in rows)))
-        else:
-            for row in rows:
-                text_line(row)
-        rows.clear()
-
-    for line in flow:
-        if len(line.cells) >= 2:
-            rows.append(line)
-            continue
-        if rows:
-            end_rows()
+    def single(line: _Line) -> None:
+        nonlocal heading, last
         level = style.level(line.size)
         if level and (not any(ch.isalpha() for ch in line.text) or _LEADER.search(line.text)):
             level = 0
@@ -836,6 +825,23 @@ def _flow_blocks(flow: list[_Line], style: _Style, blocks: list[tuple[str, int, 
             last = line
         else:
             text_line(line)
+
+    def end_rows() -> None:
+        if len(rows) >= 2 and _aligned(rows):
+            flush()
+            blocks.append(("table", 0, "\n".join(" | ".join(c.strip() for c in r.cells) for r in rows)))
+        else:  # a numbered heading ("1   Introduction"), a justified line: cells read as one line
+            for row in rows:
+                single(row)
+        rows.clear()
+
+    for line in flow:
+        if len(line.cells) >= 2:
+            rows.append(line)
+            continue
+        if rows:
+            end_rows()
+        single(line)
     if rows:
         end_rows()
     flush()
