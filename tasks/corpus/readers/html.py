@@ -32,6 +32,7 @@ DROP_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", 
 DROP_WORDS = ("cookie", "consent", "gdpr", "banner", "breadcrumb", "sidebar", "menu", "nav", "footer",
               "share", "social", "advert")
 HEADINGS = {f"h{n}": n for n in range(1, 7)}
+_LEAVES = frozenset({"ul", "ol", "dl", "table", "pre", "p", "blockquote", *HEADINGS})
 BLOCKS = frozenset({"p", "div", "section", "article", "main", "header", "footer", "aside", "nav", "ul",
                     "ol", "li", "table", "thead", "tbody", "tfoot", "tr", "td", "th", "pre", "blockquote",
                     "figure", "figcaption", "dl", "dt", "dd", "hr", "address", "details", "summary",
@@ -220,8 +221,8 @@ def _content_root(root: Any) -> Any:
             return node
         children = [c for c in node if isinstance(c.tag, str)]
         best = max(children, key=lambda c: len(c.text_content().strip()), default=None)
-        if best is None or len(best.text_content().strip()) < 0.7 * total or _tag(best) in HEADINGS:
-            return node
+        if best is None or len(best.text_content().strip()) < 0.7 * total or _tag(best) in _LEAVES:
+            return node  # a list, table or code block is read by its container, as what it is
         node = best
 
 
