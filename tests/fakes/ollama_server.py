@@ -46,6 +46,9 @@ class FakeOllama(LoopbackServer):
             self.truncated = 0
             self.requests: list[dict[str, Any]] = []  # num_ctx, prompt tokens, evaluated
 
+    def clear_cache(self) -> None:
+        """Ollama's KV cache is not modelled: nothing to clear."""
+
     def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         model = body.get("model")
         if model not in self.models:

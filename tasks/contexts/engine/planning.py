@@ -143,7 +143,7 @@ class Planner:
         """The requests for `chunks` of `doc`, grouped by the document prefix they share."""
         units: list[Unit] = []
         fence = fence_of(doc)
-        windows, notes = self.windows(doc, chunks)
+        windows, notes = self.windows(doc, chunks, group)
         for text, offset, members, wanted in windows:
             if group:
                 spans = []
@@ -178,7 +178,8 @@ class Planner:
         return Job(doc, list(chunks), doc_block, suffix, max_tokens,
                    group_schema(ids if enumerate_ids else None))
 
-    def windows(self, doc: Document, chunks: Sequence[Chunk]) -> tuple[list[Window], list[str]]:
+    def windows(self, doc: Document, chunks: Sequence[Chunk], group: bool = False
+                ) -> tuple[list[Window], list[str]]:
         """The document, or windows of it when it exceeds the context window.
 
         Returns (text, offset, chunks located in it, requested chunks assigned to it). Windows are
@@ -187,7 +188,10 @@ class Planner:
         """
         wanted = list(chunks)
         longest = max((estimate_tokens(c.text) for c in wanted), default=0)
-        budget = self.info.context_window - self.max_tokens - longest - 600
+        # The answer's room: a group's answer holds a context per chunk of the group.
+        answer = (min(self.info.max_output, 100 + self.context_tokens * self.group_size)
+                  if group else self.max_tokens)
+        budget = self.info.context_window - answer - longest - 600
         total = estimate_tokens(doc.text)
         if total <= budget:
             return [(doc.text, 0, list(doc.chunks), wanted)], []
