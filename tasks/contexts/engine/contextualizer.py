@@ -12,6 +12,7 @@ from typing import Any
 
 from situate.core.records import Chunk, Document
 from situate.core.retry import RetryPolicy
+from situate.core.settings import get_settings
 from situate.tasks.contexts.base import ContextConfig, ContextResult, Contextualizer, Keep
 from situate.tasks.contexts.engine import rates
 from situate.tasks.contexts.engine.answers import Outcome
@@ -48,7 +49,9 @@ class LLMContextualizer(Contextualizer):
         self.planner = self.options.planner()
         self.policy = RetryPolicy(self.max_attempts, float(extra.get("retry_base_seconds", 1.0)),
                                   float(extra.get("retry_max_seconds", 60.0)))
-        self.state_dir = Path(config.state_dir or extra.get("state_dir") or ".situate-state")
+        # Where batch ids and a free server's measured pace are kept: beside the context cache
+        # (under ./data by default, the user's choice), never in the working directory.
+        self.state_dir = Path(config.state_dir or extra.get("state_dir") or get_settings().cache_dir)
         self._api: LLMClient = self.connect(config, extra, api_key)
 
     # --- what a provider says -----------------------------------------------------------------
