@@ -28,6 +28,7 @@ from situate.tasks.embedders.base import Embedder
 from situate.tasks.rerankers.base import Reranker, get_reranker
 from situate.tasks.retrieval.chart import pass_at_k_chart
 from situate.tasks.retrieval.failures import failure_analysis
+from situate.tasks.retrieval.ir import ir_metrics, write_trec
 from situate.tasks.retrieval.metrics import (
     EvalQuery,
     golden_ranks,
@@ -41,8 +42,15 @@ from situate.tasks.retrieval.report import (
     markdown_report,
     pass_at_k_table,
 )
-from situate.tasks.retrieval.results import CollectionEvaluation, Evaluation, Latency, QueryRanks
+from situate.tasks.retrieval.results import (
+    CollectionEvaluation,
+    Comparison,
+    Evaluation,
+    Latency,
+    QueryRanks,
+)
 from situate.tasks.retrieval.search import retrieve
+from situate.tasks.retrieval.stats import compare, intervals_of, mode_pairs
 
 
 @task(task_run_name="retrieve-{collection}-{mode}", persist_result=False, cache_policy=NO_CACHE)
@@ -91,10 +99,13 @@ def evaluate_flow(options: EvaluateOptions) -> Evaluation:
                     get_run_logger().info(log_line(result))
         finally:
             resources.embedders.release()
-    evaluation = Evaluation(eval_set=options.eval_set, queries=len(queries), collections=results)
+    evaluation = Evaluation(eval_set=options.eval_set, queries=len(queries), collections=results,
+                            comparisons=_collections_compared(results, options.k))
     if evaluation.several:
         chart = pass_at_k_chart({r.collection: r.pass_at_k for r in results}, options.k,
-                                f"Pass@k by collection: {len(queries)} queries")
+                                f"Pass@k by collection: {len(queries)} queries",
+                                {r.collection: r.intervals for r in results},
+                                evaluation.comparisons)
         path = results_dir / f"compare-{'-'.join(names)}-{stamp}.png"
         path.write_bytes(chart)
         create_markdown_artifact(comparison_markdown(evaluation, chart),
@@ -144,16 +155,45 @@ def _evaluate_collection(options: EvaluateOptions, collection: str, queries: lis
         scores[mode] = {str(k): round(pass_at_k_of_ranks(ranks[mode], k), 2) for k in options.k}
         latency[mode] = Latency(**latency_ms(seconds))
         firsts[mode] = [hs[0] if hs else None for hs in hits]
+    if options.trec_dir:
+        write_trec(options.trec_dir, collection, ranks, limit)
     per_query = [QueryRanks(query=q.query, golden=[g.doc_id or g.source for g in q.golden],
                             ranks={m: ranks[m][i] for m in options.modes},
                             first={m: _doc_id(firsts[m][i]) for m in options.modes})
                  for i, q in enumerate(queries)]
     return CollectionEvaluation(
         collection=collection, queries=len(queries), pass_at_k=scores, latency_ms=latency,
+        intervals=intervals_of(ranks, options.k),
+        metrics={mode: ir_metrics(mode_ranks, options.k) for mode, mode_ranks in ranks.items()},
+        differences=[_compared(a, b, k, ranks[a], ranks[b]) for a, b in mode_pairs(options.modes)
+                     for k in options.k],
         failures=failure_analysis(queries, ranks, firsts, limit), eval_set=options.eval_set,
         embedder=spec, reranker=options.reranker if "rerank" in options.modes else None,
         seconds=round(time.perf_counter() - started, 2),
         finished=datetime.now(UTC).isoformat(timespec="seconds"), per_query=per_query)
+
+
+def _compared(a: str, b: str, k: int, a_ranks: list[list[int | None]],
+              b_ranks: list[list[int | None]]) -> Comparison:
+    d = compare(a_ranks, b_ranks, k)
+    return Comparison(a=a, b=b, k=k, difference=round(d.mean, 2), low=round(d.low, 2),
+                      high=round(d.high, 2), p=round(d.p, 4))
+
+
+def _collections_compared(results: list[CollectionEvaluation], ks: list[int]) -> list[Comparison]:
+    """Each later collection against the first, mode by mode, on the same queries."""
+    first = results[0]
+    out = []
+    for other in results[1:]:
+        for mode in first.pass_at_k:
+            if mode not in other.pass_at_k:
+                continue
+            a = [q.ranks[mode] for q in first.per_query]
+            b = [q.ranks[mode] for q in other.per_query]
+            for k in ks:
+                out.append(_compared(f"{mode} · {first.collection}",
+                                     f"{mode} · {other.collection}", k, a, b))
+    return out
 
 
 def _doc_id(hit: Hit | None) -> str | None:
@@ -165,7 +205,8 @@ def _record(result: CollectionEvaluation, results_dir: Path, stamp: str) -> None
     collection = result.collection
     previous = CollectionEvaluation.previous(results_dir, collection)
     chart = pass_at_k_chart({collection: result.pass_at_k}, result.ks,
-                            f"Pass@k on {collection}: {result.queries} queries, {result.embedder}")
+                            f"Pass@k on {collection}: {result.queries} queries, {result.embedder}",
+                            {collection: result.intervals}, result.differences)
     create_table_artifact(pass_at_k_table(result).to_dicts(),
                           key=artifact_key("pass-at-k", collection),
                           description=f"Pass@k (%) of {collection} on {result.queries} queries")

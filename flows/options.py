@@ -274,6 +274,9 @@ class EvaluateOptions(Options):
         None, description="embedder of the queries (default: the one the collection was built "
                           "with; must be the same)")
     json_out: JsonOut = Field(None, description="write the results as JSON")
+    trec_dir: Annotated[str | None, Flag(("--trec",), metavar="DIR")] = Field(
+        None, description="also write the run (one file per collection and mode) and the qrels in "
+                          "TREC format into DIR, for trec_eval, ir-measures or ranx")
     results_dir: Annotated[str, Flag(("--results-dir",)), FromSetting("results_dir")] = from_settings(
         description="evaluation history directory")
 

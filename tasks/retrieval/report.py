@@ -10,6 +10,7 @@ import polars as pl
 
 from situate.tasks.retrieval.results import (
     CollectionEvaluation,
+    Comparison,
     DocRef,
     Evaluation,
     Failures,
@@ -42,6 +43,7 @@ def summary_text(evaluation: Evaluation) -> str:
                    float_precision=2, tbl_rows=-1):
         lines = [f"Pass@k (%) on {evaluation.collection}, {evaluation.queries} queries; latency "
                  f"per query (embed + search):\n{table}"]
+    lines += uncertainty_text(evaluation)
     for r in evaluation.collections:
         f = r.failures
         where = f"{r.collection}: " if evaluation.several else ""
@@ -55,6 +57,81 @@ def summary_text(evaluation: Evaluation) -> str:
     if evaluation.chart:
         lines.append(f"chart: {evaluation.chart}")
     return "\n".join(lines)
+
+
+def _span(span: list[float] | None) -> str:
+    return f"[{span[0]:.1f}, {span[1]:.1f}]" if span else ""
+
+
+def difference_row(d: Comparison) -> str:
+    """One paired difference in words: `hybrid − bm25 @5: -0.86 [-3.2, +1.5] p=0.52 n.s.`."""
+    return (f"{d.label} @{d.k}: {d.difference:+.2f} [{d.low:+.2f}, {d.high:+.2f}] p={d.p:.3f}"
+            + ("" if d.significant else " n.s."))
+
+
+def uncertainty_text(evaluation: Evaluation) -> list[str]:
+    """The console's intervals, the library metrics and the paired differences."""
+    rows = []
+    for r in evaluation.collections:
+        for mode, spans in r.intervals.items():
+            row = {"collection": r.collection, "mode": mode}
+            row.update({f"95% CI @{k}": _span(spans.get(k)) for k in spans})
+            metrics = r.metrics.get(mode, {})
+            k = str(r.ks[-1]) if r.ks else ""
+            if metrics and k:
+                row.update({f"MRR@{k}": f"{metrics.get(f'mrr@{k}', 0):.3f}",
+                            f"nDCG@{k}": f"{metrics.get(f'ndcg@{k}', 0):.3f}"})
+            rows.append(row)
+    if not rows:
+        return []
+    table = pl.DataFrame(rows)
+    if not evaluation.several:
+        table = table.drop("collection")
+    with pl.Config(tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True, tbl_rows=-1,
+                   fmt_str_lengths=40):
+        lines = [f"95% bootstrap intervals of Pass@k over queries; MRR and nDCG (ir-measures):\n"
+                 f"{table}"]
+    differences = [(r.collection, d) for r in evaluation.collections for d in r.differences]
+    differences += [("", d) for d in evaluation.comparisons]
+    if differences:
+        lines.append("paired differences (points of Pass@k, 95% interval, randomization p; "
+                     "n.s.: the interval covers 0):")
+        for where, d in differences:
+            prefix = f"{where}: " if where and evaluation.several else ""
+            lines.append(f"  {prefix}{difference_row(d)}")
+    return lines
+
+
+def differences_markdown(differences: list[Comparison], title: str) -> list[str]:
+    if not differences:
+        return []
+    lines = ["", f"## {title}", "",
+             "Paired on the same queries: mean difference in points of Pass@k, its 95% bootstrap "
+             "interval (queries resampled) and a paired randomization test's p-value. An interval "
+             "that covers 0 is *not significant*: these queries cannot tell the two apart.", "",
+             "| difference | k | points | 95% interval | p | |", "|---|---|---|---|---|---|"]
+    for d in differences:
+        lines.append(f"| {d.label} | {d.k} | {d.difference:+.2f} | [{d.low:+.2f}, {d.high:+.2f}] "
+                     f"| {d.p:.3f} | {'' if d.significant else 'not significant'} |")
+    return lines
+
+
+def intervals_markdown(result: CollectionEvaluation) -> list[str]:
+    if not result.intervals:
+        return []
+    ks = [str(k) for k in result.ks]
+    lines = ["", "## How sure: 95% intervals and the metrics IR tools report", "",
+             "Pass@k's 95% bootstrap interval over queries (seeded); Recall, MRR and nDCG at the "
+             "largest k computed by ir-measures (trec_eval), 0 to 1.", "",
+             "| mode | " + " | ".join(f"pass@{k} 95% CI" for k in ks)
+             + f" | recall@{ks[-1]} | MRR@{ks[-1]} | nDCG@{ks[-1]} |",
+             "|" + "---|" * (len(ks) + 4)]
+    for mode, spans in result.intervals.items():
+        m = result.metrics.get(mode, {})
+        lines.append(f"| {mode} | " + " | ".join(_span(spans.get(k)) for k in ks)
+                     + f" | {m.get(f'recall@{ks[-1]}', 0):.3f} | {m.get(f'mrr@{ks[-1]}', 0):.3f}"
+                     f" | {m.get(f'ndcg@{ks[-1]}', 0):.3f} |")
+    return lines
 
 
 def log_line(r: CollectionEvaluation) -> str:
@@ -146,6 +223,8 @@ def markdown_report(result: CollectionEvaluation, previous: CollectionEvaluation
     if latency:
         lines += ["", "Latency: wall time per query, each embedded alone as a user's would be, "
                   "then searched (and reranked); median and 95th percentile."]
+    lines += intervals_markdown(result)
+    lines += differences_markdown(result.differences, "Modes compared")
     if chart:
         lines += ["", _image(chart, f"Pass@k of {result.collection} per mode and k")]
     lines += failures_markdown(result.failures, result.queries)
@@ -168,5 +247,11 @@ def comparison_markdown(evaluation: Evaluation, chart: bytes) -> str:
             lines.append(f"| {r.collection} | {mode} | "
                          + " | ".join(f"{scores[k]:.2f}" for k in ks)
                          + f" | {ms.median:.1f} | {ms.p95:.1f} |")
+    for r in evaluation.collections:
+        spans = intervals_markdown(r)
+        if spans:  # the table under a heading per collection
+            lines += ["", f"### `{r.collection}`: 95% intervals and IR metrics", *spans[3:]]
+    lines += differences_markdown(evaluation.comparisons, "Collections compared (same mode, "
+                                                          "same queries)")
     lines += ["", _image(chart, "Pass@k per mode and collection")]
     return "\n".join(lines)

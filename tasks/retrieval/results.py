@@ -77,7 +77,31 @@ class QueryRanks(_Record):
     first: dict[str, str | None]
 
 
-PUBLIC_KEYS = ("collection", "queries", "pass_at_k", "latency_ms", "failures", "per_query")
+class Comparison(_Record):
+    """`b` minus `a` in points of Pass@k at `k` on the same queries (two modes of a collection, or
+    one mode of two collections): the mean paired difference, its 95% bootstrap interval and a
+    paired randomization test's p-value (`situate.tasks.retrieval.stats`)."""
+
+    a: str
+    b: str
+    k: int
+    difference: float
+    low: float
+    high: float
+    p: float
+
+    @property
+    def significant(self) -> bool:
+        """False when the interval covers 0: these queries cannot tell the two apart."""
+        return not (self.low <= 0 <= self.high)
+
+    @property
+    def label(self) -> str:
+        return f"{self.b} − {self.a}"
+
+
+PUBLIC_KEYS = ("collection", "queries", "pass_at_k", "intervals", "metrics", "differences",
+               "latency_ms", "failures", "per_query")
 
 
 class CollectionEvaluation(_Record):
@@ -87,6 +111,11 @@ class CollectionEvaluation(_Record):
     queries: int
     pass_at_k: dict[str, dict[str, float]]  # mode -> str(k) -> percent
     latency_ms: dict[str, Latency]
+    # mode -> str(k) -> [low, high]: the 95% bootstrap interval of Pass@k over queries (percent)
+    intervals: dict[str, dict[str, list[float]]] = {}
+    # mode -> "recall@k" | "mrr@k" | "ndcg@k" -> 0..1, by ir-measures (`situate.tasks.retrieval.ir`)
+    metrics: dict[str, dict[str, float]] = {}
+    differences: list[Comparison] = []  # each pair of modes, at each k
     failures: Failures
     eval_set: str = ""
     embedder: str = ""
@@ -126,6 +155,7 @@ class Evaluation(_Record):
     queries: int
     collections: list[CollectionEvaluation]
     chart: str = ""  # the run's chart: one collection's own, or the comparison
+    comparisons: list[Comparison] = []  # each later collection against the first, per mode and k
 
     @property
     def several(self) -> bool:
@@ -153,7 +183,8 @@ class Evaluation(_Record):
         if not self.several:
             return self.only().public()
         return {"collections": {c.collection: c.public() for c in self.collections},
-                "queries": self.queries}
+                "queries": self.queries,
+                "comparisons": [c.model_dump(mode="json") for c in self.comparisons]}
 
     def write_json(self, out: str | None, chart: bytes) -> None:
         """The public report at `out` and the chart beside it (`OUT.png`), when `out` is given."""
