@@ -76,6 +76,10 @@ class Settings(BaseSettings):
     code_chunks: Literal["syntax", "text"] = Field("syntax", description="how source files are cut: "
                                                    "syntax (along functions and classes, with "
                                                    "tree-sitter) or text (lines and blank lines)")
+    store_memory_limit: str = Field("", description="memory a Milvus Lite file may take (e.g. "
+                                    "8GiB): a plan whose collection is estimated above it says so "
+                                    "(dry run, and a warning when a run starts); empty: the "
+                                    "memory available on this machine")
 
     def default_context(self) -> str:
         if self.context:

@@ -31,6 +31,7 @@ from situate.core.protocols import ChunkStore
 from situate.core.records import Document, EmbeddedDocument, Usage, batched
 from situate.core.settings import get_settings
 from situate.flows.artifacts import DOCUMENTS_SITUATED, IngestProgress, artifact_key
+from situate.flows.capacity import run_warning
 from situate.flows.options import IngestOptions, check_task_runner
 from situate.flows.plan import (
     IN_FLIGHT,
@@ -201,6 +202,8 @@ class _Ingest:
     def run(self) -> IngestSummary:
         t = time.perf_counter()
         setup = prepare(self.options, self.resources)
+        if warning := run_warning(self.options, setup):  # a Lite file too small for the corpus
+            get_run_logger().warning(warning)
         contextualizer = get_contextualizer(context_config(self.options))
         pipeline = pipeline_id(contextualizer, self.options.chunk_size, self.options.chunk_overlap)
         self.seconds["scan"] = time.perf_counter() - t

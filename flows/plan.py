@@ -21,10 +21,12 @@ from situate.core.protocols import ChunkStore
 from situate.core.records import Document, grouped, sha256
 from situate.core.settings import get_settings
 from situate.core.uri import is_missing_lite_file
+from situate.flows.capacity import context_bytes, embedder_dim, store_capacity
 from situate.flows.options import IngestOptions
 from situate.flows.resources import Resources
 from situate.flows.results import Alternative, Bill, IngestPlan, PlanAssumptions
 from situate.storage.cache import ContextCache
+from situate.storage.capacity import RowSizes
 from situate.tasks.contexts.base import ContextConfig, Contextualizer, split_context
 from situate.tasks.contexts.cache import cached_split
 from situate.tasks.contexts.cost import Assumptions, CostModel, Estimate, get_cost_models
@@ -213,7 +215,8 @@ def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
     t = time.perf_counter()
     tallies = [_ModeTally(m, pipeline_id(m, options.chunk_size, options.chunk_overlap))
                for m in models]
-    gone, pruned_rows, count = _tally(options, setup, tallies)
+    sizes = RowSizes()
+    gone, pruned_rows, count = _tally(options, setup, tallies, sizes)
     seconds["plan"] = time.perf_counter() - t
 
     batch_window = get_settings().window * BATCH_WINDOW_FACTOR
@@ -243,7 +246,18 @@ def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
             request_seconds=assumptions.request_seconds,
             output_tokens_per_second=assumptions.output_tokens_per_second,
             batch_round_seconds=assumptions.batch_round_seconds, concurrency=config.concurrency),
-        seconds={k: round(v, 3) for k, v in seconds.items()})
+        seconds={k: round(v, 3) for k, v in seconds.items()},
+        store_memory=store_capacity(
+            options.milvus_uri, count + chosen.rows_delta - pruned_rows,
+            embedder_dim(setup.embedder_id, _stored_dim(setup, options.collection)), sizes,
+            context_bytes(config.name, assumptions.context_tokens, chosen.model.chars_per_token)))
+
+
+def _stored_dim(setup: Setup, collection: str) -> int | None:
+    """The existing collection's vector dimension (None for a new one)."""
+    if not setup.existed or setup.store is None:
+        return None
+    return setup.store.describe(collection).dim
 
 
 def should_rebuild(options: IngestOptions, drift: int, rows: int) -> bool:
@@ -264,10 +278,10 @@ def _drift(options: IngestOptions, setup: Setup, chosen: _ModeTally, pruned_rows
     return {"drift_rows": drift, "drift_share": round(drift / max(rows, 1), 4), "rebuilt": rebuilt}
 
 
-def _tally(options: IngestOptions, setup: Setup,
-           tallies: list[_ModeTally]) -> tuple[list[str], int, int]:
-    """Every window through every mode's tally; (documents pruning would delete, their rows, the
-    collection's rows now)."""
+def _tally(options: IngestOptions, setup: Setup, tallies: list[_ModeTally],
+           sizes: RowSizes | None = None) -> tuple[list[str], int, int]:
+    """Every window through every mode's tally (and each chunk's bytes into `sizes`, for the
+    store's estimate); (documents pruning would delete, their rows, the collection's rows now)."""
     store, collection = setup.store, options.collection
     cache_file = Path(options.cache_dir) / _CACHE_FILE
     cache = ContextCache(options.cache_dir) if cache_file.is_file() else None
@@ -279,6 +293,9 @@ def _tally(options: IngestOptions, setup: Setup,
                         if setup.existed and store is not None else {})
             for tally in tallies:
                 tally.add_window(docs, existing, options.force, cache)
+            if sizes is not None:
+                for doc in docs:
+                    sizes.add_document(doc)
     finally:
         if cache is not None:
             cache.close()

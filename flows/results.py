@@ -126,6 +126,34 @@ class PlanAssumptions(BaseModel):
     concurrency: int = 8
 
 
+class StoreCapacity(BaseModel):
+    """What the collection would take in the store's memory (situate.flows.capacity), and the
+    warning when a Milvus Lite file would not fit under the limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store: str = "lite"  # lite (a Milvus Lite file) | server
+    rows: int = 0
+    dim: int | None = None  # None: not known without loading the model (384 assumed)
+    lite_bytes: int = 0  # Milvus Lite's memory, measured per row
+    server_bytes: int = 0  # a Milvus server, segments loaded, no mmap (documented figures)
+    server_mmap_bytes: int = 0  # a Milvus server, raw data memory-mapped (situate's setting)
+    disk_bytes: int = 0
+    limit_bytes: int = 0
+    limit_source: str = ""
+    warning: str = ""
+
+    def line(self) -> str:
+        """The estimate in one line, for the dry run's text."""
+        from situate.storage.capacity import human
+
+        dim = f"{self.dim}-d" if self.dim else "384-d assumed"
+        return (f"store memory (estimate, {self.rows:,} rows, {dim}): Milvus Lite "
+                f"{human(self.lite_bytes)}; a Milvus server {human(self.server_bytes)} loaded, "
+                f"{human(self.server_mmap_bytes)} with raw data memory-mapped "
+                f"(limit: {human(self.limit_bytes)} {self.limit_source})")
+
+
 class IngestPlan(IngestSummary):
     """A dry run's plan: the summary's fields with the expected figures, the mode it prices, the
     time its requests should take, the other modes and the assumptions."""
@@ -135,20 +163,25 @@ class IngestPlan(IngestSummary):
     estimated_seconds: float = 0.0
     alternatives: dict[str, Alternative] = {}
     assumptions: PlanAssumptions = PlanAssumptions()
+    store_memory: StoreCapacity | None = None
 
     def metrics(self) -> list[tuple[str, str]]:
         """The summary's rows, then each other mode's bill and time, then the assumptions."""
-        rows = [(k, v) for k, v in super().metrics() if not k.startswith("seconds ")]
+        rows = [(k, v) for k, v in super().metrics()
+                if not k.startswith("seconds ") and k != "store_memory"]
         for mode, alt in self.alternatives.items():
             for key in ("requests", "cost_usd", "estimated_seconds"):
                 rows.append((f"{key} {mode} ({alt.flags or 'no flag'})", str(getattr(alt, key))))
         rows += [(f"assumed {k}", str(v)) for k, v in self.assumptions.model_dump().items()]
+        if self.store_memory is not None:
+            rows += [(f"store {k}", str(v)) for k, v in self.store_memory.model_dump().items()
+                     if k not in ("warning", "limit_source") or v]
         return rows
 
     def text(self) -> str:
         """What `situate ingest --dry-run` prints: what the run would do, what it would cost in
         each mode, how long its context requests would take, and on which assumptions."""
-        shown = [(k, v) for k, v in super().metrics() if k != "dry_run"
+        shown = [(k, v) for k, v in super().metrics() if k not in ("dry_run", "store_memory")
                  and not k.startswith(("seconds ", "assumed ", "requests ", "cost_usd ",
                                        "estimated_seconds "))]
         lines = [f"plan of ingesting {self.corpus} into {self.collection} (dry run: nothing "
@@ -168,6 +201,10 @@ class IngestPlan(IngestSummary):
                 f"{a.output_tokens_per_second:g} output tokens/s, {a.concurrency} at once "
                 f"(~{duration(self.estimated_seconds)} for this run's requests); a round of "
                 f"Message Batches {duration(a.batch_round_seconds)}")
+        if self.store_memory is not None:
+            lines.append(self.store_memory.line())
+            if self.store_memory.warning:
+                lines.append(f"warning: {self.store_memory.warning}")
         return "\n".join(lines)
 
 

@@ -23,11 +23,12 @@ from situate.storage.client import RETRY_ATTEMPTS, RETRY_BASE, RETRY_CAP, Connec
 from situate.storage.faults import writing
 from situate.storage.generations import Generations
 from situate.storage.rows import (
-    INDEXES,
     collection_schema,
+    dense_search_params,
     doc_filter,
     document_rows,
     groups_of_documents,
+    indexes_for,
     lexical_text,
     validate_collection_name,
 )
@@ -70,7 +71,7 @@ class MilvusStore(Connection):
             self._ensure_indexes(collection)
             self.load(collection)
             return
-        self.generations.create(collection, collection_schema(self.client, dim),
+        self.generations.create(collection, collection_schema(self.client, dim, mmap=not self.is_local),
                                 {"situate.embedder": embedder})
         self.index_and_load(collection)
 
@@ -84,11 +85,12 @@ class MilvusStore(Connection):
         dim = self.describe(collection).dim
         if dim is None:
             raise StoreError(f"collection {collection!r} at {self.uri} has no dense vector field")
-        return collection_schema(self.client, dim)
+        return collection_schema(self.client, dim, mmap=not self.is_local)
 
     def _ensure_indexes(self, collection: str) -> None:
-        """Create whichever of the collection's indexes is missing (all of them when new)."""
-        wanted = INDEXES
+        """Create whichever of the collection's indexes is missing (all of them when new): on a
+        server, HNSW for the dense vectors (`rows.SERVER_INDEXES`); in Milvus Lite, AUTOINDEX."""
+        wanted = indexes_for(server=not self.is_local)
 
         def create() -> None:
             present = set(self.client.list_indexes(collection))
@@ -282,8 +284,13 @@ class MilvusStore(Connection):
         data, field, metric = self._leg(leg, query_text, query_vector)
         res = self._call(f"{leg} search in {collection!r}", lambda: self.client.search(
             collection, data=data, anns_field=field, limit=limit, output_fields=HIT_FIELDS,
-            search_params={"metric_type": metric}))
+            search_params=self._search_params(metric, limit)))
         return self._hits(res, leg)
+
+    def _search_params(self, metric: str, limit: int) -> dict[str, Any]:
+        if metric == "COSINE":
+            return dense_search_params(server=not self.is_local, limit=limit)
+        return {"metric_type": metric}
 
     @staticmethod
     def _leg(leg: str, query_text: str, query_vector: Sequence[float] | None
@@ -308,7 +315,7 @@ class MilvusStore(Connection):
         res = self._call(f"{leg} scores in {collection!r}", lambda: self.client.search(
             collection, data=data, anns_field=field, limit=len(ids),
             filter=f"id in {json.dumps(list(ids))}", output_fields=[],
-            search_params={"metric_type": metric}))
+            search_params=self._search_params(metric, len(ids))))
         scores = dict.fromkeys(ids, 0.0) if leg == "bm25" else {}
         scores.update((_hit_id(h), _hit_score(h, leg)) for h in (res[0] if res else []))
         return scores
