@@ -158,7 +158,7 @@ def test_every_format_is_read_with_its_place_and_every_bad_file_is_a_counted_ski
     docs = {d.id: d for d in corpus.documents}
     assert set(docs) == {"readme.md", "queue.py", "handbook.pdf", "policy.docx", "deck.pptx",
                          "capacity.xlsx", "tuning.ipynb", "site.html", "book.epub"}
-    assert dict(corpus.formats) == {"pdf": 1, "docx": 1, "pptx": 1, "xlsx": 1, "ipynb": 1,
+    assert dict(corpus.formats) == {"md": 1, "pdf": 1, "docx": 1, "pptx": 1, "xlsx": 1, "ipynb": 1,
                                     "html": 1, "epub": 1}
     assert dict(corpus.units)["pages"] == 2 and dict(corpus.units)["slides"] == 2
     skipped = dict(corpus.skipped)

@@ -89,3 +89,42 @@ def test_golden_quotes_match_across_formats():
     assert not golden.matches("other/setup.pdf", pdf_text)
     assert not golden.matches("guide/setup.pdf", "the well known retrieval step")
     assert normalize_quote("e\ufb03cient  \n text") == "efficient text"
+    assert Golden(doc_id="api/dns.md", quote="`dns.lookup()` uses the OS").matches(
+        "api/dns.pdf", "dns.lookup() uses\nthe OS")
+
+
+MARKDOWN = """---
+title: front matter is metadata
+---
+# DNS
+
+<!--introduced_in=v0.10.0-->
+
+The [Domain Name System (DNS)][] resolves names; see [`dns.lookup()`](#dnslookup) and
+![a diagram](img/dns.png).
+
+Resolvers
+---------
+
+```js
+// # not a heading
+dns.lookup('example.org');
+```
+
+[Domain Name System (DNS)]: https://en.wikipedia.org/wiki/Domain_Name_System
+"""
+
+
+def test_markdown_is_read_as_rendered_with_headings_and_verbatim_code():
+    from situate.tasks.corpus.readers.markdown import markdown_sections
+
+    sections = list(markdown_sections(MARKDOWN))
+    assert [(s.kind, s.level, s.text) for s in sections] == [
+        ("heading", 1, "DNS"),
+        ("text", 0, "The Domain Name System (DNS) resolves names; see `dns.lookup()` and\na diagram."),
+        ("heading", 2, "Resolvers"),
+        ("code", 0, "// # not a heading\ndns.lookup('example.org');"),
+    ]
+    text, pieces = chunk_sections(sections, 800, 100)
+    assert "front matter" not in text and "wikipedia" not in text and "introduced_in" not in text
+    assert pieces[0].where == {"heading_path": ["DNS"]}

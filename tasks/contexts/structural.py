@@ -45,7 +45,7 @@ _NOT_A_NAME = {"for", "where", "self", "mut", "const", "unsafe", "async", "exten
 
 _PROSE = {"Markdown", "reStructuredText", "text"}
 # Document formats read by situate.tasks.corpus.readers, as a reader would name them.
-_FORMATS = {"pdf": "PDF", "html": "web page", "docx": "Word document", "pptx": "slides",
+_FORMATS = {"md": "Markdown", "pdf": "PDF", "html": "web page", "docx": "Word document", "pptx": "slides",
             "xlsx": "spreadsheet", "epub": "e-book", "ipynb": "Jupyter notebook"}
 _LANGUAGES = {
     ".py": "Python", ".rs": "Rust", ".go": "Go", ".js": "JavaScript", ".ts": "TypeScript",

@@ -223,7 +223,7 @@ def iter_corpus(path: str | Path, chunk_size: int, chunk_overlap: int,
     if suffix == ".json":
         tally.form = "prechunked-json"
         return _iter_prechunked(p, tally)
-    if suffix in DOCUMENT_SUFFIXES:
+    if suffix in DOCUMENT_SUFFIXES and suffix not in TEXT_SUFFIXES:
         tally.form = "file"
         size = p.stat().st_size
         if size > tally.document_limit:
@@ -244,9 +244,15 @@ def iter_corpus(path: str | Path, chunk_size: int, chunk_overlap: int,
         if size > tally.limit:
             raise InputError(f"{p}: {size} bytes, over the {tally.limit}-byte limit for one file; split "
                              "it, or raise SITUATE_MAX_FILE_BYTES")
-        body = _read_text_file(p)
-        doc = None if body is None else _text_document(p, p.name, str(p), body, tally, chunk_size,
-                                                       chunk_overlap)
+        if suffix in DOCUMENT_SUFFIXES:  # Markdown: text, read by its structure
+            try:
+                doc = _read_document(p, p.name, str(p), tally, chunk_size, chunk_overlap)
+            except Unreadable:
+                doc = None
+        else:
+            body = _read_text_file(p)
+            doc = None if body is None else _text_document(p, p.name, str(p), body, tally,
+                                                           chunk_size, chunk_overlap)
         if doc is None:
             raise InputError(f"{p}: the file is empty or not UTF-8 text; nothing to ingest")
         return iter((doc,))
@@ -426,8 +432,9 @@ def _iter_directory(root: Path, size: int, overlap: int, tally: Tally) -> Iterat
         if not stat.S_ISREG(st.st_mode):
             tally.skipped_files += 1  # a FIFO or device: reading it could block or never end
             continue
-        if st.st_size > (tally.document_limit if document else tally.limit):
-            tally.large_file(f, st.st_size, document)
+        binary = document and suffix not in TEXT_SUFFIXES
+        if st.st_size > (tally.document_limit if binary else tally.limit):
+            tally.large_file(f, st.st_size, binary)
             continue
         rel = f.relative_to(root).as_posix()
         where = f"{root}: file {rel!r}"
@@ -435,7 +442,10 @@ def _iter_directory(root: Path, size: int, overlap: int, tally: Tally) -> Iterat
             try:
                 doc = _read_document(f, rel, where, tally, size, overlap)
             except Unreadable as e:
-                tally.skip(f, e.kind, e.detail)
+                if binary:
+                    tally.skip(f, e.kind, e.detail)
+                else:
+                    tally.skipped_files += 1  # a text format that is binary or not UTF-8
                 continue
         else:
             body = _read_text_file(f)

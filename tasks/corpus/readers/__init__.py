@@ -1,4 +1,5 @@
-"""Readers of the document formats people keep: PDF, HTML, DOCX, PPTX, XLSX, EPUB, notebooks.
+"""Readers of the document formats people keep: Markdown, PDF, HTML, DOCX, PPTX, XLSX, EPUB,
+notebooks.
 
 `read_document(path, max_bytes=...)` picks the reader by extension, checks the content is that
 format (a `.pdf` that is not a PDF is an `Unreadable`, not a crash) and returns a `Reading` whose
@@ -15,6 +16,8 @@ from situate.tasks.corpus.readers.base import Reading, Section, Unreadable
 
 # suffix -> (format name, module under situate.tasks.corpus.readers)
 FORMATS: dict[str, tuple[str, str]] = {
+    ".md": ("md", "markdown"),
+    ".markdown": ("md", "markdown"),
     ".pdf": ("pdf", "pdf"),
     ".html": ("html", "html"),
     ".htm": ("html", "html"),
