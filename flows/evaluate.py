@@ -49,7 +49,7 @@ from situate.tasks.retrieval.results import (
     Latency,
     QueryRanks,
 )
-from situate.tasks.retrieval.search import retrieve
+from situate.tasks.retrieval.search import retrieve, retrieve_each
 from situate.tasks.retrieval.stats import compare, intervals_of, mode_pairs
 
 
@@ -57,9 +57,11 @@ from situate.tasks.retrieval.stats import compare, intervals_of, mode_pairs
 def retrieve_task(store: ChunkStore, collection: str, queries: list[str], mode: str, limit: int,
                   embedder: Embedder | None, reranker: Reranker | None, fusion: str,
                   advance: Callable[[int], None] | None = None,
+                  keep: Callable[[int, list[Hit]], list[Hit]] | None = None,
                   ) -> tuple[list[list[Hit]], list[float]]:
     """One mode's hits for every query and each query's seconds; `advance(1)` as each query
-    finishes (the terminal's progress bar)."""
+    finishes (the terminal's progress bar). With `keep`, what it returns of query i's hits is
+    kept instead of all of them (memory bounded by what the caller keeps, not by the set)."""
     seconds: list[float] = []
 
     def done(s: float) -> None:
@@ -67,8 +69,9 @@ def retrieve_task(store: ChunkStore, collection: str, queries: list[str], mode: 
         if advance is not None:
             advance(1)
 
-    hits = retrieve(store, collection, queries, mode, limit, embedder=embedder, reranker=reranker,
-                    fusion=fusion, on_query=done)
+    hits = [keep(i, hs) if keep is not None else hs for i, hs in enumerate(retrieve_each(
+        store, collection, queries, mode, limit, embedder=embedder, reranker=reranker,
+        fusion=fusion, on_query=done))]
     return hits, seconds
 
 
@@ -146,12 +149,18 @@ def _evaluate_collection(options: EvaluateOptions, collection: str, queries: lis
     ranks: dict[str, list[list[int | None]]] = {}
     firsts: dict[str, list[Hit | None]] = {}
     for mode in options.modes:
+        mode_ranks: list[list[int | None]] = []
+
+        def keep(i: int, hs: list[Hit], mode_ranks: list[list[int | None]] = mode_ranks) -> list[Hit]:
+            """A query's golden ranks, as its hits arrive; its first hit kept (the failures')."""
+            mode_ranks.append(golden_ranks(queries[i].golden, [(h.doc_id, h.text) for h in hs]))
+            return hs[:1]
+
         hits, seconds = retrieve_task(store, collection, texts, mode, limit,
                                       embedder if mode != "bm25" else None,
                                       reranker if mode == "rerank" else None, options.fusion,
-                                      advance)
-        retrieved = [[(h.doc_id, h.text) for h in hs] for hs in hits]
-        ranks[mode] = [golden_ranks(q.golden, r) for q, r in zip(queries, retrieved, strict=True)]
+                                      advance, keep)
+        ranks[mode] = mode_ranks
         scores[mode] = {str(k): round(pass_at_k_of_ranks(ranks[mode], k), 2) for k in options.k}
         latency[mode] = Latency(**latency_ms(seconds))
         firsts[mode] = [hs[0] if hs else None for hs in hits]

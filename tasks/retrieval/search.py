@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from situate.core.errors import InputError
@@ -104,23 +104,41 @@ def retrieve(store: ChunkStore, collection: str, queries: Sequence[str], mode: s
              embedder: Embedder | None = None, reranker: Reranker | None = None,
              fusion: str = "cdbsf",
              on_query: Callable[[float], None] | None = None) -> list[list[Hit]]:
-    """Top `limit` hits for each query in one mode.
+    """Top `limit` hits for each query in one mode (`retrieve_each`, collected)."""
+    return list(retrieve_each(store, collection, queries, mode, limit, embedder=embedder,
+                              reranker=reranker, fusion=fusion, on_query=on_query))
+
+
+def retrieve_each(store: ChunkStore, collection: str, queries: Sequence[str], mode: str,
+                  limit: int, *, embedder: Embedder | None = None,
+                  reranker: Reranker | None = None, fusion: str = "cdbsf",
+                  on_query: Callable[[float], None] | None = None) -> Iterator[list[Hit]]:
+    """Top `limit` hits for each query in one mode, yielded as each query finishes, so that an
+    evaluation of thousands of queries keeps what it needs of each (ranks, first hit) rather than
+    every hit of every query.
 
     Each query is handled as a user's would be, alone: embedded (dense, hybrid, rerank: the
     `embedder` is needed), searched and, for `rerank`, reranked by `reranker`; `on_query` gets
-    its wall time in seconds as it finishes (the evaluation's latency and progress). Loading the
-    model is not timed: with `on_query`, a model is warmed with one untimed query the first time
-    it is used (`Embedder.warm_up`: once per loaded model, not per call).
+    its wall time in seconds as it finishes (the evaluation's latency and progress). Queries are
+    not embedded in batches: a query's latency is then the latency a user sees for it, its
+    embedding included, and the time of a set is proportional to its queries either way. Loading
+    the model is not timed: with `on_query`, a model is warmed with one untimed query the first
+    time it is used (`Embedder.warm_up`: once per loaded model, not per call).
     """
     check_modes([mode])
     if mode != "bm25" and embedder is None:
         raise InputError(f"retrieval mode {mode!r} needs an embedder")
     if mode == "rerank" and reranker is None:
         raise InputError("retrieval mode 'rerank' needs a reranker")
-    encoder = embedder if mode != "bm25" else None
+    return _each(store, collection, queries, mode, limit, embedder if mode != "bm25" else None,
+                 reranker, fusion, on_query)
+
+
+def _each(store: ChunkStore, collection: str, queries: Sequence[str], mode: str, limit: int,
+          encoder: Embedder | None, reranker: Reranker | None, fusion: str,
+          on_query: Callable[[float], None] | None) -> Iterator[list[Hit]]:
     if encoder is not None and queries and on_query is not None:
         encoder.warm_up(queries[0])  # untimed, once per model: only when timing is asked for
-    results: list[list[Hit]] = []
     for q in queries:
         started = time.perf_counter()
         vector = encoder.embed_queries([q])[0] if encoder is not None else None
@@ -130,7 +148,6 @@ def retrieve(store: ChunkStore, collection: str, queries: Sequence[str], mode: s
             hits = reranker.rerank(q, candidates, limit)
         else:
             hits = search(store, collection, mode, q, vector, limit, fusion)
-        results.append(hits)
         if on_query is not None:
             on_query(time.perf_counter() - started)
-    return results
+        yield hits
