@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         Options,
         SearchOptions,
         ServeOptions,
+        SynthOptions,
     )
 
 # Each help ends with real commands, run from the repository's root (as `git` and `llm` do).
@@ -64,6 +65,15 @@ examples:
   situate serve data/sample/corpus --collection sample --eval-set data/sample/eval.jsonl
   # registered paused: runs only when triggered (`prefect deployment run ingest/situate`)
   situate serve data/sample/corpus --collection sample --paused""",
+    "synth": """\
+examples:
+  # offline and free: held-out sentences become queries, removed from out/corpus
+  situate synth data/sample/corpus --out heldout --generator held-out
+  situate ingest heldout/corpus --collection heldout
+  situate evaluate heldout/eval.jsonl --collection heldout
+  # an LLM's questions (see the plan and the price first, then run; resumable)
+  situate synth data/sample/corpus --out synth --generator openai --n 100 --dry-run
+  situate synth data/sample/corpus --out synth --generator openai --n 100""",
 }
 
 
@@ -110,6 +120,8 @@ SUMMARIES = {
     "search": "print the top chunks for a query",
     "serve": "serve the ingest and evaluate deployments on cron schedules (needs a Prefect "
              "server: PREFECT_API_URL)",
+    "synth": "make an evaluation set from a corpus: held-out sentences (offline) or an LLM's "
+             "questions",
 }
 
 
@@ -211,8 +223,20 @@ def _one_line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def cmd_synth(options: SynthOptions) -> int:
+    from situate.flows.synth import run_synth
+
+    summary = run_synth(options)
+    summary.write_json(options.json_out)
+    print(summary.text())
+    if options.json_out:
+        print(f"wrote {options.json_out}")
+    return 0
+
+
 RUN: dict[str, Callable[[Any], int]] = {"ingest": cmd_ingest, "evaluate": cmd_evaluate,
-                                        "search": cmd_search, "serve": cmd_serve}
+                                        "search": cmd_search, "serve": cmd_serve,
+                                        "synth": cmd_synth}
 
 
 def main(argv: list[str] | None = None) -> int:

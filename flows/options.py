@@ -382,8 +382,63 @@ class ServeOptions(Options):
         "situate", description="deployment name (ingest/NAME, evaluate/NAME)")
 
 
+SYNTH_GENERATORS = ("held-out", "anthropic", "openai", "ollama")
+
+
+class SynthOptions(Options):
+    """`situate synth`: an evaluation set made from a corpus (no flow: `situate.flows.synth`)."""
+
+    corpus: Annotated[str, Flag()] = Field(description="corpus to make the evaluation set from "
+                                                        "(any form ingest reads)")
+    out: Annotated[str, Flag(("--out",), metavar="DIR")] = Field(
+        description="directory written: eval.jsonl (and corpus/ for held-out)")
+    generator: Annotated[str, Flag(("--generator",), choices=lambda: SYNTH_GENERATORS,
+                                   hint="an LLM as name:model, e.g. openai:gpt-4.1-mini")] = Field(
+        "held-out", description="who writes the queries: held-out sentences (offline, free) or an "
+                                "LLM's questions")
+    n: Annotated[int, Flag(("--n",))] = Field(200, ge=1, description="queries wanted (chunks "
+                                                                     "sampled, for an LLM)")
+    seed: Annotated[int, Flag(("--seed",))] = Field(0, description="seed of the sampling")
+    llm_base_url: Annotated[str, Flag(("--llm-base-url",), metavar="URL"),
+                            FromSetting("llm_base_url")] = from_settings(
+        description="address of the context provider's server: any OpenAI-compatible server "
+                    "for openai, Ollama's for ollama (default: OPENAI_BASE_URL, OLLAMA_HOST)")
+    concurrency: Annotated[int, Flag(("--concurrency",)), FromSetting("concurrency")] = from_settings(
+        ge=1, description="concurrent context requests")
+    cache_dir: Annotated[str, Flag(("--cache-dir",)), FromSetting("cache_dir")] = from_settings(
+        description="context cache directory")
+    chunk_size: Annotated[int, Flag(("--chunk-size",)), FromSetting("chunk_size")] = from_settings(
+        description="characters per chunk for unchunked input")
+    chunk_overlap: Annotated[int, Flag(("--chunk-overlap",)), FromSetting("chunk_overlap")] = from_settings(
+        description="characters shared by consecutive chunks")
+    code_chunks: Annotated[str, Flag(("--code-chunks",), choices=_code_chunk_names, strict=True),
+                           FromSetting("code_chunks")] = from_settings(
+        description="cut source files along their syntax (functions, classes) or as text")
+    dry_run: Annotated[bool, Flag(("--dry-run",))] = Field(
+        False, description="say what the run would ask and pay, and write nothing")
+    json_out: JsonOut = Field(None, description="write the run's summary (or with --dry-run, the "
+                                                "plan) as JSON")
+    chars_per_token: Annotated[float | None, Flag(("--chars-per-token",))] = Field(
+        None, gt=0, description="--dry-run's token estimate: characters per token (default 3.5; "
+                                "about 3 for code); calibrate on a real bill")
+    answer_tokens: Annotated[int | None, Flag(("--answer-tokens",))] = Field(
+        None, ge=1, description="the plan's output estimate: tokens per question and quote "
+                                "(default 80)")
+
+    @model_validator(mode="after")
+    def _check(self) -> SynthOptions:
+        from situate.tasks.contexts.base import split_context
+
+        name = split_context(self.generator)[0]
+        if name not in SYNTH_GENERATORS or (name == "held-out" and self.generator != name):
+            raise InputError(f"unknown generator {self.generator!r}: use one of "
+                             f"{', '.join(SYNTH_GENERATORS)} (an LLM optionally as name:model)")
+        return self
+
+
 COMMANDS: dict[str, type[Options]] = {"ingest": IngestOptions, "evaluate": EvaluateOptions,
-                                      "search": SearchOptions, "serve": ServeOptions}
+                                      "search": SearchOptions, "serve": ServeOptions,
+                                      "synth": SynthOptions}
 
 
 # --- checks shared by the models -------------------------------------------------------------------
@@ -438,5 +493,5 @@ def fields(model: type[Options]) -> list[tuple[str, FieldInfo, Flag | None, From
 
 
 __all__ = ["COMMANDS", "DEFAULT_KS", "EvaluateOptions", "Flag", "FromSetting", "IngestOptions",
-           "Options", "SearchOptions", "ServeOptions", "SituateError", "check_task_runner",
-           "split_collections"]
+           "Options", "SearchOptions", "ServeOptions", "SituateError", "SynthOptions",
+           "check_task_runner", "split_collections"]
