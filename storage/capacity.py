@@ -4,9 +4,10 @@ Milvus Lite (a local file, or `milvus-lite server`) keeps every segment it write
 (milvus-lite 3.2.2, `engine/collection.py`: `_segment_cache` holds each segment's Arrow table,
 a float32 copy of its vectors, its ids and an id map; the HNSW index faiss builds per segment
 holds the vectors again, and the BM25 inverted index its postings). A collection's memory is
-therefore about rows x (vector bytes + text + BM25 + per-row overhead), with the coefficients
-measured here (`benchmarks/bench_capacity.py`, `benchmarks/results/capacity-lite.json`): the
-estimate is the store's peak while the rows are written, above an empty store.
+therefore about rows x (vector bytes + text + BM25 + per-row overhead), plus a fixed part and
+the transient buffers of writing, with the coefficients measured here
+(`benchmarks/bench_capacity.py`, `benchmarks/bench_scale.py`): the estimate is the store's peak
+while the rows are written, above an empty store (an empty `milvus-lite server` holds ~155 MiB).
 
 A Milvus server (Standalone, Distributed, Zilliz Cloud) loads a collection's segments into its
 query nodes' memory: the dense index (HNSW: the vectors and M x 2 links of 4 bytes per row), the
@@ -28,13 +29,20 @@ from dataclasses import dataclass, field
 from situate.core.records import Document
 from situate.storage.rows import lexical_text
 
-# Milvus Lite, per row, fitted on bench_capacity.py's runs (384-d and 1536-d, 780-character
-# chunks with structural contexts, 10k-100k rows): the store's peak RSS while writing, above an
-# empty store. Vector bytes are the float32 vector (dim x 4).
-LITE_PER_VECTOR_BYTE = 3.0
-LITE_PER_TEXT_BYTE = 2.5  # chunk text, context and metadata (stored, and held as Arrow columns)
-LITE_PER_LEXICAL_BYTE = 1.5  # the BM25 field: stored text plus its inverted index postings
-LITE_PER_ROW = 1_500  # ids, hashes, id maps, sequence numbers, Python objects
+# Milvus Lite, fitted on `milvus-lite server` runs (benchmarks/SCALE_RESULTS.md: 5k-20k rows of
+# 64-, 384- and 1536-d by bench_capacity.py, 100k of 384-d by bench_scale.py, 100k of 1536-d from
+# issue 11), 780-character chunks with structural contexts. Memory above an empty store, at its
+# peak while the rows are written: a fixed part once the first rows arrive (faiss, the BM25
+# analyzer, the first segments), each row's share once written (its Arrow columns, the float32
+# copy of its vector and the HNSW index's, its BM25 postings, ids and id maps), and the transient
+# memtable and compactions, which grow with the first rows and stop growing at about 300 MiB
+# (milvus-lite flushes its memtable at 128 MiB of estimated bytes and compacts segments of up to
+# 100,000 rows).
+LITE_BASE = 90 * 2**20
+LITE_TRANSIENT_CAP = 300 * 2**20
+LITE_PER_VECTOR_BYTE = 5.4  # per byte of the float32 vector (dim x 4)
+LITE_PER_TEXT_BYTE = 1.5  # per byte of chunk text, context, BM25 text and metadata JSON
+LITE_PER_ROW = 2_400  # ids, hashes, id maps, sequence numbers, Python objects
 # A server's, from Milvus's documentation: HNSW with M links per node per direction at layer 0.
 HNSW_M = 16
 SERVER_PER_ROW = 120  # primary key and its index, timestamps, row ids
@@ -93,13 +101,14 @@ def estimate_store(rows: int, dim: int | None, text_bytes: float, lexical_bytes:
     d = dim or 384
     vector = 4 * d
     postings = (terms if terms is not None else lexical_bytes / 7) * SPARSE_BYTES_PER_TERM
-    lite = (LITE_PER_VECTOR_BYTE * vector + LITE_PER_TEXT_BYTE * (text_bytes + metadata_bytes)
-            + LITE_PER_LEXICAL_BYTE * lexical_bytes + LITE_PER_ROW)
+    lite = (LITE_PER_VECTOR_BYTE * vector
+            + LITE_PER_TEXT_BYTE * (text_bytes + lexical_bytes + metadata_bytes) + LITE_PER_ROW)
+    lite_total = LITE_BASE + min(rows * lite, LITE_TRANSIENT_CAP) + rows * lite if rows else 0
     hnsw = vector + 2 * HNSW_M * 4
     raw = vector + text_bytes + metadata_bytes + lexical_bytes + 200  # ids, hashes, index
     server_mmap = hnsw + postings + SERVER_PER_ROW
     server = server_mmap + raw
-    return StoreEstimate(rows=rows, dim=dim, lite_bytes=round(rows * lite),
+    return StoreEstimate(rows=rows, dim=dim, lite_bytes=round(lite_total),
                          server_bytes=round(rows * server), server_mmap_bytes=round(rows * server_mmap),
                          disk_bytes=round(rows * raw),
                          per_row={"lite": round(lite), "server": round(server),
