@@ -73,6 +73,7 @@ def _llm(options: SynthOptions) -> SynthSummary:
     from situate.tasks.synth.llm import (
         ANSWER_TOKENS,
         answer_key,
+        base_cost,
         config_identity,
         generate,
         plan_cost,
@@ -85,12 +86,13 @@ def _llm(options: SynthOptions) -> SynthSummary:
     sampled = sample_chunks(corpus.documents, options.n, options.seed)
     cache_dir = Path(options.cache_dir)
     cache = ContextCache(cache_dir) if (cache_dir.exists() or not options.dry_run) else None
-    identity = config_identity(config)
-    cached = {(d.id, c.index) for d, c in sampled
-              if cache is not None and cache.get(answer_key(identity, d, c)) is not None}
     assumptions = Assumptions(chars_per_token=options.chars_per_token,
                               context_tokens=options.answer_tokens or ANSWER_TOKENS)
-    estimate, cost = plan_cost(config, sampled, cached, assumptions)
+    base = base_cost(config, assumptions)
+    identity = config_identity(config, base)
+    cached = {(d.id, c.index) for d, c in sampled
+              if cache is not None and cache.get(answer_key(identity, d, c)) is not None}
+    estimate, cost = plan_cost(config, sampled, cached, assumptions, base)
     u = estimate.usage
     summary = SynthSummary(
         generator=options.generator, corpus=options.corpus, out=options.out,

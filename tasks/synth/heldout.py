@@ -51,6 +51,7 @@ MIN_QUOTE_CHARS = 8
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$|\"\"\"|\'\'\'|\*/)")  # or where a docstring or comment ends
 _COMMENT = re.compile(r"^(\s*)(///?!?|#(?![!\[]|include|define|if|else|endif|pragma)|--|/\*\*?"
                       r"|\*(?!/)|;+)\s?")
+_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")  # a Markdown link, read as its text
 _HEADING = re.compile(r"^\s{0,3}(#{1,6}\s|=+\s*$|-+\s*$)")
 
 
@@ -203,7 +204,7 @@ def _prose_candidates(doc_id: str, text: str) -> list[Candidate]:
         span = _first_sentence(text, start, end_of_paragraph)
         if span is None:
             continue
-        query = " ".join(text[span[0]:span[1]].split())
+        query = _LINK.sub(r"\1", " ".join(text[span[0]:span[1]].split()))
         rest = text[span[1]:end_of_paragraph].split()
         if len(query.split()) < MIN_PROSE_WORDS or len(rest) < 4:
             continue
@@ -258,7 +259,8 @@ class HeldOut:
     documents_with_candidates: int = 0
     candidates: int = 0
     queries: int = 0
-    dropped_ambiguous_quote: int = 0  # the quote is not once in its document once cut
+    # the quote is not once in its document once cut, or not in the document as situate reads it
+    dropped_ambiguous_quote: int = 0
     dropped_repeated_query: int = 0  # the same sentence taken from two places
     files_copied: int = 0
     files_edited: int = 0
@@ -293,6 +295,9 @@ def build_heldout(corpus: str | Path, out: str | Path, n: int, seed: int) -> Hel
                          "rewrite a JSONL corpus; give a directory, a text or source file, or a "
                          "pre-chunked JSON (or use an LLM generator, which needs no edit)")
     ids = {d.id for d in loaded.documents}
+    # The text as situate reads it (Markdown as rendered: link targets, comments dropped): a
+    # quote must be found there, or no chunk could ever match it.
+    read = {d.id: normalize_quote(d.text) for d in loaded.documents}
     texts = {doc_id: text for doc_id, text in _sources(src, loaded.form) if doc_id in ids}
     stats = HeldOut(documents=len(loaded.documents))
     by_doc = {doc_id: candidates(doc_id, text) for doc_id, text in texts.items()}
@@ -307,7 +312,8 @@ def build_heldout(corpus: str | Path, out: str | Path, n: int, seed: int) -> Hel
             stats.dropped_repeated_query += 1
             continue
         kept = _remove(texts[c.doc_id], [*chosen.get(c.doc_id, []), c])
-        if normalize_quote(kept).count(normalize_quote(c.quote)) != 1:
+        quote = normalize_quote(c.quote)
+        if normalize_quote(kept).count(quote) != 1 or quote not in read[c.doc_id]:
             stats.dropped_ambiguous_quote += 1
             continue
         seen.add(c.query)

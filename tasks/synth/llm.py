@@ -160,14 +160,20 @@ class Generated:
     lines: list[dict[str, Any]] = field(default_factory=list)
 
 
-def config_identity(config: ContextConfig) -> dict[str, str | int]:
+def base_cost(config: ContextConfig, assumptions: Assumptions) -> LLMCost:
+    """The provider's per-chunk cost model: its identity is the contextualizer's own, made
+    without a key or a client (a plan needs neither)."""
+    [model, *_] = get_cost_models(_per_chunk(config), assumptions)
+    if not isinstance(model, LLMCost):
+        raise TypeError(f"{config.name} is not an LLM provider")
+    return model
+
+
+def config_identity(config: ContextConfig, base: LLMCost | None = None) -> dict[str, str | int]:
     """Every input that changes an answer: the provider's own identity (provider, model, server,
     output cap, window) with this prompt's version in place of the contexts' prompt."""
-    contextualizer = get_contextualizer(_per_chunk(config))
-    try:
-        identity = dict(contextualizer.cache_identity() or {})
-    finally:
-        contextualizer.close()
+    model = base or base_cost(config, Assumptions())
+    identity = dict(model.cache_identity() or {})
     identity.update(prompt=SYNTH_PROMPT_VERSION, max_tokens=MAX_TOKENS)
     return identity
 
@@ -184,12 +190,11 @@ def answer_key(identity: dict[str, str | int], doc: Document, chunk: Chunk) -> s
 
 
 def plan_cost(config: ContextConfig, sampled: Sequence[tuple[Document, Chunk]],
-              cached: set[tuple[str, int]], assumptions: Assumptions) -> tuple[Estimate, SynthCost]:
+              cached: set[tuple[str, int]], assumptions: Assumptions,
+              base: LLMCost | None = None) -> tuple[Estimate, SynthCost]:
     """The requests and the bill of asking for the sampled chunks not answered yet (`cached`:
     (doc id, chunk index) already in the cache), planned as the run would send them."""
-    [base, *_] = get_cost_models(_per_chunk(config), assumptions)
-    if not isinstance(base, LLMCost):
-        raise TypeError(f"{config.name} is not an LLM provider")
+    base = base or base_cost(config, assumptions)
     cost = SynthCost(base.name, base.options, False, False, base.concurrency, assumptions,
                      mode="per-chunk", flags="", rule=base.rule, discount=base.discount,
                      separator=base.separator)
