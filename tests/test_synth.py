@@ -332,3 +332,33 @@ def test_synth_sets_are_read_by_evaluate(fake, tmp_path, prefect_harness, state)
     assert (tmp_path / "trec" / "qrels.txt").is_file()
     assert (tmp_path / "trec" / "run-sample-hybrid.txt").is_file()
     assert SAMPLE_EVAL.is_file()
+
+
+def test_llm_synth_through_the_anthropic_fake(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """The same generator on Claude's wire (structured output, prompt caching): a valid set, and
+    the plan's dollars within 2% of the bill the fake's usage makes at Claude's prices."""
+    from situate.flows.synth import run_synth
+    from tests.fakes.anthropic_server import CHARS_PER_TOKEN, FakeAnthropic
+
+    original = FakeAnthropic._generate
+
+    def generate(self, params, blocks):
+        fmt = (params.get("output_config") or {}).get("format") or {}
+        props = set((fmt.get("schema") or {}).get("properties") or {})
+        if props == {"question", "quote"}:
+            m = _CHUNK.search(blocks[-1].text if blocks else "")
+            return _question_answer(m.group(2) if m else "", set())
+        return original(self, params, blocks)
+
+    monkeypatch.setattr(FakeAnthropic, "_generate", generate)
+    key = "sk-ant-test-key"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+    with FakeAnthropic(api_key=key) as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        options = _options(server, tmp_path, generator="anthropic", n=12, llm_base_url="",
+                           chars_per_token=float(CHARS_PER_TOKEN))  # type: ignore[arg-type]
+        plan = run_synth(options.model_copy(update={"dry_run": True}))
+        summary = run_synth(options)
+    assert summary.requests == plan.requests == 12 and summary.queries == 12
+    assert summary.cost_usd > 0 and plan.cost_usd == pytest.approx(summary.cost_usd, rel=0.02)
+    assert len(load_eval_set(tmp_path / "synth" / "eval.jsonl")) == 12
