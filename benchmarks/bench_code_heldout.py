@@ -375,6 +375,9 @@ def main() -> None:
     ap.add_argument("--chunkers", nargs="+", default=["text", "syntax"], choices=["text", "syntax"])
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "code-heldout.json"))
     ap.add_argument("--build-only", metavar="DIR", help="build the corpora into DIR and stop")
+    ap.add_argument("--reuse", metavar="JSON", help="take the runs of --reuse-chunkers from this "
+                    "earlier results file instead of measuring them again (their chunker unchanged)")
+    ap.add_argument("--reuse-chunkers", nargs="+", default=["text"], choices=["text", "syntax"])
     args = ap.parse_args()
     if args.build_only:
         for name in args.corpora:
@@ -402,7 +405,18 @@ def main() -> None:
                 held = Path(tmp) / name
                 results["corpora"][name] = build(name, held)
                 print(name, json.dumps(results["corpora"][name]), flush=True)
+                earlier = json.loads(Path(args.reuse).read_text()) if args.reuse else {"runs": []}
                 for chunker in args.chunkers:
+                    reused = [r for r in earlier["runs"] if r["corpus"] == name
+                              and r["chunker"] == chunker and r["context"] in args.contexts
+                              and chunker in args.reuse_chunkers]
+                    if reused:
+                        if earlier["corpora"].get(name) != results["corpora"][name]:
+                            raise SystemExit(f"{name}: the corpus differs from {args.reuse}'s")
+                        results["runs"].extend({**r, "reused_from": earlier.get("started")}
+                                               for r in reused)
+                        print(name, chunker, "reused from", args.reuse, flush=True)
+                        continue
                     docs, stats = documents(held / "corpus", chunker)
                     for context in args.contexts:
                         collection = re.sub(r"\W", "_", f"{name}_{chunker}_{context}")

@@ -133,14 +133,20 @@ def test_huge_function_split_at_statements_with_whole_line_overlap() -> None:
         assert a.text.endswith(b.text[:shared]) and b.text[:shared].endswith("\n")
 
 
-def test_no_overlap_across_definitions() -> None:
+def test_overlap_across_definitions_repeats_whole_definitions() -> None:
+    """At a cut between definitions the next piece starts with whole definitions (those that fit
+    in `overlap`), never with a partial one; without overlap, pieces just follow each other."""
     text = "".join(f"def f{i}(x):\n    y = x + {i}\n    return y * {i}\n\n\n" for i in range(40))
-    pieces = chunk_code(text, ".py", 200, 100)
-    assert pieces is not None
-    check_pieces(text, pieces, 200)
-    for a, b in zip(pieces, pieces[1:], strict=False):
-        assert a.start + len(a.text) == b.start
-        assert b.text.startswith("def f")
+    for overlap in (0, 60, 100):
+        pieces = chunk_code(text, ".py", 200, overlap)
+        assert pieces is not None
+        check_pieces(text, pieces, 200)
+        for a, b in zip(pieces, pieces[1:], strict=False):
+            shared = a.start + len(a.text) - b.start
+            assert b.text.startswith("def f")
+            assert 0 <= shared <= overlap
+            if overlap >= 60:
+                assert shared > 0  # one whole definition (about 45 characters) fits
 
 
 SAMPLES = {

@@ -9,12 +9,14 @@ above a definition or statement stays with it. Each piece knows the definitions 
 ones it holds (`CodePiece.symbols`), which the structural context turns into "Inside: ...".
 
 The packer is `chunk_text`'s greedy fill (situate.tasks.corpus.chunking) over the tree's cut
-points, with one difference: the strongest cut within `size` wins even early in the piece (past
-an eighth of it), where `chunk_text` looks past a third first. A small function followed by a long
-one is then a piece of its own, instead of sharing one with the long function's first lines; small
-definitions of equal rank are still packed (the latest of equal cuts wins). `chunk_text` stays the
-fallback: `chunk_code` returns None for a language without a grammar here and for a file the
-grammar mostly cannot parse.
+points: the strongest cut between a third of `size` and `size` wins (the latest of equals, so small
+definitions are packed), a shallower cut always outranking a deeper one. Consecutive pieces share
+up to `overlap` characters: whole trailing units (a short method, a statement) as the next piece's
+start, whole lines inside a body cut in two. Measured on held-out code (benchmarks/CODE_RESULTS.md):
+a first version that cut early at strong boundaries (leaving small pieces) and did not overlap
+across definitions lost to `chunk_text` where a small definition ended a piece or a long one's
+header was left alone. `chunk_text` stays the fallback: `chunk_code` returns None for a language
+without a grammar here and for a file the grammar mostly cannot parse.
 
 Linear in the file's size: only the nodes larger than `size` are opened (their children are the
 cut points); everything smaller is kept whole or packed, so a 2 MB generated file costs one
@@ -172,11 +174,10 @@ def chunk_code(text: str, suffix: str, size: int, overlap: int = 0) -> list[Code
     caller then uses `chunk_text`).
 
     The pieces are in order and cover the text: every character is in a piece, except runs of
-    whitespace longer than `size` with no code in them. Cuts between definitions, and between
-    top-level statements, are not overlapped (the next piece starts with the next definition
-    whole); a cut inside a definition's body (between statements of a long function, or a
-    fallback cut at a line) repeats up to `overlap` characters of whole lines at the start of the
-    next piece, as `chunk_text` does, so a function cut in two keeps some of its thread.
+    whitespace longer than `size` with no code in them. Consecutive pieces share up to `overlap`
+    characters: at a cut between definitions (or statements) the next piece starts with the whole
+    units just before the cut that fit in `overlap` (a one-line method ending a piece is also at
+    the head of the next); inside a body with no such unit, whole lines, as `chunk_text` does.
     """
     from situate.core.errors import InputError
 
@@ -296,7 +297,9 @@ class _Chunker:
     def outline(self) -> None:
         """Cut points at the children of the root and of every node larger than `size`, and the
         definitions among them (with their nesting), walking nothing smaller."""
-        # (node, its nearest definition, statement depth below it, the definition a wrapper holds,
+        # (node, its nearest definition, its depth (nodes opened above it, bodies and wrapped
+        # definitions not counted: a cut at a shallower depth always outranks a deeper one), the
+        # definition a wrapper holds,
         # whether node is a body whose first statement is still to come)
         stack: list[tuple[Node, int, int, Node | None, bool]] = [(self.root, -1, 0, None, False)]
         while stack:
@@ -322,7 +325,7 @@ class _Chunker:
                     pending = is_comment
                 elif row != own_row and not body and self._first_on_line(child):
                     adjacent = label is not None or previous_def
-                    level = 4 * nesting + 2 * depth + (0 if adjacent else 1)
+                    level = 2 * depth + (0 if adjacent else 1)
                     self._add_cut(row, level, overlapped=nesting > 0 and not adjacent)
                 if not is_comment:
                     previous_def = label is not None
@@ -335,7 +338,7 @@ class _Chunker:
                     stack.append((child, parent_def, depth, None, True))
                 elif big:
                     if label is not None:
-                        stack.append((child, own, 0, self._inner(child), False))
+                        stack.append((child, own, depth + 1, self._inner(child), False))
                     else:
                         stack.append((child, parent_def, depth + 1, None, False))
         # The stack walks out of document order: sort (enclosing first at equal starts), re-point.
@@ -418,6 +421,9 @@ class _Chunker:
                 return self._label(expr)
             if expr is not None and expr.type == "assignment_expression":
                 right = expr.child_by_field_name("right")
+                if right is not None and right.type == "class":
+                    named = right.child_by_field_name("name") or expr.child_by_field_name("left")
+                    return f"class {self._text(named)}"
                 if right is not None and right.type in _FUNCTION_VALUES:
                     return f"function {self._text(expr.child_by_field_name('left'))}"
             return None
@@ -495,17 +501,17 @@ class _Chunker:
         s = done = 0  # `done`: where the last piece ended; the next must end past it
         while s < n:
             limit = s + size
-            overlap_next = True
+            overlap_next, cut_strength = True, 0
             if limit >= n:
                 end = n
             else:
                 hi = bisect.bisect_right(offsets, limit) - 1
-                best = self._best(strengths, bisect.bisect_right(offsets, max(s + size // 8, done)),
+                best = self._best(strengths, bisect.bisect_right(offsets, max(s + size // 3, done)),
                                   hi)
                 if best < 0:
                     best = self._best(strengths, bisect.bisect_right(offsets, max(s, done)), hi)
                 if best >= 0:
-                    end, overlap_next = offsets[best], overlapped[best]
+                    end, overlap_next, cut_strength = offsets[best], overlapped[best], strengths[best]
                 elif s < done:
                     s = done  # the overlap left no room to get past the last cut: none here
                     continue
@@ -517,10 +523,19 @@ class _Chunker:
             if end >= n:
                 break
             done = nxt = end
-            if self.overlap and overlap_next:
-                i = bisect.bisect_left(self.line_char, end - self.overlap)
-                if i < len(self.line_char) and s < self.line_char[i] < end:
-                    nxt = self.line_char[i]
+            if self.overlap:
+                # The next piece repeats the last whole units before the cut that fit in `overlap`
+                # (a short method, a statement): cut points as strong as this cut, less the
+                # blank-line point. Inside a body, or when the cut was a fallback, whole lines.
+                j = bisect.bisect_left(offsets, end - self.overlap)
+                while j < len(offsets) and offsets[j] < end and strengths[j] < cut_strength - 1:
+                    j += 1
+                if j < len(offsets) and s < offsets[j] < end:
+                    nxt = offsets[j]
+                elif overlap_next:
+                    i = bisect.bisect_left(self.line_char, end - self.overlap)
+                    if i < len(self.line_char) and s < self.line_char[i] < end:
+                        nxt = self.line_char[i]
             s = nxt
         return pieces
 
