@@ -56,18 +56,29 @@ def order(scores: dict[str, dict[str, float]], k: str) -> str:
 
 def held_out(name: str, corpus: Path, scratch: Path, n: int, env: dict[str, str],
              log: Path) -> dict:
+    """Synth, ingest and evaluate one held-out set; each corpus has its own Milvus Lite file and
+    Prefect home (so two can run at once), and a step already done (its report written) is read
+    back, not run again."""
     out = scratch / name
-    seconds = {"synth": situate("synth", str(corpus), "--out", str(out), "--generator",
-                                "held-out", "--n", str(n), "--seed", "0", "--json",
-                                str(scratch / f"{name}-synth.json"), env=env, log=log)}
-    seconds["ingest"] = situate("ingest", str(out / "corpus"), "--collection", name, env=env,
-                                log=log)
+    env = {**env, "SITUATE_MILVUS_URI": str(scratch / f"{name}.db"),
+           "PREFECT_HOME": str(scratch / f"prefect-{name}")}
     report = scratch / f"{name}-eval.json"
-    seconds["evaluate"] = situate("evaluate", str(out / "eval.jsonl"), "--collection", name,
-                                  "--modes", ",".join(MODES), "--json", str(report), env=env,
-                                  log=log)
+    synth_json = scratch / f"{name}-synth.json"
+    seconds_json = scratch / f"{name}-seconds.json"
+    seconds = json.loads(seconds_json.read_text()) if seconds_json.exists() else {}
+    if not synth_json.exists():
+        seconds["synth"] = situate("synth", str(corpus), "--out", str(out), "--generator",
+                                   "held-out", "--n", str(n), "--seed", "0", "--json",
+                                   str(synth_json), env=env, log=log)
+    if not report.exists():
+        seconds["ingest"] = situate("ingest", str(out / "corpus"), "--collection", name, env=env,
+                                    log=log)
+        seconds["evaluate"] = situate("evaluate", str(out / "eval.jsonl"), "--collection", name,
+                                      "--modes", ",".join(MODES), "--json", str(report), env=env,
+                                      log=log)
+    seconds_json.write_text(json.dumps(seconds))
     result = json.loads(report.read_text())
-    result["synth"] = json.loads((scratch / f"{name}-synth.json").read_text())
+    result["synth"] = json.loads(synth_json.read_text())
     result["seconds"] = seconds
     return result
 
@@ -78,6 +89,8 @@ def main() -> None:
     ap.add_argument("--labelled-json", type=Path, help="an existing `situate evaluate --json` of "
                     "the codebase set with the defaults (else it is measured here)")
     ap.add_argument("--n", type=int, default=300)
+    ap.add_argument("--only", choices=("codebase", "prose"), help="run one corpus's held-out "
+                    "set and stop (two can run at once; a last run without --only reads both)")
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "synth.json")
     args = ap.parse_args()
     scratch = args.scratch
@@ -92,9 +105,13 @@ def main() -> None:
         if f.stat().st_size <= 40_000 and not (prose / f.name).exists():
             (prose / f.name).symlink_to(f)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    code = held_out("codebase_heldout", CODEBASE / "codebase_chunks.json", scratch, args.n, env,
-                    log)
-    docs = held_out("nodejs_heldout", prose, scratch, args.n, env, log)
+    if args.only != "prose":
+        code = held_out("codebase_heldout", CODEBASE / "codebase_chunks.json", scratch, args.n,
+                        env, log)
+    if args.only != "codebase":
+        docs = held_out("nodejs_heldout", prose, scratch, args.n, env, log)
+    if args.only:
+        return
     if args.labelled_json:  # another run may still be writing it (compare_quality.sh)
         deadline = time.monotonic() + 3600
         while not args.labelled_json.exists() and time.monotonic() < deadline:
