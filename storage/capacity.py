@@ -43,6 +43,12 @@ LITE_TRANSIENT_CAP = 300 * 2**20
 LITE_PER_VECTOR_BYTE = 5.4  # per byte of the float32 vector (dim x 4)
 LITE_PER_TEXT_BYTE = 1.5  # per byte of chunk text, context, BM25 text and metadata JSON
 LITE_PER_ROW = 2_400  # ids, hashes, id maps, sequence numbers, Python objects
+# Past the first 100,000 rows (milvus-lite's largest compacted segment), each row costs what a
+# large segment holds per row: its vector three times (Arrow column, float32 copy, HNSW index)
+# and its text once (measured: 6.2 KB a 384-d row between 500k and 650k rows, bench_scale.py).
+LITE_SEGMENT_ROWS = 100_000
+LITE_LARGE_PER_VECTOR_BYTE = 3.0
+LITE_LARGE_PER_TEXT_BYTE = 1.0
 # A server's, from Milvus's documentation: HNSW with M links per node per direction at layer 0.
 HNSW_M = 16
 SERVER_PER_ROW = 120  # primary key and its index, timestamps, row ids
@@ -101,9 +107,12 @@ def estimate_store(rows: int, dim: int | None, text_bytes: float, lexical_bytes:
     d = dim or 384
     vector = 4 * d
     postings = (terms if terms is not None else lexical_bytes / 7) * SPARSE_BYTES_PER_TERM
-    lite = (LITE_PER_VECTOR_BYTE * vector
-            + LITE_PER_TEXT_BYTE * (text_bytes + lexical_bytes + metadata_bytes) + LITE_PER_ROW)
-    lite_total = LITE_BASE + min(rows * lite, LITE_TRANSIENT_CAP) + rows * lite if rows else 0
+    text = text_bytes + lexical_bytes + metadata_bytes
+    lite = LITE_PER_VECTOR_BYTE * vector + LITE_PER_TEXT_BYTE * text + LITE_PER_ROW
+    lite_large = LITE_LARGE_PER_VECTOR_BYTE * vector + LITE_LARGE_PER_TEXT_BYTE * text
+    small = min(rows, LITE_SEGMENT_ROWS)
+    lite_total = (LITE_BASE + min(small * lite, LITE_TRANSIENT_CAP) + small * lite
+                  + (rows - small) * lite_large) if rows else 0
     hnsw = vector + 2 * HNSW_M * 4
     raw = vector + text_bytes + metadata_bytes + lexical_bytes + 200  # ids, hashes, index
     server_mmap = hnsw + postings + SERVER_PER_ROW
@@ -111,7 +120,8 @@ def estimate_store(rows: int, dim: int | None, text_bytes: float, lexical_bytes:
     return StoreEstimate(rows=rows, dim=dim, lite_bytes=round(lite_total),
                          server_bytes=round(rows * server), server_mmap_bytes=round(rows * server_mmap),
                          disk_bytes=round(rows * raw),
-                         per_row={"lite": round(lite), "server": round(server),
+                         per_row={"lite": round(lite), "lite_past_100k": round(lite_large),
+                                  "server": round(server),
                                   "server_mmap": round(server_mmap)})
 
 
