@@ -199,3 +199,32 @@ def test_dry_run_estimate_within_25_percent_of_what_milvus_lite_holds(state, has
         server.stop()
     used = peak[0] - base
     assert 0.75 <= estimate / used <= 1.25, (estimate / 2**20, used / 2**20)
+
+
+def test_a_run_starts_with_the_warning_when_its_lite_file_will_not_fit(state, hash384, tmp_path,
+                                                                      monkeypatch):
+    """The warning a real run logs before writing (from the scan's chunks): present under a low
+    limit for a Lite file, absent for a server URI and under the machine's own memory."""
+    from situate.core.settings import get_settings
+    from situate.flows.capacity import run_warning
+    from situate.flows.options import IngestOptions
+    from situate.flows.plan import prepare
+    from situate.flows.resources import Resources
+
+    corpus = _corpus(tmp_path / "corpus.jsonl", 20)
+    options = IngestOptions.build(corpus=str(corpus), collection="cap", embedder=hash384,
+                                  context="structural")
+    resources = Resources()
+    try:
+        setup = prepare(options, resources, dry_run=True)
+        assert setup.scan.chunks == 160
+        assert run_warning(options, setup) == ""
+        monkeypatch.setenv("SITUATE_STORE_MEMORY_LIMIT", "100KiB")
+        get_settings.cache_clear()
+        warning = run_warning(options, setup)
+        assert "160 rows" in warning and "--milvus-uri" in warning
+        served = IngestOptions.build(corpus=str(corpus), collection="cap", embedder=hash384,
+                                     context="structural", milvus_uri="http://127.0.0.1:19530")
+        assert run_warning(served, setup) == ""
+    finally:
+        resources.close()
