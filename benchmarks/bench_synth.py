@@ -71,8 +71,8 @@ def held_out(name: str, corpus: Path, scratch: Path, n: int, env: dict[str, str]
                                    "held-out", "--n", str(n), "--seed", "0", "--json",
                                    str(synth_json), env=env, log=log)
     if not report.exists():
-        seconds["ingest"] = situate("ingest", str(out / "corpus"), "--collection", name, env=env,
-                                    log=log)
+        target = json.loads(synth_json.read_text()).get("ingest_path") or str(out / "corpus")
+        seconds["ingest"] = situate("ingest", target, "--collection", name, env=env, log=log)
         seconds["evaluate"] = situate("evaluate", str(out / "eval.jsonl"), "--collection", name,
                                       "--modes", ",".join(MODES), "--json", str(report), env=env,
                                       log=log)

@@ -62,6 +62,7 @@ def _held_out(options: SynthOptions) -> SynthSummary:
     summary.dropped = {"ambiguous_quote": stats.dropped_ambiguous_quote,
                        "repeated_sentence": stats.dropped_repeated_query}
     summary.files_copied, summary.files_edited = stats.files_copied, stats.files_edited
+    summary.ingest_path = "" if options.dry_run else stats.ingest_path
     return summary
 
 

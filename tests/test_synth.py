@@ -43,7 +43,7 @@ def test_held_out_removes_exactly_the_query_sentences_and_nothing_else(tmp_path)
     out = tmp_path / "out"
     stats = build_heldout(SAMPLE_CORPUS, out, n=100, seed=3)
     lines = [json.loads(x) for x in (out / "eval.jsonl").read_text().splitlines()]
-    assert stats.queries == len(lines) >= 8
+    assert stats.queries == len(lines) >= 8 and stats.ingest_path == str(out / "corpus")
     removed: dict[str, list[dict]] = {}
     for line in lines:
         r = line["removed"]
@@ -128,6 +128,8 @@ def test_held_out_edits_a_prechunked_json_in_content_and_chunks(tmp_path):
         "Hand the oldest ready job of the queue to one worker only.": "def lease(queue, worker):",
         "A durable queue of jobs kept in one SQLite file on disk.": "class Queue:",
     } and stats.queries == 4
+    # What to ingest is the file (a directory holding a .json would read it as one text file).
+    assert stats.ingest_path == str(tmp_path / "out" / "corpus" / "chunks.json")
     edited = {d["doc_id"]: d for d in json.loads((tmp_path / "out" / "corpus" / "chunks.json")
                                                   .read_text())}
     assert edited["rs"]["content"] == RUST.replace(

@@ -264,6 +264,9 @@ class HeldOut:
     dropped_repeated_query: int = 0  # the same sentence taken from two places
     files_copied: int = 0
     files_edited: int = 0
+    # What to ingest: `out/corpus`, or the file in it when the corpus was one file (a pre-chunked
+    # JSON must be given as that file: a directory holding it reads it as text).
+    ingest_path: str = ""
 
 
 def _sources(path: Path, form: str) -> Iterator[tuple[str, str]]:
@@ -337,6 +340,7 @@ def build_heldout(corpus: str | Path, out: str | Path, n: int, seed: int) -> Hel
                    encoding="utf-8")
     tmp.replace(target / "eval.jsonl")
     stats.queries = len(lines)
+    stats.ingest_path = str(corpus_out / src.name if loaded.form != "directory" else corpus_out)
     return stats
 
 

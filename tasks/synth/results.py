@@ -34,6 +34,7 @@ class SynthSummary(BaseModel):
     model: str = ""
     files_copied: int = 0
     files_edited: int = 0
+    ingest_path: str = ""  # held-out: the corpus to ingest (the queries' sentences removed)
 
     def text(self) -> str:
         """What `situate synth` prints."""
@@ -46,7 +47,12 @@ class SynthSummary(BaseModel):
         rows = [(k, str(v)) for k, v in self.model_dump().items() if k not in skip and v != ""]
         rows += [(f"dropped {k}", str(v)) for k, v in self.dropped.items()]
         width = max(len(k) for k, _ in rows)
-        return "\n".join([head, *(f"  {k.ljust(width)}  {v}" for k, v in rows)])
+        lines = [head, *(f"  {k.ljust(width)}  {v}" for k, v in rows)]
+        if self.ingest_path and not self.dry_run:
+            lines.append(f"next: situate ingest {self.ingest_path} --collection NAME (a scratch "
+                         f"collection per configuration), then situate evaluate "
+                         f"{self.out}/eval.jsonl --collection NAME")
+        return "\n".join(lines)
 
     def plan_line(self) -> str:
         """One line said before anything is paid."""
