@@ -44,6 +44,7 @@ Then, per format and `--context`: a fresh `situate ingest` (MiniLM by default), 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import html
 import json
 import os
@@ -448,6 +449,17 @@ print(json.dumps(out))
 """
 
 
+def code_version() -> str:
+    """The commit the run measured, and whether the loader, readers or metrics differed from it
+    (others edit them while benchmarks run)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "tasks/corpus", "tasks/retrieval",
+                            "tasks/contexts"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    return head + (" + uncommitted " + ",".join(sorted(set(dirty) - {"M", "??", "A", "D"}))
+                   if dirty else "")
+
+
 def coverage(corpus: Path, eval_set: Path, env: dict[str, str]) -> dict:
     """Load the corpus as ingest does and count the queries whose golden quote is in some chunk,
     and the prose sentences the reader gave back verbatim."""
@@ -497,6 +509,8 @@ def main() -> None:
     ap.add_argument("--build-only", action="store_true", help="make the corpora and the set, then stop")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "formats.json")
     ap.add_argument("--render", metavar="JSON", help="print the table of an earlier --out and stop")
+    ap.add_argument("--update", action="store_true",
+                    help="replace only this run's (format, context) rows in --out (the same set)")
     args = ap.parse_args()
     if args.render:
         print(markdown_tables(json.loads(Path(args.render).read_text())), end="")
@@ -512,9 +526,17 @@ def main() -> None:
         print(json.dumps({k: v for k, v in built.items() if k != "files"}), flush=True)
         if args.build_only:
             return
+        built["eval_sha256"] = hashlib.sha256((work / "eval.jsonl").read_bytes()).hexdigest()
         results: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
                          "command": " ".join([Path(sys.executable).name, *sys.argv]),
                          "embedder": args.embedder, "build": built, "runs": []}
+        if args.update and args.out.exists():
+            earlier = json.loads(args.out.read_text())
+            if earlier["build"].get("eval_sha256") != built["eval_sha256"]:
+                sys.exit(f"{args.out} was measured on another evaluation set: run without --update")
+            results["runs"] = [r for r in earlier["runs"]
+                               if not (r["format"] in args.formats and r["context"] in args.contexts)]
+            results["commands"] = earlier.get("commands", [earlier.get("command")]) + [results["command"]]
         env = {**os.environ, "SITUATE_MILVUS_URI": f"{tmp}/milvus.db", "SITUATE_CACHE_DIR": f"{tmp}/c",
                "SITUATE_RESULTS_DIR": f"{tmp}/r"}
         env.pop("ANTHROPIC_API_KEY", None)
@@ -539,16 +561,21 @@ def main() -> None:
                 report = json.loads(report_json.read_text())
                 missed = [{"query": q["query"], "ranks": q["ranks"]} for q in report["per_query"]
                           if (q["ranks"]["hybrid"][0] or 99) > 10]
+                ranks = {m: [q["ranks"][m][0] for q in report["per_query"]] for m in MODES}
                 results["runs"].append({
                     "format": fmt, "context": context, "documents": summary["documents"],
                     "chunks": summary["chunks_written"], "formats": summary.get("formats"),
                     "units": summary.get("units"), "skipped": summary.get("skipped"),
                     "ingest_seconds": round(ingest_s, 1), "pass_at_k": report["pass_at_k"],
                     "coverage": {k: v for k, v in covered[fmt].items()},
-                    "hybrid_missed_at_10": missed})
+                    "hybrid_missed_at_10": missed, "ranks": ranks, "code": code_version(),
+                    "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
                 print(fmt, context, json.dumps(report["pass_at_k"]), flush=True)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
+                order = {f: i for i, f in enumerate(FORMATS)}
+                results["runs"].sort(key=lambda r: (r["context"] != "structural", r["context"],
+                                                    order[r["format"]]))
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(results, indent=2) + "\n")  # after every run
         print(markdown_tables(results), end="")
 
 
