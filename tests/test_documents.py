@@ -149,7 +149,7 @@ def mixed(tmp_path_factory) -> Path:
 
 def _load(root: Path):
     with configured(max_document_bytes=4 << 20):
-        return load_corpus(root)
+        return load_corpus(root, code_chunks="syntax")
 
 
 def test_every_format_is_read_with_its_place_and_every_bad_file_is_a_counted_skip(mixed, caplog):
