@@ -24,7 +24,7 @@ Measured:
   imported (ru_maxrss of a fresh process, before and after).
 
     .venv/bin/python benchmarks/bench_reading.py [--keep DIR] [--scale 1.0] [--ingest-files N]
-        [--skip-ingest] [--long-pages 2000]
+        [--parts alone long ingest] [--update] [--long-pages 2000]
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ import os
 import platform
 import random
 import re
+import resource
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -341,22 +343,25 @@ for s in read_document(files[0], max_bytes=1 << 30).sections:
     pass
 first = time.perf_counter() - t
 repeat = int(sys.argv[2])
-readers = loaded = float("inf")  # the fastest of `repeat` passes: the machine is shared
+# The fastest of `repeat` passes, in wall time and in this process's CPU time: the machine is
+# shared, and CPU time is what reading costs whatever else runs.
+readers = loaded = readers_cpu = loaded_cpu = float("inf")
 for _ in range(repeat):
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     chars = units = 0
     for f in files:
         reading = read_document(f, max_bytes=1 << 30)
         for s in reading.sections:
             chars += len(s.text)
         units += reading.units
-    readers = min(readers, time.perf_counter() - t)
-    t = time.perf_counter()
+    readers, readers_cpu = min(readers, time.perf_counter() - t), min(readers_cpu, time.process_time() - c)
+    t, c = time.perf_counter(), time.process_time()
     corpus = load_corpus(sys.argv[1])
-    loaded = min(loaded, time.perf_counter() - t)
+    loaded, loaded_cpu = min(loaded, time.perf_counter() - t), min(loaded_cpu, time.process_time() - c)
 print(json.dumps({"import_seconds": round(imported, 3), "first_file_seconds": round(first, 3),
-                  "reader_seconds": round(readers, 3),
-                  "load_seconds": round(loaded, 3), "files": len(files), "chars": chars,
+                  "reader_seconds": round(readers, 3), "reader_cpu_seconds": round(readers_cpu, 3),
+                  "load_seconds": round(loaded, 3), "load_cpu_seconds": round(loaded_cpu, 3),
+                  "files": len(files), "chars": chars,
                   "reader_units": units, "documents": len(corpus.documents),
                   "chunks": corpus.chunk_count, "units": dict(corpus.units),
                   "skipped": dict(corpus.skipped)}))
@@ -373,7 +378,7 @@ def read_alone(d: Path, env: dict[str, str], repeat: int) -> dict[str, Any]:
     mb = sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) / 1e6
     res["mb"] = round(mb, 2)
     res["load_average_before_after"] = [round(load, 2), round(os.getloadavg()[0], 2)]
-    for key in ("reader", "load"):
+    for key in ("reader", "load", "reader_cpu", "load_cpu"):
         s = max(res[f"{key}_seconds"], 1e-9)
         res[f"{key}_files_per_second"] = round(res["files"] / s, 1)
         res[f"{key}_mb_per_second"] = round(mb / s, 2)
@@ -387,16 +392,18 @@ def read_alone(d: Path, env: dict[str, str], repeat: int) -> dict[str, Any]:
 INGEST = """
 import atexit, json, sys, time
 import situate.tasks.corpus.load as load
-spent = {"scan_read_seconds": 0.0, "stream_read_seconds": 0.0, "scan_files": 0, "stream_files": 0}
+spent = {"scan_read_seconds": 0.0, "stream_read_seconds": 0.0, "scan_read_cpu_seconds": 0.0,
+         "stream_read_cpu_seconds": 0.0, "scan_files": 0, "stream_files": 0}
 def timed(fn):
     def wrapper(f, doc_id, where, *rest, **kw):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         try:
             return fn(f, doc_id, where, *rest, **kw)
         finally:
             tally = next((a for a in rest if isinstance(a, load.Tally)), None)
             key = "stream" if tally is not None and tally.quiet else "scan"
             spent[f"{key}_read_seconds"] += time.perf_counter() - t
+            spent[f"{key}_read_cpu_seconds"] += time.thread_time() - c
             spent[f"{key}_files"] += 1
     return wrapper
 load._read_document = timed(load._read_document)
@@ -413,20 +420,27 @@ def ingest(corpus: Path, tmp: Path, env: dict[str, str]) -> dict[str, Any]:
     spent = tmp / "spent.json"
     summary = tmp / "summary.json"
     load = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     r = subprocess.run([sys.executable, "-c", INGEST, str(spent), "ingest", str(corpus),
                         "--collection", "reading", "--context", "structural", "--json", str(summary)],
                        cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         sys.exit(f"situate ingest failed:\n{r.stderr[-3000:]}")
+    # CPU of the command and every process it waited for (model workers, Prefect's server)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     s = json.loads(summary.read_text())
     read = json.loads(spent.read_text())
     reading = read["scan_read_seconds"] + read["stream_read_seconds"]
+    reading_cpu = read["scan_read_cpu_seconds"] + read["stream_read_cpu_seconds"]
     return {"wall_seconds": round(wall, 1), "documents": s["documents"], "chunks": s["chunks_written"],
             "formats": s.get("formats"), "units": s.get("units"), "skipped": s.get("skipped"),
             "stage_seconds": s.get("seconds"), **{k: round(v, 2) for k, v in read.items()},
             "reading_seconds": round(reading, 1), "reading_share": round(reading / wall, 3),
+            "cpu_seconds": round(cpu, 1), "reading_cpu_seconds": round(reading_cpu, 1),
+            "reading_cpu_share": round(reading_cpu / cpu, 3),
             "chunks_per_second": round(s["chunks_written"] / wall, 1),
             "load_average_before_after": [round(load, 2), round(os.getloadavg()[0], 2)]}
 
@@ -453,7 +467,7 @@ def sample():
         time.sleep(0.01)
 sampler = threading.Thread(target=sample, daemon=True)
 sampler.start()
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 pages = chars = 0
 if mode == "reader":
     reading = read_document(path, max_bytes=1 << 31)
@@ -466,11 +480,12 @@ else:
     corpus = load_corpus(path, max_file_bytes=1 << 31)
     pages = dict(corpus.units).get("pages", 0)
     chars = len(corpus.documents[0].text)
-seconds = time.perf_counter() - t
+seconds, cpu = time.perf_counter() - t, time.process_time() - c
 done = True
 sampler.join()
 print(json.dumps({"mode": mode, "pages": pages, "chars": chars, "seconds": round(seconds, 2),
-                  "pages_per_second": round(pages / seconds, 1), "baseline_rss_mib": round(baseline, 1),
+                  "pages_per_second": round(pages / seconds, 1), "cpu_seconds": round(cpu, 2),
+                  "pages_per_cpu_second": round(pages / cpu, 1), "baseline_rss_mib": round(baseline, 1),
                   "peak_rss_mib": round(peak_rss, 1), "growth_mib": round(peak_rss - baseline, 1),
                   "process_max_rss_mib":
                       round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
@@ -501,33 +516,50 @@ def subset(corpus: Path, out: Path, files: int) -> Path:
     return out
 
 
+def code_version() -> str:
+    """The commit measured, and the reading code changed since it, if any (others edit it)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "tasks/corpus"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.split()
+    return head + (" + uncommitted " + ",".join(sorted(set(dirty) - {"M", "??", "A", "D"}))
+                   if dirty else "")
+
+
 def markdown_tables(results: dict[str, Any]) -> str:
+    """Rates per CPU second (what reading costs, whatever else the machine runs) and per wall
+    second (what this run saw), the ingest's reading share both ways, the long PDF."""
     lines = ["| format | files | MB | units | chunks | readers alone: files/s | MB/s | units/s | "
-             "read + chunk (load_corpus): files/s | MB/s | units/s | import + first file s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for fmt, r in results["alone"].items():
+             "read + chunk (load_corpus): files/s | MB/s | units/s | wall files/s (read + chunk) | "
+             "import + first file s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for fmt, r in results.get("alone", {}).items():
         unit = next(iter(r["units"]), "")
         lines.append(
             f"| {fmt} | {r['files']} | {r['mb']} | {r['reader_units'] or ''} {unit} | {r['chunks']} | "
-            f"{r['reader_files_per_second']} | {r['reader_mb_per_second']} | "
-            f"{r.get('reader_units_per_second', '')} | {r['load_files_per_second']} | "
-            f"{r['load_mb_per_second']} | {r.get('load_units_per_second', '')} | "
-            f"{r['import_seconds']} + {r['first_file_seconds']} |")
+            f"{r['reader_cpu_files_per_second']} | {r['reader_cpu_mb_per_second']} | "
+            f"{r.get('reader_cpu_units_per_second', '')} | {r['load_cpu_files_per_second']} | "
+            f"{r['load_cpu_mb_per_second']} | {r.get('load_cpu_units_per_second', '')} | "
+            f"{r['load_files_per_second']} | {r['import_seconds']} + {r['first_file_seconds']} |")
     text = "\n".join(lines) + "\n"
     if results.get("ingest"):
         i = results["ingest"]
-        text += ("\n| ingest of | documents | chunks | wall s | reading s (scan + stream) | "
-                 "reading share | chunks/s | stages (summary) |\n|---|---|---|---|---|---|---|---|\n"
+        text += ("\n| ingest of | documents | chunks | wall s | reading wall s (scan + stream) | "
+                 "reading share of wall | CPU s (all processes) | reading CPU s | reading share of CPU | "
+                 "chunks/s | stages (summary) |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
                  f"| {i['corpus']} | {i['documents']} | {i['chunks']} | {i['wall_seconds']} | "
                  f"{i['reading_seconds']} ({i['scan_read_seconds']} + {i['stream_read_seconds']}) | "
-                 f"{100 * i['reading_share']:.1f}% | {i['chunks_per_second']} | "
+                 f"{100 * i['reading_share']:.1f}% | {i.get('cpu_seconds', '')} | "
+                 f"{i.get('reading_cpu_seconds', '')} | {100 * i.get('reading_cpu_share', 0):.1f}% | "
+                 f"{i['chunks_per_second']} | "
                  f"{', '.join(f'{k} {v:.1f}' for k, v in (i['stage_seconds'] or {}).items())} |\n")
     if results.get("long_pdf"):
-        text += ("\n| 2,000-page PDF | pages | seconds | pages/s | baseline RSS MiB | peak RSS MiB | "
-                 "growth MiB |\n|---|---|---|---|---|---|---|\n")
+        text += ("\n| 2,000-page PDF | pages | wall s | pages/s | CPU s | pages/CPU s | baseline RSS MiB | "
+                 "peak RSS MiB | growth MiB |\n|---|---|---|---|---|---|---|---|---|\n")
         for r in results["long_pdf"]:
             what = "read page by page (readers)" if r["mode"] == "reader" else "load_corpus (read + chunk)"
             text += (f"| {what} | {r['pages']} | {r['seconds']} | {r['pages_per_second']} | "
+                     f"{r.get('cpu_seconds', '')} | {r.get('pages_per_cpu_second', '')} | "
                      f"{r['baseline_rss_mib']} | {r['peak_rss_mib']} | {r['growth_mib']} |\n")
     return text
 
@@ -539,9 +571,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=22)
     ap.add_argument("--ingest-files", type=int, default=0,
                     help="ingest only this many files of the corpus (the same mix); 0: all")
-    ap.add_argument("--skip-ingest", action="store_true")
+    ap.add_argument("--parts", nargs="+", default=["alone", "long", "ingest"],
+                    choices=["alone", "long", "ingest"], help="what to measure")
+    ap.add_argument("--update", action="store_true",
+                    help="keep the other parts of an earlier --out (the same corpus, checked)")
     ap.add_argument("--repeat", type=int, default=2, help="reading passes per format; the fastest counts")
-    ap.add_argument("--long-pages", type=int, default=2000, help="0: skip the long PDF")
+    ap.add_argument("--long-pages", type=int, default=2000)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "reading.json")
     ap.add_argument("--render", metavar="JSON", help="print the tables of an earlier --out and stop")
     args = ap.parse_args()
@@ -561,17 +596,27 @@ def main() -> None:
         if made.exists() and json.loads(made.read_text())["mix"] == mix | {"seed": args.seed}:
             results["generated"] = json.loads(made.read_text())["generated"]
         else:
+            if corpus.exists():
+                shutil.rmtree(corpus)  # another mix or seed: made again from nothing
             results["generated"] = generate(corpus, mix, args.seed)
             made.write_text(json.dumps({"mix": mix | {"seed": args.seed},
                                         "generated": results["generated"]}))
+        if args.update and args.out.exists():
+            earlier = json.loads(args.out.read_text())
+            if earlier.get("generated") != results["generated"]:
+                sys.exit(f"{args.out} was measured on another corpus: run without --update")
+            results = {**earlier, **{k: v for k, v in results.items() if k != "command"},
+                       "commands": earlier.get("commands", [earlier.get("command")]) + [results["command"]]}
+        results["code"] = code_version()
         env = {**os.environ, "SITUATE_MILVUS_URI": f"{tmp}/milvus.db", "SITUATE_CACHE_DIR": f"{tmp}/c",
                "SITUATE_RESULTS_DIR": f"{tmp}/r"}
         env.pop("ANTHROPIC_API_KEY", None)
-        results["alone"] = {}
-        for fmt in mix:
-            results["alone"][fmt] = read_alone(corpus / fmt, env, args.repeat)
-            print("read", fmt, json.dumps(results["alone"][fmt]), flush=True)
-        if args.long_pages:
+        if "alone" in args.parts:
+            results["alone"] = {}
+            for fmt in mix:
+                results["alone"][fmt] = read_alone(corpus / fmt, env, args.repeat)
+                print("read", fmt, json.dumps(results["alone"][fmt]), flush=True)
+        if "long" in args.parts:
             long = work / f"long-{args.long_pages}.pdf"
             if not long.exists():
                 t = time.perf_counter()
@@ -580,7 +625,7 @@ def main() -> None:
                 print("generated long pdf", round(time.perf_counter() - t, 1), "s", flush=True)
             results["long_pdf_bytes"] = long.stat().st_size
             results["long_pdf"] = long_pdf(long, env)
-        if not args.skip_ingest:
+        if "ingest" in args.parts:
             target = corpus if not args.ingest_files else subset(corpus, tmp / "subset", args.ingest_files)
             results["ingest"] = {"corpus": "all" if not args.ingest_files
                                  else f"{args.ingest_files} files, the same mix", **ingest(target, tmp, env)}
