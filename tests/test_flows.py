@@ -51,7 +51,7 @@ def test_ingest_twice_then_evaluate_with_minilm(prefect_harness, state):
     out = Path(state["results_dir"]) / "r.json"
     result = evaluate(eval_set=str(SAMPLE_EVAL), collection="sample", json_out=str(out))
     saved = json.loads(out.read_text())
-    assert saved["queries"] == 13 and set(saved["pass_at_k"]) == {"dense", "bm25", "hybrid"}
+    assert saved["queries"] == 21 and set(saved["pass_at_k"]) == {"dense", "bm25", "hybrid"}
     assert saved["pass_at_k"] == result.only().pass_at_k
     # Real retrieval on a tiny corpus: every golden chunk is within the first 10 for BM25/hybrid.
     assert saved["pass_at_k"]["hybrid"]["10"] >= 90.0

@@ -61,7 +61,7 @@ def test_ingest_and_evaluate_on_server_match_lite(prefect_harness, state, server
     lite_eval = evaluate(eval_set=str(SAMPLE_EVAL), collection="server_mode", modes="bm25,hybrid")
     served_eval = evaluate(eval_set=str(SAMPLE_EVAL), collection="server_mode",
                                 modes="bm25,hybrid", milvus_uri=server_uri)
-    assert served_eval.queries == lite_eval.queries == 13
+    assert served_eval.queries == lite_eval.queries == 21
     assert served_eval.only().pass_at_k == lite_eval.only().pass_at_k
     assert served_eval.only().pass_at_k["hybrid"]["20"] > 0
 
@@ -77,7 +77,7 @@ def test_cli_with_server_uri_and_token(prefect_harness, state, server_uri, tmp_p
     out = tmp_path / "eval.json"
     assert main(["evaluate", str(SAMPLE_EVAL), *args, "--modes", "bm25", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert result["collection"] == "cli_server" and result["queries"] == 13
+    assert result["collection"] == "cli_server" and result["queries"] == 21
     assert snapshot(server_uri, "cli_server", "root:Milvus")
     assert "ingested" in capsys.readouterr().out
     from prefect.client.orchestration import get_client
