@@ -22,6 +22,7 @@ TOUCHED = (
     ("prefect.server.api.server", "subprocess"),
     ("prefect.server.api.server:SubprocessASGIServer", "_run_uvicorn_command"),
     ("prefect.server.api.server:SubprocessASGIServer", "_instances"),
+    ("prefect.server.api.server:SubprocessASGIServer", "port"),
     ("prefect.events.worker", "EventsWorker"),
     ("prefect.events.worker:EventsWorker", "drain_all"),
     ("prefect.flows", "_display_serve_start_message"),
@@ -72,7 +73,16 @@ def start_temporary_server() -> None:
     has recorded its run as cancelled. Out of the group, a `kill -9` of the command would leave
     it running for good: on Linux it is asked to stop (SIGTERM) when the command's process ends,
     however it ends. Prefect starts it with `subprocess.Popen` in `_run_uvicorn_command`, with no
-    way to pass either: the module's `subprocess` is swapped for the call."""
+    way to pass either: the module's `subprocess` is swapped for the call.
+
+    Its port is the operating system's pick, not Prefect's: Prefect draws one of 1,000 ports
+    (8000-8999) at random and checks it is free seconds before its server binds it. Two
+    commands starting together can draw the same one; the second's server then fails to bind,
+    its health check is answered by the first's server, and its run dies with `Connection
+    refused` when the first command ends (seen when two runs start at once). The kernel's
+    pick from its ephemeral range (about 28,000 ports, never one in use) makes that a stray
+    chance instead of a likely one, for one-off runs started side by side by a scheduler or a
+    test suite."""
     import subprocess
 
     from prefect.server.api import server as module
@@ -91,9 +101,21 @@ def start_temporary_server() -> None:
     real = getattr(module, "subprocess")  # noqa: B009 - not exported: read as an attribute
     setattr(module, "subprocess", _NewSession())  # noqa: B010
     try:
-        module.SubprocessASGIServer().start()
+        server = module.SubprocessASGIServer()
+        if not getattr(server, "running", False) and getattr(server, "port", 0) is None:
+            server.port = _free_loopback_port()
+        server.start()
     finally:
         setattr(module, "subprocess", real)  # noqa: B010
+
+
+def _free_loopback_port() -> int:
+    """A loopback port the kernel says is free now (bound to port 0, read, released)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None

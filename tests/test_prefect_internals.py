@@ -45,3 +45,28 @@ def test_a_run_of_this_process_stops_through_the_handler_given():
         assert calls == [signal.SIGTERM]
     finally:
         engine._prefect_sigterm_handler = original
+
+
+def test_the_temporary_server_gets_a_port_the_kernel_picked(monkeypatch):
+    """Prefect draws its temporary server's port from 8000-8999 at random; two commands starting
+    together drew the same one in CI (the second ran against the first's server and died with
+    `Connection refused` when it stopped). situate asks the kernel for a free port instead."""
+    from prefect.server.api import server as module
+
+    from situate.flows import prefect_internals
+
+    started: list[int] = []
+
+    class Server:
+        running = False
+
+        def __init__(self) -> None:
+            self.port = None
+
+        def start(self) -> None:
+            started.append(self.port)
+
+    monkeypatch.setattr(module, "SubprocessASGIServer", Server)
+    prefect_internals.start_temporary_server()
+    low, high = (int(x) for x in open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+    assert len(started) == 1 and low <= started[0] <= high

@@ -30,6 +30,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 BIN = Path(sys.executable).parent
 COLLECTION = "ui_sample"
 OUTPUT = ROOT / "tests" / "output" / "ui"
+# Every file of the sample corpus is a document situate reads (code, Markdown, PDF, Office...).
+SAMPLE_DOCUMENTS = str(sum(1 for p in SAMPLE_CORPUS.rglob("*") if p.is_file()))
 
 
 def _env(home: Path, api: str, **extra: str) -> dict[str, str]:
@@ -196,7 +198,7 @@ def test_deployment_runs_show_in_the_ui(prefect_server, tmp_path):
         summary = _artifact(api, "ingest-summary-ui-sample")
         rows = json.loads(table["data"]) if isinstance(table["data"], str) else table["data"]
         assert {r["mode"] for r in rows} == {"dense", "bm25", "hybrid"}
-        assert any(r["metric"] == "new" and r["value"] == "6" for r in (
+        assert any(r["metric"] == "new" and r["value"] == SAMPLE_DOCUMENTS for r in (
             json.loads(summary["data"]) if isinstance(summary["data"], str) else summary["data"]))
 
         browser = Browser(tmp_path / "chromium", tmp_path / "chromium.log")
@@ -295,4 +297,4 @@ def test_prefect_yaml_deployments_run_on_a_process_worker(prefect_server, tmp_pa
     summary = _artifact(api, "ingest-summary-yaml-sample")
     data = json.loads(summary["data"]) if isinstance(summary["data"], str) else summary["data"]
     values = {r["metric"]: r["value"] for r in data}
-    assert values["new"] == "6" and values["rows"] == values["chunks_written"] != "0"
+    assert values["new"] == SAMPLE_DOCUMENTS and values["rows"] == values["chunks_written"] != "0"
