@@ -164,6 +164,8 @@ def test_pdf_soft_hyphen_and_digits(tmp_path: Path) -> None:
     ("retrie\u00ad", "Val", "retrieVal"),
     ("Franco\u2010", "Prussian", "Franco\u2010Prussian"), ("covid-", "19", "covid-19"),
     ("end.", "next", "end. next"), ("a -", "b", "a - b"),
+    ("e.g. --", "inspect=9222", "e.g. --inspect=9222"), ("than -", "-dns-order", "than --dns-order"),
+    ("write(\"sha256-", "\");", "write(\"sha256-\");"), ("well-", "(known)", "well- (known)"),
 ])
 def test_pdf_line_join(a: str, b: str, joined: str) -> None:
     assert pdf_reader._join(a, b) == joined
@@ -545,3 +547,40 @@ def test_pdf_numbered_heading_bullets_and_numeric_table(tmp_path: Path) -> None:
         ("table", "Year | Dense | Hybrid\n2021 | 4.5 | 3.2\n2022 | 5.25 | 3.75"),
         ("text", "\u2022 hybrid search wins every year\n\n\u2022 dense search improves the most"),
     ]
+
+
+def test_pdf_inline_code_drawn_in_pieces(tmp_path: Path) -> None:
+    """Inline code as a browser prints it: a smaller font, each piece its own text object
+    ("NODE", "_", "MODULE"). The underscore's box is a sliver under the baseline, and a line
+    that starts and ends with code is still body text: the words stay whole ("NODE_MODULE",
+    "--inspect") and the sentence stays one paragraph (it did not: "NODE _ MODULE", a stray "_"
+    on the next line, a paragraph break before "suffix")."""
+    import reportlab
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfbase import pdfmetrics
+    from reportlab.pdfbase.ttfonts import TTFont
+    from reportlab.pdfgen import canvas
+
+    pdfmetrics.registerFont(TTFont("Vera", str(Path(reportlab.__file__).parent / "fonts" / "Vera.ttf")))
+    prose, code = ("Vera", 12.0), ("Vera", 10.2)
+    path = tmp_path / "addons.pdf"
+    c = canvas.Canvas(str(path), pagesize=A4)
+
+    def runs(y: float, parts: list[tuple[tuple[str, float], str]]) -> None:
+        x = 72.0
+        for (font, size), text in parts:
+            c.setFont(font, size)
+            c.drawString(x, y, text)
+            x += c.stringWidth(text, font, size)
+
+    runs(700, [(prose, "There is no semi-colon after "), (code, "NODE"), (code, "_"), (code, "MODULE"),
+               (prose, " as it is not a function, and the")])
+    runs(685, [(code, "module"), (code, "_"), (code, "name"),
+               (prose, " must match the file name of the binary, without the "), (code, ".node")])
+    runs(670, [(prose, "suffix. Start it with "), (code, "-"), (code, "-inspect"), (prose, " to debug it.")])
+    c.showPage()
+    c.save()
+    [section] = _sections(path)
+    assert section.text == ("There is no semi-colon after NODE_MODULE as it is not a function, and the "
+                            "module_name must match the file name of the binary, without the .node "
+                            "suffix. Start it with --inspect to debug it.")

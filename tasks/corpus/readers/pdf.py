@@ -60,6 +60,12 @@ class _Frag:
     x1: float
     bottom: float
     size: float  # font size as drawn (the font's size times the text matrix's scale)
+    # Where its text is in PDFium's text of the page: the line (a running number) and the first
+    # and last visible characters. Two fragments cut from one line with nothing between their
+    # characters are one word drawn in pieces ("NODE", "_", "MODULE"): no space between them.
+    line: int = -1
+    first: int = -1
+    last: int = -1
 
 
 @dataclass(slots=True)
@@ -291,7 +297,7 @@ class _TextPage:
         left, top, right, bottom = self.box
         height = self.tf.top
         frags: list[_Frag] = []
-        start = 0
+        start = line = 0
         for brk in _BREAK.finditer(chars + "\n"):
             i = brk.start()
             end = i + 1 if chars[i:i + 1] == _EOL_HYPHEN else i  # PDFium's end-of-line hyphen stays
@@ -309,23 +315,32 @@ class _TextPage:
                     text = " ".join(chars[start:end].replace(_EOL_HYPHEN, "-").split())
                     if text:
                         x0, y0, x1, y1 = rects[0]
-                        frags.append(_Frag(text, x0, y0, x1, y1, self.font_size(start, end)))
+                        frags.append(_Frag(text, x0, y0, x1, y1, self.font_size(start, end), line))
                 elif rects:
-                    frags.extend(self.cut_line(start, end, _groups(rects)))
+                    frags.extend(self.cut_line(start, end, _groups(rects), line))
             start = brk.end()
+            line += 1
+        for f in frags:
+            if f.bottom - f.top < 0.3 * f.size:
+                # A glyph with no height of its own (an underscore, a low line) drawn by itself:
+                # its box is a sliver under the baseline, below the box of the word it belongs to.
+                # Given a letter's height above its bottom, it joins that word's line.
+                f.top = f.bottom - 0.75 * f.size
         return frags
 
-    def cut_line(self, start: int, end: int, groups: list[list[float]]) -> list[_Frag]:
+    def cut_line(self, start: int, end: int, groups: list[list[float]], line: int) -> list[_Frag]:
         """One PDFium line as fragments: the whole line when it is one group, else each character
         sent to the group its box falls in (character boxes asked for on such lines only)."""
         chars = self.chars
         if len(groups) == 1:
             texts = [chars[start:end]]
             firsts = [start]
+            lasts = [end - 1]
         else:
             c, tp = self.c, self.tp
             parts: list[list[str]] = [[] for _ in groups]
             firsts = [-1] * len(groups)
+            lasts = [-1] * len(groups)
             left, top, right, bottom = self.box
             g = 0
             for i in range(start, end):
@@ -337,20 +352,24 @@ class _TextPage:
                             key=lambda k: max(groups[k][0] - cx, 0.0, cx - groups[k][2]) + (k != here) * 0.01)
                     if firsts[g] < 0:
                         firsts[g] = i
+                    if not chars[i].isspace():
+                        lasts[g] = i
                 parts[g].append(chars[i])
             texts = ["".join(p) for p in parts]
         out = []
-        for group, text, first in zip(groups, texts, firsts, strict=True):
+        for group, text, first, last in zip(groups, texts, firsts, lasts, strict=True):
             text = " ".join(text.replace(_EOL_HYPHEN, "-").split())
             if text:
-                out.append(_Frag(text, group[0], group[1], group[2], group[3], self.font_size(first, end)))
+                out.append(_Frag(text, group[0], group[1], group[2], group[3], self.font_size(first, end),
+                                 line, first, last))
         return out
 
     def font_size(self, i: int, end: int) -> float:
         """The drawn size of a run's text: the font size times the text matrix's vertical scale
-        (a PDF may set 1-point text and scale it with the matrix), the median of three visible
-        characters (first, middle, last), so a bullet or a word in another font does not decide.
-        When the first and last agree the middle is not asked."""
+        (a PDF may set 1-point text and scale it with the matrix), the median of visible
+        characters spread over the run, so a bullet or a word in another font does not decide:
+        the first, middle and last, and when they differ (inline code at both ends of a line of
+        prose) the quarter points as well."""
         chars = self.chars
         if i < 0:
             return 0.0
@@ -365,12 +384,17 @@ class _TextPage:
         if last == i:
             return first
         final = self.char_size(last)
-        if final == first:
+        middle = self.char_size(self._visible((i + last) // 2, last))
+        if first == final == middle:
             return first
-        middle = (i + last) // 2
-        while middle < last and chars[middle].isspace():
-            middle += 1
-        return sorted((first, final, self.char_size(middle)))[1]
+        quarters = [self.char_size(self._visible(i + (last - i) * q // 4, last)) for q in (1, 3)]
+        return sorted((first, final, middle, *quarters))[2]
+
+    def _visible(self, k: int, last: int) -> int:
+        chars = self.chars
+        while k < last and chars[k].isspace():
+            k += 1
+        return k
 
     def char_size(self, i: int) -> float:
         size = float(self.c.FPDFText_GetFontSize(self.tp, i))
@@ -549,8 +573,18 @@ def _cells(frags: list[_Frag]) -> tuple[list[str], list[tuple[float, float]]]:
     spans: list[tuple[float, float]] = []
     prev: _Frag | None = None
     for f in frags:
-        if prev is not None and cells and (_MARKER.match(cells[-1]) and len(cells) == 1
-                                           or f.x0 - prev.x1 < 0.3 * max(f.size, prev.size, 1.0)):
+        gap = f.x0 - prev.x1 if prev is not None else 0.0
+        em = max(f.size, prev.size, 1.0) if prev is not None else 1.0
+        if prev is not None and prev.line == f.line >= 0 and prev.first >= 0 and f.first >= 0:
+            tight = prev.last + 1 == f.first  # PDFium's text has nothing between them
+        else:  # from two of PDFium's lines (a sliver it put apart): touching, or not
+            tight = gap < 0.1 * em
+        if prev is not None and cells and tight and gap < em:
+            # one word drawn in pieces ("NODE", "_", "MODULE"; a monospaced "--", whose glyphs'
+            # boxes stand apart by a third of an em): no space between them
+            cells[-1] = cells[-1] + f.text
+            spans[-1] = (spans[-1][0], f.x1)
+        elif prev is not None and cells and (_MARKER.match(cells[-1]) and len(cells) == 1 or gap < 0.3 * em):
             cells[-1] = cells[-1] + " " + f.text
             spans[-1] = (spans[-1][0], f.x1)
         else:
@@ -709,12 +743,17 @@ def _prose(frags: list[_Frag]) -> bool:
 def _join(a: str, b: str) -> str:
     """Two lines of one paragraph: a hyphen at the end of the first is undone when the next line
     goes on in lowercase ("retrie-" + "val"), kept without a space before an uppercase letter or a
-    digit ("Franco-" + "Prussian", "2020-" + "2021"); a soft hyphen is always undone."""
+    digit ("Franco-" + "Prussian", "2020-" + "2021"); a soft hyphen is always undone. A line
+    broken inside a command-line option or code keeps its characters together: after a double
+    hyphen ("--" + "inspect"), between two hyphens ("than -" + "-dns"), and before punctuation
+    ("sha256-" + '");')."""
     if a and b and a[-1] in HYPHENS and len(a) >= 2 and a[-2].isalnum():
         if a[-1] == "\u00ad" or (b[0].islower() and a[-2].isalpha()):
             return a[:-1] + b
-        if b[0].isupper() or b[0].isdigit():
+        if b[0].isupper() or b[0].isdigit() or not (b[0].isalnum() or b[0] in "([{\u2018\u201c"):
             return a + b
+    if a[-2:] == "--" or (a[-1:] == "-" and b[0] == "-"):
+        return a + b
     return a + " " + b
 
 
