@@ -31,6 +31,17 @@ from benchmarks.bench_scale import run_evaluate, write_eval_set  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI  # noqa: E402
 
 
+def largest_vs_smallest(runs: list[dict]) -> list[float]:
+    """Time per query of the largest set over that of each run of the smallest (a size may be
+    run twice, before and after, to see the machine's drift)."""
+    if len({r["queries"] for r in runs}) < 2:
+        return []
+    small = min(r["queries"] for r in runs)
+    large = max(runs, key=lambda r: r["queries"])
+    return [round(large["seconds_per_query"] / r["seconds_per_query"], 3)
+            for r in runs if r["queries"] == small]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--uri", required=True)
@@ -47,8 +58,8 @@ def main() -> None:
     runs = []
     with FakeOpenAI(api_key="sk-bench-eval") as fake, tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "OPENAI_API_KEY": fake.api_key, "OPENAI_BASE_URL": fake.base_url + "/v1"}
-        for n in args.sizes:
-            work = Path(tmp) / f"eval-{n}"
+        for i, n in enumerate(args.sizes):  # a size may repeat (200 5000 200: the first again)
+            work = Path(tmp) / f"eval-{i}-{n}"
             work.mkdir()
             eval_set = work / f"eval-{n}.jsonl"
             write_eval_set(corpus, eval_set, n, documents)
@@ -59,18 +70,20 @@ def main() -> None:
     ratio = None
     if len(ok) >= 2:
         ratio = round(ok[-1]["seconds_per_query"] / ok[0]["seconds_per_query"], 3)
+    largest_over_smallest = largest_vs_smallest(ok)
     machine = (f"{platform.machine()}, {os.cpu_count()} cores, "
                f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}")
     result = {"machine": machine, "command": " ".join(sys.argv), "documents": documents,
-              "runs": runs, "time_per_query_ratio_last_over_first": ratio}
+              "runs": runs, "time_per_query_ratio_last_over_first": ratio,
+              "time_per_query_largest_over_each_smallest": largest_over_smallest}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     for r in ok:
         print(f"{r['queries']:>6} queries: {r['seconds_per_query'] * 1000:.1f} ms/query "
               f"(flow {r['evaluation_seconds']} s, wall {r['seconds']} s), latency "
               f"{r['latency_ms']}, peak RSS {r['peak_rss_mib']} MiB")
-    if ratio is not None:
-        print(f"time per query, {ok[-1]['queries']} over {ok[0]['queries']} queries: x{ratio}")
+    if largest_over_smallest:
+        print(f"time per query, the largest set over each run of the smallest: x{largest_over_smallest}")
     print(f"wrote {args.out}")
 
 
