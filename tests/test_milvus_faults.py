@@ -198,6 +198,9 @@ def test_killed_between_creating_the_collection_and_indexing_it(server, store_fo
         store.ensure_collection(C, EMB.dim, EMBEDDER)
     setattr(store.client, after, real)
     server.start()
+    # The default budget again: the short one was for the dead server; a restarted one may take
+    # seconds to serve on a loaded machine (it failed here once with 5 attempts over 2 s).
+    store.retry = RetryPolicy(RETRY_ATTEMPTS, RETRY_BASE, RETRY_CAP)
     physical = "faults__g1"
     named = store.exists(C)  # (retried while the client reconnects)
     assert store.client.list_collections() == [physical]
