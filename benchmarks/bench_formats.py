@@ -59,6 +59,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench_reading import code_version  # the script's folder is on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCE = Path("/usr/share/doc/nodejs/api")
 FORMATS = ("md", "html", "docx", "pdf")
@@ -449,17 +451,6 @@ print(json.dumps(out))
 """
 
 
-def code_version() -> str:
-    """The commit the run measured, and whether the loader, readers or metrics differed from it
-    (others edit them while benchmarks run)."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "tasks/corpus", "tasks/retrieval",
-                            "tasks/contexts"], cwd=ROOT, capture_output=True, text=True).stdout.split()
-    return head + (" + uncommitted " + ",".join(sorted(set(dirty) - {"M", "??", "A", "D"}))
-                   if dirty else "")
-
-
 def coverage(corpus: Path, eval_set: Path, env: dict[str, str]) -> dict:
     """Load the corpus as ingest does and count the queries whose golden quote is in some chunk,
     and the prose sentences the reader gave back verbatim."""
@@ -568,7 +559,8 @@ def main() -> None:
                     "units": summary.get("units"), "skipped": summary.get("skipped"),
                     "ingest_seconds": round(ingest_s, 1), "pass_at_k": report["pass_at_k"],
                     "coverage": {k: v for k, v in covered[fmt].items()},
-                    "hybrid_missed_at_10": missed, "ranks": ranks, "code": code_version(),
+                    "hybrid_missed_at_10": missed, "ranks": ranks,
+                    "code": code_version(("tasks/corpus", "tasks/retrieval", "tasks/contexts")),
                     "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
                 print(fmt, context, json.dumps(report["pass_at_k"]), flush=True)
                 order = {f: i for i, f in enumerate(FORMATS)}

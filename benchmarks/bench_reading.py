@@ -517,11 +517,12 @@ def subset(corpus: Path, out: Path, files: int) -> Path:
     return out
 
 
-def code_version() -> str:
-    """The commit measured, and the reading code changed since it, if any (others edit it)."""
+def code_version(paths: tuple[str, ...] = ("tasks/corpus",)) -> str:
+    """The commit measured, and the files under `paths` changed since it, if any (others edit
+    them while benchmarks run)."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                           text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "tasks/corpus"], cwd=ROOT,
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=ROOT,
                            capture_output=True, text=True).stdout.split()
     return head + (" + uncommitted " + ",".join(sorted(set(dirty) - {"M", "??", "A", "D"}))
                    if dirty else "")

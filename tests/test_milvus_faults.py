@@ -29,6 +29,13 @@ C = "faults"
 SHORT = {"retry_attempts": 5, "retry_base": 0.25, "retry_cap": 1.0}
 
 
+def full_budget(store: MilvusStore) -> None:
+    """After a restart, the default retry budget again: the short one is for a server left down;
+    a restarted one may take seconds to serve on a loaded machine (5 attempts over 2 s failed
+    once, in a fresh-clone run at load 10)."""
+    store.retry = RetryPolicy(RETRY_ATTEMPTS, RETRY_BASE, RETRY_CAP)
+
+
 @pytest.fixture
 def server(tmp_path):
     s = MilvusServer(tmp_path / "data")
@@ -167,9 +174,7 @@ def test_left_down_the_write_fails_with_one_line_and_the_next_write_finishes(ser
         MilvusStore(nobody, **SHORT)
 
     server.start()
-    # Back up: the store gets the default budget again (the short one was for the server left
-    # down; a server that listens may still take seconds to serve, more on a loaded machine).
-    store.retry = RetryPolicy(RETRY_ATTEMPTS, RETRY_BASE, RETRY_CAP)
+    full_budget(store)
     # What was acknowledged before the kill is kept: the first document, whole.
     assert set(store.fingerprints(C)) == {"doc0.txt"}
     assert store.write(C, docs, batch_size=128) == 600  # the same client, reconnected
@@ -198,9 +203,7 @@ def test_killed_between_creating_the_collection_and_indexing_it(server, store_fo
         store.ensure_collection(C, EMB.dim, EMBEDDER)
     setattr(store.client, after, real)
     server.start()
-    # The default budget again: the short one was for the dead server; a restarted one may take
-    # seconds to serve on a loaded machine (it failed here once with 5 attempts over 2 s).
-    store.retry = RetryPolicy(RETRY_ATTEMPTS, RETRY_BASE, RETRY_CAP)
+    full_budget(store)
     physical = "faults__g1"
     named = store.exists(C)  # (retried while the client reconnects)
     assert store.client.list_collections() == [physical]
@@ -247,6 +250,7 @@ def test_cli_ingest_with_the_server_down_mid_write_then_resumed(prefect_harness,
     assert len(reference) > 100
     capfd.readouterr()
 
+    budget = {name: getattr(client, name) for name in ("RETRY_ATTEMPTS", "RETRY_BASE", "RETRY_CAP")}
     monkeypatch.setattr(client, "RETRY_ATTEMPTS", SHORT["retry_attempts"])
     monkeypatch.setattr(client, "RETRY_BASE", SHORT["retry_base"])
     monkeypatch.setattr(client, "RETRY_CAP", SHORT["retry_cap"])
@@ -277,6 +281,8 @@ def test_cli_ingest_with_the_server_down_mid_write_then_resumed(prefect_harness,
 
     monkeypatch.setattr(MilvusStore, "upsert", real)
     server.start()
+    for name, value in budget.items():  # the resumed run with the default budget (see full_budget)
+        monkeypatch.setattr(client, name, value)
     assert main(["ingest", corpus, "--collection", "faults_cli", *common]) == 0
     out, err = capfd.readouterr()
     assert "Traceback" not in out + err

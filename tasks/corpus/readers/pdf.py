@@ -567,31 +567,36 @@ def _lines(frags: list[_Frag]) -> list[_Line]:
 
 def _cells(frags: list[_Frag]) -> tuple[list[str], list[tuple[float, float]]]:
     """A line's cells and their horizontal spans: its fragments, except that a list or section
-    marker ("1.", "2.3", "•") stays with the text after it and fragments closer than a word's gap
-    are one."""
-    cells: list[str] = []
-    spans: list[tuple[float, float]] = []
-    prev: _Frag | None = None
-    for f in frags:
-        gap = f.x0 - prev.x1 if prev is not None else 0.0
-        em = max(f.size, prev.size, 1.0) if prev is not None else 1.0
-        if prev is not None and prev.line == f.line >= 0 and prev.first >= 0 and f.first >= 0:
-            tight = prev.last + 1 == f.first  # PDFium's text has nothing between them
-        else:  # from two of PDFium's lines (a sliver it put apart): touching, or not
-            tight = gap < 0.1 * em
-        if prev is not None and cells and tight and gap < em:
-            # one word drawn in pieces ("NODE", "_", "MODULE"; a monospaced "--", whose glyphs'
-            # boxes stand apart by a third of an em): no space between them
-            cells[-1] = cells[-1] + f.text
-            spans[-1] = (spans[-1][0], f.x1)
-        elif prev is not None and cells and (_MARKER.match(cells[-1]) and len(cells) == 1 or gap < 0.3 * em):
-            cells[-1] = cells[-1] + " " + f.text
-            spans[-1] = (spans[-1][0], f.x1)
-        else:
+    marker ("1.", "2.3", "•") stays with the text after it, fragments closer than a word's gap
+    are one, and pieces of one word are one word."""
+    cells = [frags[0].text]
+    spans = [(frags[0].x0, frags[0].x1)]
+    for prev, f in zip(frags, frags[1:], strict=False):
+        between = _between(prev, f, lone_marker=len(cells) == 1 and bool(_MARKER.match(cells[0])))
+        if between is None:
             cells.append(f.text)
             spans.append((f.x0, f.x1))
-        prev = f
+        else:
+            cells[-1] = cells[-1] + between + f.text
+            spans[-1] = (spans[-1][0], f.x1)
     return cells, spans
+
+
+def _between(prev: _Frag, f: _Frag, lone_marker: bool) -> str | None:
+    """What goes between two neighbouring fragments of a line: nothing (one word drawn in pieces:
+    "NODE", "_", "MODULE"; a monospaced "--", whose glyphs' boxes stand apart by a third of an
+    em), a space (one cell), or None (the next cell)."""
+    gap = f.x0 - prev.x1
+    em = max(f.size, prev.size, 1.0)
+    if prev.line == f.line >= 0 and prev.first >= 0 and f.first >= 0:
+        tight = prev.last + 1 == f.first  # PDFium's text has nothing between them
+    else:  # from two of PDFium's lines (a sliver it put apart): touching, or not
+        tight = gap < 0.1 * em
+    if tight and gap < em:
+        return ""
+    if lone_marker or gap < 0.3 * em:
+        return " "
+    return None
 
 
 def _columns(frags: list[_Frag], depth: int = 0) -> list[list[_Line]]:
