@@ -57,10 +57,12 @@ def _held_out(options: SynthOptions) -> SynthSummary:
     else:
         stats = build_heldout(options.corpus, options.out, options.n, options.seed)
     summary.documents = stats.documents
-    summary.sampled = stats.queries + stats.dropped_ambiguous_quote + stats.dropped_repeated_query
+    summary.sampled = (stats.queries + stats.dropped_ambiguous_quote + stats.dropped_repeated_query
+                       + stats.dropped_across_chunks)
     summary.queries = stats.queries
     summary.dropped = {"ambiguous_quote": stats.dropped_ambiguous_quote,
-                       "repeated_sentence": stats.dropped_repeated_query}
+                       "repeated_sentence": stats.dropped_repeated_query,
+                       "across_chunks": stats.dropped_across_chunks}
     summary.files_copied, summary.files_edited = stats.files_copied, stats.files_edited
     summary.ingest_path = "" if options.dry_run else stats.ingest_path
     return summary

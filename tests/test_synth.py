@@ -47,8 +47,16 @@ def test_held_out_removes_exactly_the_query_sentences_and_nothing_else(tmp_path)
     removed: dict[str, list[dict]] = {}
     for line in lines:
         r = line["removed"]
-        # the span is the query (plus the blanks after it)
-        assert normalize_quote(r["text"]) == normalize_quote(line["query"])
+        # the span is the query's sentence (plus the blanks after it); a code query names the
+        # definition of its golden line first
+        if line["kind"] == "code":
+            name, sentence = re.fullmatch(r"`([^`]+)`: (.*)", line["query"]).groups()
+            assert name in line["golden_quotes"][0]["quote"]
+        else:
+            sentence = line["query"]
+        # (a sentence wrapped over comment lines: the markers of the lines after the first go)
+        unwrapped = re.sub(r"\n\s*(?:///?|#|\*|--)[ \t]?", " ", r["text"])
+        assert normalize_quote(unwrapped) == normalize_quote(sentence)
         assert line["golden_quotes"][0]["doc_id"] == r["doc_id"]
         removed.setdefault(r["doc_id"], []).append(r)
     assert {"code", "prose"} <= {line["kind"] for line in lines}
@@ -108,6 +116,82 @@ class Queue:
 '''
 
 
+@pytest.mark.parametrize(("line", "name"), [
+    ("pub fn next_delay(attempt: u32) -> u64 {", "next_delay"),
+    ('pub unsafe extern "C" fn hook(ptr: *const c_void) {', "hook"),
+    ("impl<T: Debug> Display for Point<T> {", "Point"),
+    ("pub(crate) const EVENT_TOKEN: usize = 1;", "EVENT_TOKEN"),
+    ("func (s *Server) Serve(l net.Listener) error {", "Serve"),
+    ("public static class Builder extends Base {", "Builder"),
+    ("size_t Size() const override;", "Size"),
+    ("void Column::Save(OutputStream* output) {", None),  # qualified: defined elsewhere
+    ("export const load = async (path) => {", "load"),
+    ("module.exports.parse = function (text) {", "parse"),
+    ("render(props) {", "render"),
+    ("async def fetch(url):", "fetch"),
+    # statements, calls and assignments define nothing
+    ("Ok(ExitKind::Diff {", None), ("libc::close(fd);", None), ("return compute(x);", None),
+    ("let uid = unsafe { libc::getuid() };", None), ("if (open_elements_.size() != 1)", None),
+    ("FILE *file = stdin;", None), ('builder.env("WINDOWID", id);', None),
+])
+def test_definition_name(line, name):
+    from situate.tasks.synth.heldout import definition_name
+
+    assert definition_name(line) == name
+
+
+WRAPPED = {
+    "lib.rs": (
+        "/// Computes the delay before the next attempt of a failed\n"
+        "/// job, doubling it each time. Capped at a minute.\n"
+        "pub fn next_delay(attempt: u32) -> u64 {\n"
+        "    // Shift the base left by the attempt number to double it.\n"
+        "    BASE << attempt\n"
+        "}\n"),
+    "Queue.java": (
+        "/**\n"
+        " * A durable queue of jobs kept in one SQLite file\n"
+        " * on disk, shared by every worker.\n"
+        " */\n"
+        "public class Queue {\n"
+        "}\n"),
+    "jobs.py": (
+        "def lease(queue, worker):\n"
+        '    """Hand the oldest ready job of the queue to\n'
+        "    one worker only, and nobody else.\n"
+        "\n"
+        "    The lease expires.\n"
+        '    """\n'
+        "    return queue.pop()\n"),
+}
+
+
+def test_held_out_code_sentence_wrapped_over_lines_and_statements_skipped(tmp_path):
+    """A first sentence wrapped over comment lines is one query, without the markers; the comment
+    above a statement (not a definition) gives none."""
+    from situate.tasks.synth.heldout import build_heldout
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, text in WRAPPED.items():
+        (src / name).write_text(text)
+    stats = build_heldout(src, tmp_path / "out", n=10, seed=0)
+    lines = [json.loads(x) for x in (tmp_path / "out" / "eval.jsonl").read_text().splitlines()]
+    assert {line["query"] for line in lines} == {
+        "`next_delay`: Computes the delay before the next attempt of a failed job, doubling it "
+        "each time.",
+        "`Queue`: A durable queue of jobs kept in one SQLite file on disk, shared by every worker.",
+        "`lease`: Hand the oldest ready job of the queue to one worker only, and nobody else.",
+    } and stats.queries == 3
+    out = tmp_path / "out" / "corpus"
+    assert (out / "lib.rs").read_text() == WRAPPED["lib.rs"].replace(
+        "Computes the delay before the next attempt of a failed\n/// job, doubling it each time. ",
+        "")
+    assert (out / "Queue.java").read_text() == WRAPPED["Queue.java"].replace(
+        "A durable queue of jobs kept in one SQLite file\n * on disk, shared by every worker.", "")
+    compile((out / "jobs.py").read_text(), "jobs.py", "exec")
+
+
 def test_held_out_edits_a_prechunked_json_in_content_and_chunks(tmp_path):
     from situate.tasks.synth.heldout import build_heldout
 
@@ -122,11 +206,13 @@ def test_held_out_edits_a_prechunked_json_in_content_and_chunks(tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "out" / "eval.jsonl").read_text().splitlines()]
     got = {line["query"]: line["golden_quotes"][0]["quote"] for line in lines}
     assert got == {
-        "Computes the delay before the next attempt of a failed job.":
+        "`next_delay`: Computes the delay before the next attempt of a failed job.":
             "pub fn next_delay(attempt: u32) -> u64 {",
-        "Holds the parameters of the backoff curve in milliseconds.": "pub struct Backoff {",
-        "Hand the oldest ready job of the queue to one worker only.": "def lease(queue, worker):",
-        "A durable queue of jobs kept in one SQLite file on disk.": "class Queue:",
+        "`Backoff`: Holds the parameters of the backoff curve in milliseconds.":
+            "pub struct Backoff {",
+        "`lease`: Hand the oldest ready job of the queue to one worker only.":
+            "def lease(queue, worker):",
+        "`Queue`: A durable queue of jobs kept in one SQLite file on disk.": "class Queue:",
     } and stats.queries == 4
     # What to ingest is the file (a directory holding a .json would read it as one text file).
     assert stats.ingest_path == str(tmp_path / "out" / "corpus" / "chunks.json")
@@ -139,7 +225,7 @@ def test_held_out_edits_a_prechunked_json_in_content_and_chunks(tmp_path):
     compile(edited["py"]["content"], "py", "exec")  # still Python
     for d in edited.values():
         for c in d["chunks"]:
-            assert not any(q in c["content"] for q in got)
+            assert not any(q.split(": ", 1)[1] in c["content"] for q in got)
     with pytest.raises(InputError, match="cannot rewrite a JSONL corpus"):
         jsonl = tmp_path / "docs.jsonl"
         jsonl.write_text(json.dumps({"id": "a", "text": "One two three four five six. Seven."}) + "\n")

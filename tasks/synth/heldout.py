@@ -3,8 +3,10 @@ BENCHMARKS.md's held-out sets were built (`benchmarks/heldout.py`), on any corpu
 
 A sentence is taken out of its place and becomes the query; the rest of its place is the golden:
 - in source code, the first sentence of the doc comment or docstring of a definition (`///`,
-  `//`, `#`, `/** */`, triple quotes), when it is one line of at least five words; the golden quote is the
-  definition's own line (`pub fn next_delay(...)`, `def lease(...)`);
+  `//`, `#`, `/** */`, triple quotes), when it is one line of at least five words; the query names
+  the definition as a question about code does ("`next_delay`: Computes the delay before ..."),
+  and the golden quote is the definition's own line (`pub fn next_delay(...)`, `def lease(...)`).
+  A comment above a statement (not a definition with a name) gives no query;
 - in prose, the first sentence of a paragraph (at least six words); the golden quote is the
   paragraph's next words (up to eight), so the golden chunk is the one that held the sentence.
 
@@ -18,6 +20,12 @@ What this proxy measures: whether a configuration finds a passage from a paraphr
 description of it (the author's own summary sentence), on the user's own documents, for free.
 What it does not: the words real users ask with (questions, other vocabulary); it favours
 lexical overlap less than copied text would, but a docstring's words are still the code's words.
+
+Why code queries carry the definition's name: people ask about code by its names ("What does the
+`OomObserver` struct do?"; of the codebase benchmark's 248 labelled questions, two thirds name an
+identifier), and a doc comment does not repeat the name written on the line below it. Without
+the name, the proxy asked what no user asks (a description of an unnamed function) and rated
+BM25, which matches names literally, below what a labelled set finds (BENCHMARKS.md, issue 24).
 
 Forms: a directory (text, Markdown and source files give queries; documents of other formats are
 copied unchanged and give none), a single text or source file, or a pre-chunked JSON (its
@@ -51,8 +59,25 @@ MIN_QUOTE_CHARS = 8
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$|\"\"\"|\'\'\'|\*/)")  # or where a docstring or comment ends
 _COMMENT = re.compile(r"^(\s*)(///?!?|#(?![!\[]|include|define|if|else|endif|pragma)|--|/\*\*?"
                       r"|\*(?!/)|;+)\s?")
+_C_COMMENT_LINE = re.compile(r"^\s*(?://|/\*)|^\s+\*(?:\s|/|$)")
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")  # a Markdown link, read as its text
 _HEADING = re.compile(r"^\s{0,3}(#{1,6}\s|=+\s*$|-+\s*$)")
+# The name a definition line defines: after a definition keyword (Go's receiver and Rust's
+# generics skipped), a function bound to a name (JavaScript), a Rust constant, or a signature's
+# name (C, C++, Java, a JavaScript class method).
+_KEYWORD_DEFINITION = re.compile(
+    r"\b(?:fn|def|class|struct|enum|trait|union|interface|type|function\*?|func|mod|module|"
+    r"namespace|macro_rules!)\s+(?:\([^)]*\)\s*)?([A-Za-z_$][\w$]*)")
+_IMPL = re.compile(r"\bimpl\b(?:\s*<[^{]*?>)?\s+(?:[\w:]+(?:<[^{]*?>)?\s+for\s+)?([A-Za-z_]\w*)")
+_BOUND_FUNCTION = re.compile(
+    r"^(?:export\s+)?(?:(?:const|let|var)\s+)?([A-Za-z_$][\w$.]*)\s*[:=]\s*(?:async\s+)?"
+    r"(?:function\b|\([^)]*\)\s*=>|[A-Za-z_$][\w$]*\s*=>)")
+_RUST_CONSTANT = re.compile(r"^(?:pub(?:\([^)]*\))?\s+)?(?:const|static)\s+(?:mut\s+)?([A-Za-z_]\w*)\s*:")
+_SIGNATURE_NAME = re.compile(r"([A-Za-z_$~][\w$]*)\s*\(")
+_METHOD = re.compile(r"[A-Za-z_$][\w$]*\s*\([^()]*\)\s*\{$")  # `render(props) {`
+_NOT_A_DEFINITION = frozenset(
+    "if for while switch return else do try catch match loop case throw await yield new delete "
+    "goto break continue sizeof typeof assert elif with except raise".split())
 
 
 @dataclass(frozen=True)
@@ -64,9 +89,41 @@ class Candidate:
     start: int
     end: int
     cut: int
-    query: str
+    sentence: str  # what is taken out, whitespace collapsed
     quote: str
     kind: str  # "code" or "prose"
+    name: str = ""  # code: the name the definition defines
+
+    @property
+    def query(self) -> str:
+        """The sentence; for code, after the definition's name, as people ask about code."""
+        return f"`{self.name}`: {self.sentence}" if self.name else self.sentence
+
+
+def definition_name(line: str) -> str | None:
+    """The name `line` defines (`pub fn next_delay(attempt: u32) {` -> "next_delay"), or None when
+    it is not a definition's first line (a statement, a call, an assignment)."""
+    s = line.strip()
+    for pattern in (_IMPL, _KEYWORD_DEFINITION):
+        m = pattern.search(s)
+        if m:
+            return m.group(1)
+    for pattern in (_BOUND_FUNCTION, _RUST_CONSTANT):
+        m = pattern.match(s)
+        if m:
+            return m.group(1).rsplit(".", 1)[-1]
+    m = _SIGNATURE_NAME.search(s)
+    if m is None:
+        return None
+    head, name = s[: m.start()], m.group(1)
+    if "=" in head or any(t in head for t in (".", "->", "::", "#")) or name in _NOT_A_DEFINITION \
+            or any(w in _NOT_A_DEFINITION for w in head.split()):
+        return None
+    if s.endswith(";") and not re.search(r"\)\s*(?:const\s*)?(?:noexcept\s*)?(?:override\s*)?;$", s):
+        return None  # a statement; a declaration `size_t Size() const override;` stays
+    if not head and not _METHOD.match(s):
+        return None  # `Ok(Passwd {`, `close(fd);`: a call, not a signature
+    return name
 
 
 def _first_sentence(text: str, start: int, limit: int) -> tuple[int, int] | None:
@@ -88,10 +145,13 @@ def _is_code(doc_id: str, text: str) -> bool:
         return True
     if suffix and suffix in PROSE_SUFFIXES:
         return False
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         return False
-    codey = sum(1 for line in lines if line.endswith((";", "{", "}", ")", ":", ",")))
+    # A line of code ends like one; a C-style comment line (`//`, `/*`, ` * `, ` */`) is code's
+    # too: a header that is mostly comments (a licence, an API's documentation) is still code.
+    codey = sum(1 for line in lines if line.rstrip().endswith((";", "{", "}", ")", ":", ","))
+                or _C_COMMENT_LINE.match(line))
     return codey / len(lines) > 0.3
 
 
@@ -119,21 +179,25 @@ def _python_candidates(doc_id: str, text: str) -> list[Candidate] | None:
         if not opening:
             continue
         start = offsets[expr.lineno - 1] + opening.end()
-        line_end = offsets[expr.lineno - 1] + len(line)
-        while start < line_end and text[start] in " \t":
+        # The first sentence may wrap over lines, within the docstring's first paragraph.
+        limit = offsets[(expr.end_lineno or expr.lineno) - 1] + (expr.end_col_offset or 0)
+        paragraph = re.compile(r"\n[ \t]*\n").search(text, start, limit)
+        limit = paragraph.start() if paragraph else limit
+        while start < limit and text[start] in " \t\r\n":
             start += 1
-        span = _first_sentence(text, start, line_end)
+        span = _first_sentence(text, start, limit)
         if span is None:
             continue
         out.append(Candidate(doc_id, span[0], span[1], _after(text, span[1]),
                              " ".join(text[span[0]:span[1]].split()),
-                             lines[node.lineno - 1].strip(), "code"))
+                             lines[node.lineno - 1].strip(), "code", node.name))
     return out
 
 
 def _comment_candidates(doc_id: str, text: str) -> list[Candidate]:
     """Doc comments of definitions in any language: a block of comment lines followed by a code
-    line; its first sentence, when on the block's first line, is the query."""
+    line; its first sentence (wrapped over lines or not, within the block's first paragraph) is the
+    query, without the comment markers of the lines it wraps over."""
     out = []
     lines = text.splitlines(keepends=True)
     offsets = [0]
@@ -148,9 +212,11 @@ def _comment_candidates(doc_id: str, text: str) -> list[Candidate]:
         first = i
         while i < len(lines) and _COMMENT.match(lines[i]):
             i += 1
-        # the definition: the next line that is neither blank, an attribute nor a decorator
+        # the definition: the next line that is neither blank, a comment's closing `*/`, an
+        # attribute nor a decorator
         j = i
-        while j < len(lines) and (not lines[j].strip() or lines[j].lstrip().startswith(("#[", "@"))):
+        while j < len(lines) and (not lines[j].strip() or lines[j].strip() == "*/"
+                                  or lines[j].lstrip().startswith(("#[", "@"))):
             if not lines[j].strip():
                 j = len(lines)  # a blank line: the comment is not the definition's
                 break
@@ -160,17 +226,46 @@ def _comment_candidates(doc_id: str, text: str) -> list[Candidate]:
         definition = lines[j].strip()
         if len(definition) < MIN_QUOTE_CHARS or _COMMENT.match(lines[j]):
             continue
-        line = lines[first].rstrip("\r\n")
-        start = offsets[first] + m.end()
-        line_end = offsets[first] + len(line)
-        while start < line_end and text[start] in " \t*/":
-            start += 1
-        span = _first_sentence(text, start, line_end)
+        name = definition_name(definition)
+        if name is None:
+            continue
+        # The first paragraph: up to the first comment line with nothing after its marker
+        # (`///`, ` *`), skipping such lines before it (a Javadoc's `/**` line).
+        start, k = offsets[first] + m.end(), first
+        while k < i and not _comment_words(lines[k]):
+            k += 1
+            start = offsets[k]
+        stop = k
+        while stop < i and _comment_words(lines[stop]):
+            stop += 1
+        limit = offsets[stop] - 1 if stop > k else start
+        start = _past_marker(text, start, limit)
+        span = _first_sentence(text, start, limit)
         if span is None:
             continue
-        out.append(Candidate(doc_id, span[0], span[1], _after(text, span[1]),
-                             " ".join(text[span[0]:span[1]].split()), definition, "code"))
+        sentence = " ".join(" ".join(_comment_words(line) for line in
+                                     text[span[0]:span[1]].splitlines()).split())
+        out.append(Candidate(doc_id, span[0], span[1], _after(text, span[1]), sentence,
+                             definition, "code", name))
     return out
+
+
+def _comment_words(line: str) -> str:
+    """A comment line's text after its marker (`/// `, ` * `, `# `), stripped; a line that is
+    not a comment (the first line of a span, which starts after its marker) as it is."""
+    m = _COMMENT.match(line)
+    rest = line[m.end():] if m else line
+    return rest.strip().strip("*/").strip() if m else rest.strip()
+
+
+def _past_marker(text: str, start: int, limit: int) -> int:
+    """`start` moved past the comment marker and blanks at the head of a comment line."""
+    if start == 0 or text[start - 1] == "\n":
+        m = _COMMENT.match(text[start:limit])
+        start += m.end() if m else 0
+    while start < limit and text[start] in " \t*/":
+        start += 1
+    return start
 
 
 def _prose_candidates(doc_id: str, text: str) -> list[Candidate]:
@@ -195,7 +290,7 @@ def _prose_candidates(doc_id: str, text: str) -> list[Candidate]:
             continue
         starts_paragraph = previous_blank
         previous_blank = False
-        if not starts_paragraph or _HEADING.match(line) or bare[0] in "*->|#<[!:.+=`{}()\\" \
+        if not starts_paragraph or _HEADING.match(line) or bare[0] in "*->|#<[!:.+=`{}()\\/" \
                 or bare[0].isdigit() or line.startswith(("    ", "\t")):
             continue
         start = here + (len(line) - len(line.lstrip()))
@@ -221,7 +316,7 @@ def candidates(doc_id: str, text: str) -> list[Candidate]:
         # Python by its name, or (a pre-chunked document has none) because it parses as Python.
         found = _python_candidates(doc_id, text) if suffix in (".py", ".pyi", "") else None
         found = found if found else _comment_candidates(doc_id, text)
-        found = [c for c in found if len(c.query.split()) >= MIN_CODE_WORDS]
+        found = [c for c in found if len(c.sentence.split()) >= MIN_CODE_WORDS]
     else:
         found = _prose_candidates(doc_id, text)
     return sorted((c for c in found if text.count(text[c.start:c.end]) == 1),
@@ -262,6 +357,8 @@ class HeldOut:
     # the quote is not once in its document once cut, or not in the document as situate reads it
     dropped_ambiguous_quote: int = 0
     dropped_repeated_query: int = 0  # the same sentence taken from two places
+    # pre-chunked: the sentence runs over two of the given chunks (neither could lose it whole)
+    dropped_across_chunks: int = 0
     files_copied: int = 0
     files_edited: int = 0
     # What to ingest: `out/corpus`, or the file in it when the corpus was one file (a pre-chunked
@@ -288,6 +385,13 @@ def _sources(path: Path, form: str) -> Iterator[tuple[str, str]]:
                 continue
 
 
+def _given_chunks(path: Path) -> dict[str, list[str]]:
+    """A pre-chunked JSON's chunks' texts by document."""
+    return {str(item.get("doc_id", item.get("original_uuid"))):
+            [chunk["content"] for chunk in item["chunks"]]
+            for item in json.loads(path.read_text(encoding="utf-8"))}
+
+
 def build_heldout(corpus: str | Path, out: str | Path, n: int, seed: int) -> HeldOut:
     """Write `out/eval.jsonl` (up to `n` queries, spread over the documents, seeded) and
     `out/corpus` (the corpus without those sentences)."""
@@ -302,6 +406,7 @@ def build_heldout(corpus: str | Path, out: str | Path, n: int, seed: int) -> Hel
     # quote must be found there, or no chunk could ever match it.
     read = {d.id: normalize_quote(d.text) for d in loaded.documents}
     texts = {doc_id: text for doc_id, text in _sources(src, loaded.form) if doc_id in ids}
+    given_chunks = _given_chunks(src) if loaded.form == "prechunked-json" else {}
     stats = HeldOut(documents=len(loaded.documents))
     by_doc = {doc_id: candidates(doc_id, text) for doc_id, text in texts.items()}
     stats.documents_with_candidates = sum(1 for cs in by_doc.values() if cs)
@@ -313,6 +418,10 @@ def build_heldout(corpus: str | Path, out: str | Path, n: int, seed: int) -> Hel
             break
         if c.query in seen:
             stats.dropped_repeated_query += 1
+            continue
+        if given_chunks and not any(texts[c.doc_id][c.start:c.cut] in chunk
+                                    for chunk in given_chunks.get(c.doc_id, ())):
+            stats.dropped_across_chunks += 1
             continue
         kept = _remove(texts[c.doc_id], [*chosen.get(c.doc_id, []), c])
         quote = normalize_quote(c.quote)
