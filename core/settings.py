@@ -73,11 +73,10 @@ class Settings(BaseSettings):
                                     "Office, EPUB and notebook files, and what a zip-based one "
                                     "(DOCX, XLSX, PPTX, EPUB) may inflate to: a zip bomb is "
                                     "refused before inflating")
-    code_chunks: Literal["syntax", "text"] = Field("text", description="how source files are cut: "
-                                                 "text (lines and blank lines) or syntax (along "
-                                                 "functions and classes, with tree-sitter; not the "
-                                                 "default until it passes its held-out rule, "
-                                                 "BENCHMARKS.md)")
+    code_chunks: Literal["syntax", "text"] = Field("syntax", description="how source files are "
+                                                 "cut: syntax (along functions and classes, with "
+                                                 "tree-sitter; text for languages without a "
+                                                 "grammar) or text (lines and blank lines)")
     store_memory_limit: str = Field("", description="memory a Milvus Lite file may take (e.g. "
                                     "8GiB): a plan whose collection is estimated above it says so "
                                     "(dry run, and a warning when a run starts); empty: the "
