@@ -155,6 +155,15 @@ WRAPPED = {
         " */\n"
         "public class Queue {\n"
         "}\n"),
+    # A description without a full stop ends at the first block tag: no sentence, no query.
+    "handler.js": (
+        "/**\n"
+        " * TODO: add method description\n"
+        " * @param {Error} err - Error to get info for.\n"
+        " */\n"
+        "function getAllInfo(err) {\n"
+        "  return err.stack;\n"
+        "}\n"),
     "jobs.py": (
         "def lease(queue, worker):\n"
         '    """Hand the oldest ready job of the queue to\n'

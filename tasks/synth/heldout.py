@@ -230,13 +230,15 @@ def _comment_candidates(doc_id: str, text: str) -> list[Candidate]:
         if name is None:
             continue
         # The first paragraph: up to the first comment line with nothing after its marker
-        # (`///`, ` *`), skipping such lines before it (a Javadoc's `/**` line).
+        # (`///`, ` *`) or starting a block tag (`@param`: the description has ended), skipping
+        # empty lines before it (a Javadoc's `/**` line).
         start, k = offsets[first] + m.end(), first
         while k < i and not _comment_words(lines[k]):
             k += 1
             start = offsets[k]
         stop = k
-        while stop < i and _comment_words(lines[stop]):
+        while stop < i and _comment_words(lines[stop]) and \
+                not (stop > k and _comment_words(lines[stop]).startswith("@")):
             stop += 1
         limit = offsets[stop] - 1 if stop > k else start
         start = _past_marker(text, start, limit)
