@@ -100,7 +100,9 @@ def _stop_at(proc: subprocess.Popen, reached: Callable[[], bool], signum: int, w
     out, err = proc.communicate(timeout=60)
     took = time.monotonic() - sent
     name = signal.Signals(signum).name
-    assert took < 10, f"{what}: stopped after {took:.1f} s"
+    # Prompt, not timed: a hang would take the 60 s above. With benchmarks beside the tests on
+    # two cores one stop took 10.7 s.
+    assert took < 20, f"{what}: stopped after {took:.1f} s"
     assert proc.returncode == 128 + signum, (proc.returncode, err[-3000:])
     assert "Traceback" not in out + err, f"{what}, {name}:\n{out}\n{err}"
     assert [line for line in err.splitlines() if "interrupted" in line] == [
