@@ -3,7 +3,7 @@ BENCHMARKS.md's held-out sets were built (`benchmarks/heldout.py`), on any corpu
 
 A sentence is taken out of its place and becomes the query; the rest of its place is the golden:
 - in source code, the first sentence of the doc comment or docstring of a definition (`///`,
-  `//`, `#`, `/** */`, triple quotes), when it is one line of at least five words; the query names
+  `//`, `#`, `/** */`, triple quotes; it may wrap over lines), at least five words; the query names
   the definition as a question about code does ("`next_delay`: Computes the delay before ..."),
   and the golden quote is the definition's own line (`pub fn next_delay(...)`, `def lease(...)`).
   A comment above a statement (not a definition with a name) gives no query;
@@ -60,6 +60,7 @@ _SENTENCE_END = re.compile(r"[.!?](?=\s|$|\"\"\"|\'\'\'|\*/)")  # or where a doc
 _COMMENT = re.compile(r"^(\s*)(///?!?|#(?![!\[]|include|define|if|else|endif|pragma)|--|/\*\*?"
                       r"|\*(?!/)|;+)\s?")
 _C_COMMENT_LINE = re.compile(r"^\s*(?://|/\*)|^\s+\*(?:\s|/|$)")
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")  # a Markdown link, read as its text
 _HEADING = re.compile(r"^\s{0,3}(#{1,6}\s|=+\s*$|-+\s*$)")
 # The name a definition line defines: after a definition keyword (Go's receiver and Rust's
@@ -181,7 +182,7 @@ def _python_candidates(doc_id: str, text: str) -> list[Candidate] | None:
         start = offsets[expr.lineno - 1] + opening.end()
         # The first sentence may wrap over lines, within the docstring's first paragraph.
         limit = offsets[(expr.end_lineno or expr.lineno) - 1] + (expr.end_col_offset or 0)
-        paragraph = re.compile(r"\n[ \t]*\n").search(text, start, limit)
+        paragraph = _PARAGRAPH_BREAK.search(text, start, limit)
         limit = paragraph.start() if paragraph else limit
         while start < limit and text[start] in " \t\r\n":
             start += 1
@@ -236,9 +237,8 @@ def _comment_candidates(doc_id: str, text: str) -> list[Candidate]:
         while k < i and not _comment_words(lines[k]):
             k += 1
             start = offsets[k]
-        stop = k
-        while stop < i and _comment_words(lines[stop]) and \
-                not (stop > k and _comment_words(lines[stop]).startswith("@")):
+        stop = k + 1 if k < i else k
+        while stop < i and (words := _comment_words(lines[stop])) and not words.startswith("@"):
             stop += 1
         limit = offsets[stop] - 1 if stop > k else start
         start = _past_marker(text, start, limit)
