@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from situate.core.protocols import ChunkStore
     from situate.tasks.embedders.base import Embedder
 
-# What a model's first query is warmed with (its load, and the first call's own cost, are paid
-# when the retriever opens, not by the first user's query).
+# The query of the searches that warm a retriever (`prepare`): the model's load and first call,
+# and the store's first search of each kind, are paid when it opens, not by a user's query.
 WARM_UP_QUERY = "warm up"
 
 
@@ -135,13 +135,11 @@ class Retriever:
     def prepare(self, *modes: str) -> None:
         """Load and warm what searches in `modes` need (default: the retriever's mode), so that
         no query pays for it: the embedder (every mode but bm25) and the reranker (rerank)
-        loaded, and one search of each mode made (rerank's without the reranker's call, which
-        a paid API would bill)."""
+        loaded, and one search of each mode made, its query embedded (rerank's search made
+        without the reranker's call, which a paid API would bill)."""
         for mode in modes or (self.mode,):
             _check_mode(mode)
             encoder = self._embedder_loaded() if mode != "bm25" else None
-            if encoder is not None:
-                encoder.warm_up(WARM_UP_QUERY)
             if mode == "rerank":
                 self._reranker_loaded()
             leg = "hybrid" if mode == "rerank" else mode
@@ -245,7 +243,7 @@ def embedder_of(collection: str, uri: str, stored: str, wanted: str | None) -> s
         if name != stored_name or (model and model != stored_model):
             raise InputError(f"collection {collection!r} at {uri} was embedded with {stored}, not "
                              f"{wanted}: leave the embedder out or name the same one")
-    return stored or wanted
+    return stored or wanted or ""
 
 
 def _check_mode(mode: object) -> str:
