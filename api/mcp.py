@@ -19,7 +19,7 @@ from pydantic import Field
 
 from situate.api.http import SERVING_ATTEMPTS, check_bind, listen, run_uvicorn
 from situate.api.retriever import Retriever
-from situate.api.wire import CollectionInfo, SearchHit, SearchResponse, status_of
+from situate.api.wire import CollectionInfo, SearchHit, SearchResponse, message_of
 from situate.core.errors import SituateError
 from situate.tasks.retrieval.search import MAX_K, MODES
 
@@ -38,14 +38,14 @@ def create_server(retriever: Retriever) -> MCPServer[Any]:
 
     name = retriever.collection
     server: MCPServer[Any] = MCPServer(
-        "situate", version=_version(),
+        "situate", version=_version(), log_level="WARNING",
         instructions=f"Search the collection {name!r} (chunks of documents, each with a context "
                      "that situates it in its document) with `search`; `describe_collection` "
                      "says what it holds.")
     read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 
     def refused(e: SituateError) -> ToolError:
-        return ToolError(status_of(e)[1])
+        return ToolError(message_of(e))
 
     @server.tool(name="search", annotations=read_only, description=(
         f"The chunks of collection {name!r} most relevant to `query`, best first, ranked as "

@@ -101,19 +101,32 @@ def other_collection(asked: str | None, served: str) -> None:
 
 
 def status_of(error: SituateError) -> tuple[int, str]:
-    """An error as an HTTP status and one line a client can act on."""
-    if isinstance(error, Refused | CollectionNotFound):
-        return 404, redact(str(error))
-    if isinstance(error, InputError):
-        return 422, redact(f"{error}; {REQUEST_SHAPE}")
+    """An error as an HTTP status and one line a client can act on (what to send, for a bad
+    request)."""
+    status, message = _status(error), message_of(error)
+    return status, f"{message}; {REQUEST_SHAPE}" if status == 422 else message
+
+
+def message_of(error: SituateError) -> str:
+    """An error as one line a client can act on, with no secret in it (an MCP tool error)."""
     if isinstance(error, StoreUnreachable):
-        return 503, redact(f"Milvus at {error.uri} did not answer ({error.what}; {error.cause}): "
-                           "try again shortly; the server reconnects by itself once Milvus is back")
+        return redact(f"Milvus at {error.uri} did not answer ({error.what}; {error.cause}): try "
+                      "again shortly; the server reconnects by itself once Milvus is back")
+    if isinstance(error, StoreError) and not isinstance(error, CollectionNotFound):
+        return redact(f"{error}: try again shortly")
+    return redact(" ".join(str(error).split()))
+
+
+def _status(error: SituateError) -> int:
+    if isinstance(error, Refused | CollectionNotFound):
+        return 404
+    if isinstance(error, InputError):
+        return 422
     if isinstance(error, ProviderError):
-        return 502, redact(str(error))
+        return 502
     if isinstance(error, StoreError):
-        return 503, redact(f"{error}: try again shortly")
-    return 500, redact(str(error))
+        return 503
+    return 500
 
 
 def validation_message(errors: list[Any]) -> str:
