@@ -296,7 +296,11 @@ def test_bad_input_is_one_clear_answer_on_every_face(codebase, api):
     # Python: an InputError for each, and for a collection that does not exist.
     with pytest.raises(InputError, match="'nope' not found"):
         Retriever("nope", codebase.uri)
+    with pytest.raises(InputError, match="was embedded with minilm:all-MiniLM-L6-v2, not e5-small"):
+        Retriever("codebase", codebase.uri, embedder="e5-small")
     with Retriever("codebase", codebase.uri, mode="bm25") as retriever:
+        first = asyncio.run(retriever.asearch(codebase.queries[0], 3))  # the same, from asyncio
+        assert [h.id for h in first] == codebase.evaluated["bm25"][0][:3]
         for kwargs, phrase in (({"query": " "}, "empty query"), ({"query": "x", "k": 0}, "1000"),
                                ({"query": "x", "k": 1001}, "1000"),
                                ({"query": "x", "mode": "nope"}, "unknown retrieval mode")):
