@@ -93,7 +93,7 @@ def codebase(prefect_harness, tmp_path_factory) -> Iterator[Codebase]:
         texts = _texts(uri)
         for mode in MODES:
             for q, ids, measured in zip(queries, evaluated[mode], result.per_query, strict=True):
-                assert len(ids) == K
+                assert 0 < len(ids) <= K  # BM25 returns only chunks sharing a term
                 assert golden_ranks(q.golden, [texts[i] for i in ids]) == measured.ranks[mode]
         yield Codebase(uri, [q.query for q in queries], evaluated, server,
                        {**os.environ, **env, "SITUATE_API_TOKEN": TOKEN})
