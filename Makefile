@@ -7,7 +7,7 @@ TORCH  := torch==2.13.0
 
 .PHONY: setup demo test test-fast typecheck lint bench clean
 
-$(BIN)/situate: pyproject.toml
+$(BIN)/situate: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH)
@@ -28,11 +28,12 @@ test: setup
 	$(MAKE) typecheck
 	$(BIN)/pytest -q
 
-# mypy checks the package as it is installed (`situate.core`, ...): the folders, linked under
-# .typecheck/situate/. Strict on core/ and storage/ (pyproject.toml).
+# mypy checks the package as it is installed (`situate.core`, ...): the folders (setup.py's
+# FOLDERS), linked under .typecheck/situate/. Strict on core/ and storage/ (pyproject.toml).
+FOLDERS := $(shell sed -n 's/^FOLDERS = (\(.*\))/\1/p' setup.py | tr -d '",')
 typecheck: setup
 	mkdir -p .typecheck/situate
-	for d in core storage tasks flows; do ln -sfn ../../$$d .typecheck/situate/$$d; done
+	for d in $(FOLDERS); do ln -sfn ../../$$d .typecheck/situate/$$d; done
 	$(BIN)/mypy -p situate
 
 # No Prefect server, no flow run, no real model: tests/conftest.py checks that none started.

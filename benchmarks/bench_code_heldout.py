@@ -322,15 +322,15 @@ def ingest(store: Any, collection: str, embedder: Any, docs: list[Document], con
 
 def evaluate(store: Any, collection: str, embedder: Any, eval_set: Path) -> dict[str, Any]:
     from situate.tasks.retrieval.metrics import golden_ranks, load_eval_set, pass_at_k_of_ranks
-    from situate.tasks.retrieval.search import retrieve
+    from situate.tasks.retrieval.search import answer
 
     queries = load_eval_set(eval_set)
     texts = [q.query for q in queries]
     scores: dict[str, dict[str, float]] = {}
     ranks_by_mode: dict[str, list[int | None]] = {}
     for mode in MODES:
-        hits = retrieve(store, collection, texts, mode, max(KS),
-                        embedder=embedder if mode != "bm25" else None, fusion="cdbsf")
+        hits = [answer(store, collection, text, mode, max(KS),
+                       embedder if mode != "bm25" else None, fusion="cdbsf") for text in texts]
         ranks = [golden_ranks(q.golden, [(h.doc_id, h.text) for h in hs])
                  for q, hs in zip(queries, hits, strict=True)]
         scores[mode] = {str(k): round(pass_at_k_of_ranks(ranks, k), 2) for k in KS}

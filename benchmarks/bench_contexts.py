@@ -28,7 +28,7 @@ from situate.tasks.contexts.structural import StructuralContextualizer  # noqa: 
 from situate.tasks.corpus.load import load_corpus  # noqa: E402
 from situate.tasks.embedders.base import Embedders  # noqa: E402
 from situate.tasks.retrieval.metrics import load_eval_set, mean_pass_at_k  # noqa: E402
-from situate.tasks.retrieval.search import retrieve  # noqa: E402
+from situate.tasks.retrieval.search import answer  # noqa: E402
 
 CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
 VARIANTS = {
@@ -87,7 +87,7 @@ def main() -> None:
                                          for d, situated, ts in rows])
                 scores = {}
                 for mode in ("dense", "bm25", "hybrid"):
-                    hits = retrieve(store, collection, [q.query for q in queries], mode, 20, embedder=emb)
+                    hits = [answer(store, collection, q.query, mode, 20, emb) for q in queries]
                     cases = [(q.golden, [(h.doc_id, h.text) for h in hs]) for q, hs in zip(queries, hits,
                                                                                            strict=True)]
                     scores[mode] = {str(k): round(mean_pass_at_k(cases, k), 2) for k in (5, 10, 20)}

@@ -24,8 +24,9 @@ class StoreError(SituateError):
     """Milvus could not be reached or refused an operation."""
 
 
-class CollectionNotFound(StoreError):
-    """A read needs a collection that is not there (`detail`: why, e.g. no Lite file at all)."""
+class CollectionNotFound(StoreError, InputError):
+    """A read needs a collection that is not there (`detail`: why, e.g. no Lite file at all): the
+    store's answer, and a name the caller gave that does not exist (an InputError to an app)."""
 
     def __init__(self, collection: str, uri: str, detail: str = "") -> None:
         self.collection, self.uri, self.detail = collection, uri, detail

@@ -93,11 +93,15 @@ class Situated:
 
 @dataclass(frozen=True)
 class CollectionInfo:
-    """What a collection says of itself: its vectors' dimension and the embedder that made them
-    ("" for a collection made before situate recorded it)."""
+    """What a collection says of itself: its vectors' dimension, the embedder that made them, the
+    contexts its last ingest gave its chunks (`structural`, `anthropic:claude-haiku-4-5`, ...) and
+    when that ingest ended (ISO 8601, UTC); "" for what a collection made before situate recorded
+    it does not say."""
 
     dim: int | None
     embedder: str
+    contexts: str = ""
+    ingested: str = ""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "openai": ("OPENAI_API_KEY", "openai-api-key"),
 }
 # Other variables whose values are secrets (never printed).
-SECRET_VARIABLES = ("SITUATE_MILVUS_TOKEN",)
+SECRET_VARIABLES = ("SITUATE_MILVUS_TOKEN", "SITUATE_API_TOKEN")
 
 # Looks up a Prefect Secret block by name; registered by the flows layer (the core imports no
 # Prefect). None: environment variables only.

@@ -24,6 +24,9 @@ class Settings(BaseSettings):
 
     milvus_uri: str = Field("data/milvus.db", description="Milvus Lite file, or http(s)://host:port")
     milvus_token: SecretStr = Field(SecretStr(""), description="token for Milvus server / Zilliz")
+    api_token: SecretStr = Field(SecretStr(""), description="token the clients of `situate api` "
+                                 "and `situate mcp --transport streamable-http` send (Authorization: "
+                                 "Bearer ...); needed to listen on an address other than loopback")
     cache_dir: str = Field("data/cache", description="disk cache of generated contexts")
     results_dir: str = Field("data/results", description="evaluation JSON reports")
     context: str = Field("", description="structural | anthropic | openai | ollama | none "

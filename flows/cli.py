@@ -19,8 +19,10 @@ from situate.flows import launch, logs, signals
 
 if TYPE_CHECKING:
     from situate.flows.options import (
+        ApiOptions,
         EvaluateOptions,
         IngestOptions,
+        McpOptions,
         Options,
         SearchOptions,
         ServeOptions,
@@ -34,6 +36,7 @@ examples:
   situate ingest data/sample/corpus --collection sample      # the sample corpus, offline
   situate evaluate data/sample/eval.jsonl --collection sample
   situate search "How is the retry delay computed?" --collection sample --k 5
+  situate api --collection sample                             # the same search over HTTP
 
 Run `situate COMMAND --help` for a command's options and examples.""",
     "ingest": """\
@@ -65,6 +68,20 @@ examples:
   situate serve data/sample/corpus --collection sample --eval-set data/sample/eval.jsonl
   # registered paused: runs only when triggered (`prefect deployment run ingest/situate`)
   situate serve data/sample/corpus --collection sample --paused""",
+    "api": """\
+examples:
+  # POST /search on http://127.0.0.1:8000 (OpenAPI page: /docs)
+  situate api --collection sample
+  curl -s localhost:8000/search -H 'content-type: application/json' \\
+       -d '{"query": "How is the retry delay computed?", "k": 5}'
+  # beyond loopback, only with a token (clients send Authorization: Bearer TOKEN)
+  SITUATE_API_TOKEN=$(openssl rand -hex 32) situate api --collection sample --host 0.0.0.0""",
+    "mcp": """\
+examples:
+  # an agent starts it and speaks MCP on its stdin/stdout (tools: search, describe_collection)
+  situate mcp --collection sample
+  # over streamable HTTP on http://127.0.0.1:8000/mcp
+  situate mcp --collection sample --transport streamable-http""",
     "synth": """\
 examples:
   # offline and free: held-out sentences become queries, removed from out/corpus
@@ -122,6 +139,8 @@ SUMMARIES = {
              "server: PREFECT_API_URL)",
     "synth": "make an evaluation set from a corpus: held-out sentences (offline) or an LLM's "
              "questions",
+    "api": "serve search over HTTP (POST /search), warm: ranked as evaluate ranks",
+    "mcp": "serve search as an MCP server (stdio or streamable HTTP), warm",
 }
 
 
@@ -218,6 +237,36 @@ def cmd_search(options: SearchOptions) -> int:
     return 0
 
 
+def cmd_api(options: ApiOptions) -> int:
+    from situate.api.http import serve
+
+    _said_stopped("api", serve(options.collection, options.milvus_uri, host=options.host,
+                               port=options.port, mode=options.mode, fusion=options.fusion,
+                               reranker=options.reranker, token=_api_token()))
+    return 0
+
+
+def cmd_mcp(options: McpOptions) -> int:
+    from situate.api.mcp import serve
+
+    _said_stopped("mcp", serve(options.collection, options.milvus_uri,
+                               transport=options.transport, host=options.host, port=options.port,
+                               mode=options.mode, fusion=options.fusion,
+                               reranker=options.reranker, token=_api_token()))
+    return 0
+
+
+def _api_token() -> str:
+    from situate.core.settings import get_settings
+
+    return get_settings().api_token.get_secret_value()
+
+
+def _said_stopped(command: str, signal_name: str | None) -> None:
+    if signal_name is not None:
+        print(f"situate {command}: stopped ({signal_name})", file=sys.stderr)
+
+
 def _one_line(text: str, limit: int) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
@@ -236,7 +285,7 @@ def cmd_synth(options: SynthOptions) -> int:
 
 RUN: dict[str, Callable[[Any], int]] = {"ingest": cmd_ingest, "evaluate": cmd_evaluate,
                                         "search": cmd_search, "serve": cmd_serve,
-                                        "synth": cmd_synth}
+                                        "synth": cmd_synth, "api": cmd_api, "mcp": cmd_mcp}
 
 
 def main(argv: list[str] | None = None) -> int:

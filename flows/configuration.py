@@ -47,7 +47,10 @@ def options_table() -> str:
                  "never shown) | `--milvus-token` | `SITUATE_MILVUS_TOKEN` | none | all |")
     flagged = {s.name for m in COMMANDS.values() for *_, s in fields(m) if s is not None}
     for name, field in Settings.model_fields.items():
-        if name not in flagged and name != "milvus_token":
+        if name == "api_token":  # a secret only the servers read
+            lines.append(f"| {field.description} (a secret: never shown) | | `SITUATE_API_TOKEN` "
+                         "| none | api, mcp |")
+        elif name not in flagged and name != "milvus_token":
             lines.append(f"| {field.description} | | `SITUATE_{name.upper()}` | {field.default} | "
                          f"all |")
     return "\n".join(lines)

@@ -3,7 +3,8 @@ Pass@k, latency per query and the failures (each golden chunk's rank; the querie
 misses) as Prefect artifacts (a table, and a Markdown report with its chart, compared with the
 previous run), a JSON report and a PNG chart under the results directory, and the flow's return
 value (`Evaluation`). Several collections are evaluated in turn and compared in one more chart.
-`search` answers one query, without a flow.
+Every query goes through `situate.api.Retriever`, the search an app uses; `search` answers one
+query (`situate search`), without a flow.
 """
 
 from __future__ import annotations
@@ -17,14 +18,12 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from situate.core.errors import InputError
-from situate.core.protocols import ChunkStore
+from situate.api.retriever import Retriever
 from situate.core.records import Hit
 from situate.flows.artifacts import artifact_key
 from situate.flows.options import EvaluateOptions, SearchOptions
 from situate.flows.progress import bar
 from situate.flows.resources import Resources, for_run
-from situate.tasks.embedders.base import Embedder
 from situate.tasks.rerankers.base import Reranker, get_reranker
 from situate.tasks.retrieval.chart import pass_at_k_chart
 from situate.tasks.retrieval.failures import failure_analysis
@@ -49,29 +48,29 @@ from situate.tasks.retrieval.results import (
     Latency,
     QueryRanks,
 )
-from situate.tasks.retrieval.search import retrieve, retrieve_each
 from situate.tasks.retrieval.stats import compare, intervals_of, mode_pairs
 
 
 @task(task_run_name="retrieve-{collection}-{mode}", persist_result=False, cache_policy=NO_CACHE)
-def retrieve_task(store: ChunkStore, collection: str, queries: list[str], mode: str, limit: int,
-                  embedder: Embedder | None, reranker: Reranker | None, fusion: str,
+def retrieve_task(retriever: Retriever, collection: str, queries: list[str], mode: str, limit: int,
                   advance: Callable[[int], None] | None = None,
                   keep: Callable[[int, list[Hit]], list[Hit]] | None = None,
                   ) -> tuple[list[list[Hit]], list[float]]:
-    """One mode's hits for every query and each query's seconds; `advance(1)` as each query
-    finishes (the terminal's progress bar). With `keep`, what it returns of query i's hits is
-    kept instead of all of them (memory bounded by what the caller keeps, not by the set)."""
+    """One mode's hits for every query, each searched alone through `retriever` as an app's
+    query is (`Retriever.search`), and each query's seconds; `advance(1)` as each query finishes
+    (the terminal's progress bar). With `keep`, what it returns of query i's hits is kept instead
+    of all of them (memory bounded by what the caller keeps, not by the set). A query's seconds
+    are what a user of a warm retriever waits: its embedding and search, not the model's load
+    (`Retriever.prepare`, before)."""
     seconds: list[float] = []
-
-    def done(s: float) -> None:
-        seconds.append(s)
+    hits: list[list[Hit]] = []
+    for i, query in enumerate(queries):
+        started = time.perf_counter()
+        found = retriever.search(query, limit, mode)
+        seconds.append(time.perf_counter() - started)
+        hits.append(keep(i, found) if keep is not None else found)
         if advance is not None:
             advance(1)
-
-    hits = [keep(i, hs) if keep is not None else hs for i, hs in enumerate(retrieve_each(
-        store, collection, queries, mode, limit, embedder=embedder, reranker=reranker,
-        fusion=fusion, on_query=done))]
     return hits, seconds
 
 
@@ -122,25 +121,16 @@ def evaluate_flow(options: EvaluateOptions) -> Evaluation:
     return evaluation
 
 
-def _embedder_of(options: EvaluateOptions, store: ChunkStore, collection: str) -> str:
-    """The collection's own embedder (the one its vectors came from); `--embedder` must agree."""
-    stored = store.describe(collection).embedder
-    wanted = options.embedder
-    if wanted and stored and not stored.startswith(wanted.split(":")[0]):
-        raise InputError(f"collection {collection!r} was embedded with {stored}, not "
-                         f"{wanted}: drop --embedder or use the same one")
-    from situate.core.settings import get_settings
-
-    return wanted or stored or get_settings().embedder
-
-
 def _evaluate_collection(options: EvaluateOptions, collection: str, queries: list[EvalQuery],
                          resources: Resources, reranker: Reranker | None,
                          advance: Callable[[int], None]) -> CollectionEvaluation:
     """Every mode over one collection: Pass@k, latency, ranks, failures."""
     store = resources.existing_store(options.milvus_uri, collection)
-    spec = _embedder_of(options, store, collection)
-    embedder = resources.embedders.get(spec) if options.modes != ["bm25"] else None
+    retriever = Retriever.over(store, collection, embedders=resources.embedders,
+                               mode=options.modes[0], fusion=options.fusion, reranker=reranker,
+                               embedder=options.embedder)
+    retriever.prepare(*options.modes)  # the model loaded and warmed: no query times its load
+    spec = retriever.embedder
     started = time.perf_counter()
     texts = [q.query for q in queries]
     limit = max(options.k)
@@ -156,10 +146,7 @@ def _evaluate_collection(options: EvaluateOptions, collection: str, queries: lis
             mode_ranks.append(golden_ranks(queries[i].golden, [(h.doc_id, h.text) for h in hs]))
             return hs[:1]
 
-        hits, seconds = retrieve_task(store, collection, texts, mode, limit,
-                                      embedder if mode != "bm25" else None,
-                                      reranker if mode == "rerank" else None, options.fusion,
-                                      advance, keep)
+        hits, seconds = retrieve_task(retriever, collection, texts, mode, limit, advance, keep)
         ranks[mode] = mode_ranks
         scores[mode] = {str(k): round(pass_at_k_of_ranks(ranks[mode], k), 2) for k in options.k}
         latency[mode] = Latency(**latency_ms(seconds))
@@ -230,16 +217,7 @@ def _record(result: CollectionEvaluation, results_dir: Path, stamp: str) -> None
 
 def search(options: SearchOptions) -> list[Hit]:
     """The top `k` chunks of a collection for one query (`situate search`): a plain function, not
-    a flow, since one query needs no orchestration."""
-    resources = Resources()
-    try:
-        store = resources.existing_store(options.milvus_uri, options.collection)
-        from situate.core.settings import get_settings
-
-        spec = store.describe(options.collection).embedder or get_settings().embedder
-        embedder = resources.embedders.get(spec) if options.mode != "bm25" else None
-        reranker = get_reranker(options.reranker) if options.mode == "rerank" else None
-        return retrieve(store, options.collection, [options.query], options.mode, options.k,
-                        embedder=embedder, reranker=reranker, fusion=options.fusion)[0]
-    finally:
-        resources.close()
+    a flow, since one query needs no orchestration; the same `Retriever` an app searches with."""
+    with Retriever(options.collection, options.milvus_uri, mode=options.mode,
+                   fusion=options.fusion, reranker=options.reranker) as retriever:
+        return retriever.search(options.query, options.k)

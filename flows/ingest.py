@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,7 @@ from situate.flows.resources import Resources, for_run
 from situate.flows.results import Bill, IngestPlan, IngestSummary
 from situate.storage.cache import ContextCache
 from situate.storage.milvus import MilvusStore
-from situate.tasks.contexts.base import Contextualizer, get_contextualizer
+from situate.tasks.contexts.base import Contextualizer, contexts_of, get_contextualizer
 from situate.tasks.contexts.cache import situate_documents
 from situate.tasks.corpus.load import CorpusScan, scan_corpus, stream_corpus
 from situate.tasks.embedders.base import Embedders
@@ -204,7 +205,8 @@ class _Ingest:
         setup = prepare(self.options, self.resources)
         if warning := run_warning(self.options, setup):  # a Lite file too small for the corpus
             get_run_logger().warning(warning)
-        contextualizer = get_contextualizer(context_config(self.options))
+        config = context_config(self.options)
+        contextualizer = get_contextualizer(config)
         pipeline = pipeline_id(contextualizer, self.options.chunk_size, self.options.chunk_overlap)
         self.seconds["scan"] = time.perf_counter() - t
         t = time.perf_counter()
@@ -217,6 +219,9 @@ class _Ingest:
         deleted = len(self.totals.stale_ids) + self._prune(setup)
         self.seconds["situate+embed+write"] = time.perf_counter() - t
         rows = self._maintain(setup)
+        if rows and setup.store is not None:  # what `situate mcp`'s description tool says
+            setup.store.record_ingest(self.options.collection, contexts_of(config),
+                                      datetime.now(UTC).isoformat(timespec="seconds"))
         return self._summary(setup, deleted, rows)
 
     def _windows(self, setup: Setup, contextualizer: Contextualizer, pipeline: str) -> None:

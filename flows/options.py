@@ -326,7 +326,7 @@ class SearchOptions(Options):
     query: Annotated[str, Flag()] = Field(description="what to search for")
     collection: Collection = Field(description="Milvus collection name")
     milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
-    k: Annotated[int, Flag(("--k",))] = Field(10, ge=1, description="number of hits")
+    k: Annotated[int, Flag(("--k",))] = Field(10, ge=1, le=1000, description="number of hits")
     mode: Annotated[str, Flag(("--mode",), choices=_mode_names, strict=True)] = Field(
         "hybrid", description="retrieval mode (rerank: hybrid reranked by --rerank)")
     reranker: Annotated[str, Flag(("--rerank",), metavar="RERANKER", choices=_reranker_names,
@@ -353,6 +353,55 @@ class SearchOptions(Options):
 
             check_reranker(self.reranker)
         return self
+
+
+class _ServingOptions(Options):
+    """What `situate api` and `situate mcp` serve: one collection, searched warm (no flow)."""
+
+    collection: Collection = Field(description="Milvus collection name")
+    milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
+    host: Annotated[str, Flag(("--host",))] = Field(
+        "127.0.0.1", description="address to listen on; other than loopback needs "
+                                 "SITUATE_API_TOKEN")
+    port: Annotated[int, Flag(("--port",))] = Field(8000, ge=0, le=65535,
+                                                    description="port to listen on")
+    mode: Annotated[str, Flag(("--mode",), choices=_mode_names, strict=True)] = Field(
+        "hybrid", description="retrieval mode (rerank: hybrid reranked by --rerank)")
+    reranker: Annotated[str, Flag(("--rerank",), metavar="RERANKER", choices=_reranker_names,
+                                  hint="cohere[:model] or st:NAME_OR_PATH"),
+                        FromSetting("reranker")] = from_settings(description="reranker of the rerank mode")
+    fusion: Annotated[str, Flag(("--fusion",), choices=_fusion_names, strict=True),
+                      FromSetting("fusion")] = from_settings(description="how hybrid search fuses "
+                                                                       "dense and BM25")
+
+    @field_validator("fusion")
+    @classmethod
+    def _fusion(cls, value: str) -> str:
+        return _check_fusion(value)
+
+    @model_validator(mode="after")
+    def _check(self) -> _ServingOptions:
+        from situate.storage.rows import validate_collection_name
+
+        _collection_name(self.collection, validate_collection_name)
+        if self.mode == "rerank":
+            from situate.tasks.rerankers.base import check_reranker
+
+            check_reranker(self.reranker)
+        return self
+
+
+class ApiOptions(_ServingOptions):
+    """`situate api`: the search over HTTP."""
+
+
+class McpOptions(_ServingOptions):
+    """`situate mcp`: the search as an MCP server."""
+
+    transport: Annotated[str, Flag(("--transport",), choices=lambda: ("stdio", "streamable-http"),
+                                   strict=True)] = Field(
+        "stdio", description="stdio (an agent starts the server) or streamable-http (--host, "
+                             "--port, path /mcp)")
 
 
 class ServeOptions(Options):
@@ -438,7 +487,7 @@ class SynthOptions(Options):
 
 COMMANDS: dict[str, type[Options]] = {"ingest": IngestOptions, "evaluate": EvaluateOptions,
                                       "search": SearchOptions, "serve": ServeOptions,
-                                      "synth": SynthOptions}
+                                      "synth": SynthOptions, "api": ApiOptions, "mcp": McpOptions}
 
 
 # --- checks shared by the models -------------------------------------------------------------------

@@ -54,6 +54,14 @@ def is_transient(error: BaseException) -> bool:
 
 
 _CONNECT_FAILED = 2  # pymilvus Status.CONNECT_FAILED; Milvus's own code 2 is "service unavailable"
+_NOT_LOADED = 101  # Milvus's CollectionNotLoaded, as Milvus Lite and Milvus servers answer it
+
+
+def is_not_loaded(error: BaseException) -> bool:
+    """A read refused because the collection is released (a restarted server's state)."""
+    from pymilvus.exceptions import MilvusException
+
+    return isinstance(error, MilvusException) and error.code == _NOT_LOADED
 
 
 def describe(error: BaseException | None) -> str:

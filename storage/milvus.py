@@ -11,16 +11,16 @@ next run after a failed one, never duplicates a row.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from situate.core.errors import CollectionNotFound, EmbedderMismatch, StoreError
 from situate.core.protocols import LEGS
 from situate.core.records import CollectionInfo, EmbeddedDocument, Hit, batched
 from situate.core.uri import is_missing_lite_file
 from situate.storage.client import RETRY_ATTEMPTS, RETRY_BASE, RETRY_CAP, Connection
-from situate.storage.faults import writing
+from situate.storage.faults import is_not_loaded, writing
 from situate.storage.generations import Generations
 from situate.storage.rows import (
     collection_schema,
@@ -36,6 +36,9 @@ from situate.storage.rows import (
 # Per-request cap well under Milvus's 256 MiB gRPC limit; rows carry texts of a few KiB at most.
 WRITE_BATCH = 512
 HIT_FIELDS = ["doc_id", "chunk_index", "text", "context", "metadata"]
+# What a collection records of itself, as collection properties (a rebuild copies them).
+EMBEDDER, CONTEXTS, INGESTED = "situate.embedder", "situate.contexts", "situate.ingested"
+T = TypeVar("T")
 __all__ = ["RETRY_ATTEMPTS", "RETRY_BASE", "RETRY_CAP", "WRITE_BATCH", "MilvusStore",
            "open_existing_store"]
 
@@ -72,7 +75,7 @@ class MilvusStore(Connection):
             self.load(collection)
             return
         self.generations.create(collection, collection_schema(self.client, dim, mmap=not self.is_local),
-                                {"situate.embedder": embedder})
+                                {EMBEDDER: embedder})
         self.index_and_load(collection)
 
     def index_and_load(self, collection: str) -> None:
@@ -119,8 +122,20 @@ class MilvusStore(Connection):
                           lambda: self.client.describe_collection(collection))
         dim = next((f.get("params", {}).get("dim") for f in info.get("fields", [])
                     if f.get("name") == "dense"), None)
-        embedder = (info.get("properties") or {}).get("situate.embedder", "")
-        return CollectionInfo(int(dim) if dim is not None else None, embedder)
+        properties = info.get("properties") or {}
+        return CollectionInfo(int(dim) if dim is not None else None, properties.get(EMBEDDER, ""),
+                              properties.get(CONTEXTS, ""), properties.get(INGESTED, ""))
+
+    def record_ingest(self, collection: str, contexts: str, ingested: str) -> None:
+        """What the last ingest gave the collection's chunks (`contexts`) and when it ended,
+        recorded on the collection for `describe`."""
+        def record() -> None:
+            physical = str(self.client.describe_collection(collection).get("collection_name")
+                           or collection)
+            self.client.alter_collection_properties(
+                physical, properties={CONTEXTS: contexts, INGESTED: ingested})
+
+        self._call(f"recording the ingest of {collection!r}", record, write=True)
 
     def require(self, collection: str) -> None:
         if not self.exists(collection):
@@ -282,10 +297,26 @@ class MilvusStore(Connection):
         """The top `limit` chunks of one retriever: dense cosine of `query_vector`, or BM25 of
         `query_text` (its identifiers split as the rows' are, `rows.lexical_text`)."""
         data, field, metric = self._leg(leg, query_text, query_vector)
-        res = self._call(f"{leg} search in {collection!r}", lambda: self.client.search(
-            collection, data=data, anns_field=field, limit=limit, output_fields=HIT_FIELDS,
-            search_params=self._search_params(metric, limit)))
+        res = self._call(f"{leg} search in {collection!r}", self._loaded(
+            collection, lambda: self.client.search(
+                collection, data=data, anns_field=field, limit=limit, output_fields=HIT_FIELDS,
+                search_params=self._search_params(metric, limit))))
         return self._hits(res, leg)
+
+    def _loaded(self, collection: str, read: Callable[[], T]) -> Callable[[], T]:
+        """`read`, made again once the collection is loaded if the server had released it: a
+        restarted server starts with every collection released, and a search then finds it so
+        instead of waiting for the next command's `load`."""
+        def call() -> T:
+            try:
+                return read()
+            except Exception as e:
+                if not is_not_loaded(e):
+                    raise
+            self.client.load_collection(collection)
+            return read()
+
+        return call
 
     def _search_params(self, metric: str, limit: int) -> dict[str, Any]:
         if metric == "COSINE":
@@ -312,10 +343,11 @@ class MilvusStore(Connection):
         if not ids:
             return {}
         data, field, metric = self._leg(leg, query_text, query_vector)
-        res = self._call(f"{leg} scores in {collection!r}", lambda: self.client.search(
-            collection, data=data, anns_field=field, limit=len(ids),
-            filter=f"id in {json.dumps(list(ids))}", output_fields=[],
-            search_params=self._search_params(metric, len(ids))))
+        res = self._call(f"{leg} scores in {collection!r}", self._loaded(
+            collection, lambda: self.client.search(
+                collection, data=data, anns_field=field, limit=len(ids),
+                filter=f"id in {json.dumps(list(ids))}", output_fields=[],
+                search_params=self._search_params(metric, len(ids)))))
         scores = dict.fromkeys(ids, 0.0) if leg == "bm25" else {}
         scores.update((_hit_id(h), _hit_score(h, leg)) for h in (res[0] if res else []))
         return scores

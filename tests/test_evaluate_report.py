@@ -249,8 +249,18 @@ def test_two_collections_are_evaluated_and_compared(prefect_harness, state):
 class _RecordingStore:
     """A store that answers every search with one hit naming the query, and keeps what it got."""
 
+    uri = "memory"
+
     def __init__(self) -> None:
         self.searches: list[tuple[str, str, list[float] | None, int]] = []
+
+    def require(self, collection):
+        pass
+
+    def describe(self, collection):
+        from situate.core.records import CollectionInfo
+
+        return CollectionInfo(64, "hash:bow-64")
 
     def search(self, collection, leg, query, vector, limit):
         self.searches.append((leg, query, vector, limit))
@@ -261,15 +271,20 @@ class _RecordingStore:
 
 
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
-def test_retrieve_handles_and_times_each_query_alone(mode, embedders):
-    from situate.tasks.retrieval.search import retrieve
+def test_evaluation_handles_and_times_each_query_alone(mode, embedders):
+    """The evaluate flow's retrieval: each query searched alone through the Retriever (as an
+    app's), timed, after the retriever's warm-up (which searches no user query)."""
+    from situate.api.retriever import WARM_UP_QUERY, Retriever
+    from situate.flows.evaluate import retrieve_task
     from tests.fakes.hash_embedding import HashEmbedding
 
     store = _RecordingStore()
-    seconds: list[float] = []
+    retriever = Retriever.over(store, "c", embedders=embedders, mode=mode)
+    retriever.prepare(mode)
+    assert {q for _, q, _, _ in store.searches} == {WARM_UP_QUERY}
+    store.searches.clear()
     queries = ["alpha beta", "gamma", "delta epsilon zeta"]
-    hits = retrieve(store, "c", queries, mode, 7, embedder=embedders.get("hash"),
-                    on_query=seconds.append)
+    hits, seconds = retrieve_task.fn(retriever, "c", queries, mode, 7)
     assert [[h.doc_id for h in hs] for hs in hits] == [[f"doc-{q}"] for q in queries]
     assert len(seconds) == 3 and all(0 < s < 60 for s in seconds)
     # hybrid: each leg searched to the fusion's depth, per query

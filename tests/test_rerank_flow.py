@@ -18,17 +18,18 @@ def cohere(monkeypatch):
 
 
 def test_evaluate_runs_rerank_when_a_cohere_key_is_set(prefect_harness, state, cohere, embedders):
+    from situate.api.retriever import Retriever
     from situate.tasks.rerankers.base import get_reranker
     from situate.tasks.retrieval.metrics import load_eval_set
-    from situate.tasks.retrieval.search import RERANK_DEPTH, retrieve
+    from situate.tasks.retrieval.search import RERANK_DEPTH
     from tests.helpers import evaluate, ingest, open_store
 
     ingest(corpus=str(SAMPLE_CORPUS), collection="rr", embedder="hash")
     store = open_store(state["milvus_uri"])
     query = "How can I requeue a dead-lettered job?"
-    embedder, reranker = embedders.get("hash"), get_reranker("cohere")
-    hybrid = retrieve(store, "rr", [query], "hybrid", RERANK_DEPTH, embedder=embedder)[0]
-    reranked = retrieve(store, "rr", [query], "rerank", 5, embedder=embedder, reranker=reranker)[0]
+    retriever = Retriever.over(store, "rr", embedders=embedders, reranker=get_reranker("cohere"))
+    hybrid = retriever.search(query, RERANK_DEPTH, "hybrid")
+    reranked = retriever.search(query, 5, "rerank")
     assert len(reranked) == 5
     # The reranker saw every hybrid candidate (context + chunk) and ordered them by its scores.
     sent = cohere.log[-1]

@@ -128,18 +128,20 @@ def test_a_hundred_candidates_rerank_the_same_every_time(encoder, capsys):
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_reranks_the_hybrid_candidates_of_a_real_collection(prefect_harness, state, encoder):
+    from situate.api.retriever import Retriever
     from situate.tasks.embedders.base import Embedders
     from situate.tasks.rerankers.base import get_reranker
-    from situate.tasks.retrieval.search import RERANK_DEPTH, retrieve
+    from situate.tasks.retrieval.search import RERANK_DEPTH
     from tests.helpers import ingest, open_store
 
     ingest(corpus=str(SAMPLE_CORPUS), collection="strr", embedder="hash")
     store = open_store(state["milvus_uri"])
     query = "How can I requeue a dead-lettered job?"
-    embedder, reranker = Embedders().get("hash"), get_reranker(f"st:{encoder}")
-    hybrid = retrieve(store, "strr", [query], "hybrid", RERANK_DEPTH, embedder=embedder)[0]
+    retriever = Retriever.over(store, "strr", embedders=Embedders(),
+                               reranker=get_reranker(f"st:{encoder}"))
+    hybrid = retriever.search(query, RERANK_DEPTH, "hybrid")
     start = time.perf_counter()
-    reranked = retrieve(store, "strr", [query], "rerank", 5, embedder=embedder, reranker=reranker)[0]
+    reranked = retriever.search(query, 5, "rerank")
     print(f"hybrid + st rerank of {len(hybrid)} candidates: {time.perf_counter() - start:.3f} s")
     # Every hybrid candidate was read, and the top 5 are its best by the cross-encoder's scores.
     scores = _own_scores(encoder, query, hybrid)

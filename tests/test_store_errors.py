@@ -1,4 +1,5 @@
-"""A Milvus error that no retry can cure reaches the user as one StoreError line naming the call."""
+"""A Milvus error that no retry can cure reaches the user as one StoreError line naming the call;
+a collection the server released (as a restarted server does) is loaded by the search itself."""
 
 from __future__ import annotations
 
@@ -13,11 +14,28 @@ def test_an_error_milvus_raises_becomes_one_store_error(tmp_path):
     store = MilvusStore(uri)
     try:
         store.ensure_collection("c", 4, "fake")
-        store.client.release_collection("c")  # searching a released collection is refused
-        with pytest.raises(StoreError) as caught:
-            store.search("c", "dense", "q", [0.1, 0.2, 0.3, 0.4], 5)
+        with pytest.raises(StoreError) as caught:  # no such collection: refused, not retried
+            store.search("gone", "bm25", "q", None, 5)
         message = str(caught.value)
-        assert message.startswith(f"Milvus at {uri}: dense search in 'c' failed: ")
-        assert "released" in message and "\n" not in message
+        assert message.startswith(f"Milvus at {uri}: bm25 search in 'gone' failed: ")
+        assert "does not exist" in message and "\n" not in message
+    finally:
+        store.close()
+
+
+def test_a_search_loads_a_released_collection(tmp_path):
+    from tests.store_contract import EMB, EMBEDDER, embedded
+
+    store = MilvusStore(str(tmp_path / "m.db"))
+    try:
+        store.ensure_collection("c", EMB.dim, EMBEDDER)
+        store.write("c", [embedded("d", ["alpha beta", "gamma delta"])])
+        for leg in ("dense", "bm25"):
+            store.client.release_collection("c")  # a restarted server's state
+            vector = EMB.encode_queries(["alpha"])[0]
+            hits = store.search("c", leg, "alpha", vector, 5)
+            assert [h.doc_id for h in hits][:1] == ["d"]
+            store.client.release_collection("c")
+            assert store.leg_scores("c", leg, "alpha", vector, [hits[0].id])
     finally:
         store.close()

@@ -32,6 +32,12 @@ class ContextConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def contexts_of(config: ContextConfig) -> str:
+    """The contexts a configuration gives, in a few words: `structural`, `none`,
+    `anthropic:claude-haiku-4-5` (recorded on the collection an ingest writes)."""
+    return f"{config.name}:{config.model}" if config.model else config.name
+
+
 Keep = Callable[[Document, Chunk, str], None]
 """Persists one generated context of (document, chunk) as its answer arrives; thread-safe."""
 

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 
 from situate.core.errors import InputError
 from situate.tasks.corpus.load import iter_jsonl
-from situate.tasks.retrieval.search import clean_query
+from situate.tasks.retrieval.search import MAX_K, clean_query
 
 # A word cut at a line end by a hyphen (ASCII, U+2010, or a soft hyphen) and the line break.
 _HYPHEN_BREAK = re.compile(r"(?<=[^\W\d_])[-\u2010\u00ad][ \t]*\r?\n\s*(?=[^\W\d_])")
@@ -207,4 +207,7 @@ def parse_ks(text: str) -> list[int]:
         raise InputError(f"--k must be comma-separated positive integers, got {text!r}") from None
     if not ks or ks[0] <= 0:
         raise InputError(f"--k must be comma-separated positive integers, got {text!r}")
+    if ks[-1] > MAX_K:
+        raise InputError(f"--k {ks[-1]} is more hits than one search returns: give cut-offs of at "
+                         f"most {MAX_K}")
     return ks

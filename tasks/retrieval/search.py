@@ -1,14 +1,13 @@
 """Retrieval over any `ChunkStore`: dense, BM25, hybrid (both legs fused here: cdbsf, dbsf or
-RRF, `situate.core.fusion`) and hybrid reranked (Cohere or a local cross-encoder), for many
-queries, each handled and timed alone. The store searches one leg at a time; the embedder and the
-reranker are given, loaded by the caller."""
+RRF, `situate.core.fusion`) and hybrid reranked (Cohere or a local cross-encoder), one query at a
+time (`answer`). The store searches one leg at a time; the embedder and the reranker are given,
+loaded by the caller (`situate.api.Retriever`, which every face of search goes through)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from situate.core.errors import InputError
@@ -28,6 +27,8 @@ MODES = (*SEARCH_MODES, "rerank")
 FUSION_DEPTH = 100
 # Hybrid candidates handed to the reranker: one Cohere request (one search unit) per query.
 RERANK_DEPTH = 100
+# Most hits one search returns (`k`): ten times the candidates each leg gives the fusion.
+MAX_K = 1_000
 # Characters of a query kept for embedding and BM25: ten times a chunk, and far more than any
 # embedder reads (MiniLM reads 256 word pieces); a longer query is cut, not refused.
 MAX_QUERY_CHARS = 8_192
@@ -100,54 +101,28 @@ def hybrid(store: ChunkStore, collection: str, query_text: str,
     return [dataclasses.replace(by_id[i], score=score) for i, score in fused[:limit]]
 
 
-def retrieve(store: ChunkStore, collection: str, queries: Sequence[str], mode: str, limit: int, *,
-             embedder: Embedder | None = None, reranker: Reranker | None = None,
-             fusion: str = "cdbsf",
-             on_query: Callable[[float], None] | None = None) -> list[list[Hit]]:
-    """Top `limit` hits for each query in one mode (`retrieve_each`, collected)."""
-    return list(retrieve_each(store, collection, queries, mode, limit, embedder=embedder,
-                              reranker=reranker, fusion=fusion, on_query=on_query))
+def check_k(k: object) -> int:
+    """A number of hits: a whole number from 1 to MAX_K, else one InputError saying so."""
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise InputError(f"k={k!r} is not a number of hits: give a whole number from 1 to {MAX_K}")
+    return k
 
 
-def retrieve_each(store: ChunkStore, collection: str, queries: Sequence[str], mode: str,
-                  limit: int, *, embedder: Embedder | None = None,
-                  reranker: Reranker | None = None, fusion: str = "cdbsf",
-                  on_query: Callable[[float], None] | None = None) -> Iterator[list[Hit]]:
-    """Top `limit` hits for each query in one mode, yielded as each query finishes, so that an
-    evaluation of thousands of queries keeps what it needs of each (ranks, first hit) rather than
-    every hit of every query.
-
-    Each query is handled as a user's would be, alone: embedded (dense, hybrid, rerank: the
-    `embedder` is needed), searched and, for `rerank`, reranked by `reranker`; `on_query` gets
-    its wall time in seconds as it finishes (the evaluation's latency and progress). Queries are
-    not embedded in batches: a query's latency is then the latency a user sees for it, its
-    embedding included, and the time of a set is proportional to its queries either way. Loading
-    the model is not timed: with `on_query`, a model is warmed with one untimed query the first
-    time it is used (`Embedder.warm_up`: once per loaded model, not per call).
-    """
-    check_modes([mode])
-    if mode != "bm25" and embedder is None:
+def answer(store: ChunkStore, collection: str, query: str, mode: str, limit: int,
+           encoder: Embedder | None, reranker: Reranker | None = None,
+           fusion: str = "cdbsf") -> list[Hit]:
+    """The top `limit` hits of one query in one mode, as a user's query is handled: embedded
+    alone (every mode but `bm25`: `encoder`), searched, and for `rerank` the hybrid top
+    RERANK_DEPTH reranked by `reranker`. Every face of situate's search (`situate.api.Retriever`:
+    the evaluation, `situate search`, the HTTP and MCP servers, the framework retrievers) runs
+    each query through here."""
+    if mode != "bm25" and encoder is None:
         raise InputError(f"retrieval mode {mode!r} needs an embedder")
     if mode == "rerank" and reranker is None:
         raise InputError("retrieval mode 'rerank' needs a reranker")
-    return _each(store, collection, queries, mode, limit, embedder if mode != "bm25" else None,
-                 reranker, fusion, on_query)
-
-
-def _each(store: ChunkStore, collection: str, queries: Sequence[str], mode: str, limit: int,
-          encoder: Embedder | None, reranker: Reranker | None, fusion: str,
-          on_query: Callable[[float], None] | None) -> Iterator[list[Hit]]:
-    if encoder is not None and queries and on_query is not None:
-        encoder.warm_up(queries[0])  # untimed, once per model: only when timing is asked for
-    for q in queries:
-        started = time.perf_counter()
-        vector = encoder.embed_queries([q])[0] if encoder is not None else None
-        if mode == "rerank":
-            assert reranker is not None
-            candidates = hybrid(store, collection, q, vector, max(limit, RERANK_DEPTH), fusion)
-            hits = reranker.rerank(q, candidates, limit)
-        else:
-            hits = search(store, collection, mode, q, vector, limit, fusion)
-        if on_query is not None:
-            on_query(time.perf_counter() - started)
-        yield hits
+    vector = encoder.embed_queries([query])[0] if mode != "bm25" and encoder is not None else None
+    if mode == "rerank":
+        assert reranker is not None
+        candidates = hybrid(store, collection, query, vector, max(limit, RERANK_DEPTH), fusion)
+        return reranker.rerank(query, candidates, limit)
+    return search(store, collection, mode, query, vector, limit, fusion)

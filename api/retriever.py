@@ -1,0 +1,265 @@
+"""`Retriever`: situate's one search path, warm. It opens a collection's store once, loads the
+embedder the collection was built with once, and answers queries exactly as `situate evaluate`
+measured them (the same query cleaning, BM25 identifier parts, fusion and rerank:
+`situate.tasks.retrieval.search.answer`), from any number of threads or from asyncio.
+
+The evaluation, `situate search`, the HTTP and MCP servers (`situate.api.http`, `.mcp`) and the
+LangChain and LlamaIndex retrievers (`situate.integrations`) all search through it; none of them
+ranks anything itself. Imports no Prefect: an app that searches loads no orchestration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from situate.core.errors import CollectionNotFound, InputError, SituateError, StoreError
+from situate.core.records import Hit
+from situate.core.settings import get_settings
+from situate.core.uri import is_missing_lite_file
+from situate.storage.milvus import MilvusStore
+from situate.storage.rows import validate_collection_name
+from situate.tasks.embedders.base import Embedders
+from situate.tasks.rerankers.base import Reranker, get_reranker
+from situate.tasks.retrieval.search import (
+    MODES,
+    answer,
+    check_fusion,
+    check_k,
+    check_modes,
+    clean_query,
+)
+
+if TYPE_CHECKING:
+    from situate.core.protocols import ChunkStore
+    from situate.tasks.embedders.base import Embedder
+
+# The query of the searches that warm a retriever (`prepare`): the model's load and first call,
+# and the store's first search of each kind, are paid when it opens, not by a user's query.
+WARM_UP_QUERY = "warm up"
+
+
+@dataclass(frozen=True)
+class CollectionDescription:
+    """The collection a retriever searches, as it describes itself: its rows, the embedder its
+    vectors came from, the contexts its chunks were given and when it was last ingested ("" when
+    the collection predates situate recording them), and how the retriever searches it."""
+
+    collection: str
+    rows: int
+    embedder: str
+    dim: int | None
+    contexts: str
+    ingested: str
+    mode: str
+    modes: tuple[str, ...]
+    fusion: str
+
+
+class Retriever:
+    """A warm search over one collection: `search(query, k, mode)` returns typed `Hit`s.
+
+    Opens the store at `uri` (default `SITUATE_MILVUS_URI`; a missing collection is an
+    InputError) and loads the embedder the collection records; `embedder`, if given, must name
+    the same one (as `situate evaluate --embedder` must). `mode` is the default of `search`;
+    `fusion` (default `SITUATE_FUSION`) fuses hybrid's legs; `reranker` (default
+    `SITUATE_RERANKER`) reranks the `rerank` mode, loaded on first use. Safe to share between
+    threads; `asearch` is `search` for asyncio. A context manager; `close()` lets the store and
+    the model go.
+
+    Against a Milvus server that is down, each call is tried `retry_attempts` times (default 8,
+    about 30 s in all) before a `StoreUnreachable`; the servers ask for fewer, so that a request
+    is answered 503 at once. The token is SITUATE_MILVUS_TOKEN unless `token` is given.
+    """
+
+    def __init__(self, collection: str, uri: str | None = None, *, mode: str = "hybrid",
+                 fusion: str | None = None, reranker: str | Reranker | None = None,
+                 embedder: str | None = None, token: str | None = None,
+                 retry_attempts: int | None = None) -> None:
+        settings = get_settings()
+        uri = uri or settings.milvus_uri
+        _check_name(collection)
+        _check_mode(mode)
+        if is_missing_lite_file(uri):  # opening it would create it
+            raise CollectionNotFound(collection, uri, " (no Milvus Lite file there)")
+        store = MilvusStore(uri, settings.milvus_token.get_secret_value() if token is None
+                            else token, retry_attempts=retry_attempts)
+        embedders = Embedders()
+        try:
+            store.require(collection)
+            self._setup(store, collection, embedders, owns=True, mode=mode, fusion=fusion,
+                        reranker=reranker, embedder=embedder)
+            self.prepare(mode)
+        except BaseException:
+            embedders.release(kill=True)  # a model still loading is not waited for
+            store.close()
+            raise
+
+    @classmethod
+    def over(cls, store: ChunkStore, collection: str, *, embedders: Embedders,
+             mode: str = "hybrid", fusion: str | None = None,
+             reranker: str | Reranker | None = None, embedder: str | None = None) -> Retriever:
+        """A retriever on a store and models someone else opened and closes (the evaluate
+        flow's run resources): `close()` leaves them open. Loads nothing until `prepare` or a
+        search needs it."""
+        store.require(collection)
+        self = cls.__new__(cls)
+        self._setup(store, collection, embedders, owns=False, mode=mode, fusion=fusion,
+                    reranker=reranker, embedder=embedder)
+        return self
+
+    def _setup(self, store: ChunkStore, collection: str, embedders: Embedders, *, owns: bool,
+               mode: str, fusion: str | None, reranker: str | Reranker | None,
+               embedder: str | None) -> None:
+        _check_mode(mode)
+        settings = get_settings()
+        self.collection = collection
+        self.mode = mode
+        self.fusion = check_fusion(fusion or settings.fusion)
+        self._store = store
+        self._embedders = embedders
+        self._owns = owns
+        self._lock = threading.Lock()
+        self._closed = False
+        self._warm: set[str] = set()  # modes searched once already (`prepare`)
+        self._encoder: Embedder | None = None
+        self._reranker = reranker if isinstance(reranker, Reranker) else None
+        self._reranker_spec = reranker if isinstance(reranker, str) else settings.reranker
+        stored = store.describe(collection).embedder
+        self.embedder = embedder_of(collection, store.uri, stored, embedder) or settings.embedder
+
+    # --- what a search needs, loaded once ---------------------------------------------------
+
+    def prepare(self, *modes: str) -> None:
+        """Load and warm what searches in `modes` need (default: the retriever's mode), so that
+        no query pays for it: the embedder (every mode but bm25) and the reranker (rerank)
+        loaded, and one search of each mode made, its query embedded (rerank's search made
+        without the reranker's call, which a paid API would bill)."""
+        for mode in modes or (self.mode,):
+            _check_mode(mode)
+            encoder = self._embedder_loaded() if mode != "bm25" else None
+            if mode == "rerank":
+                self._reranker_loaded()
+            leg = "hybrid" if mode == "rerank" else mode
+            with self._lock:
+                if leg in self._warm:
+                    continue
+                self._warm.add(leg)
+            answer(self._store, self.collection, WARM_UP_QUERY, leg, 1, encoder, None, self.fusion)
+
+    def _embedder_loaded(self) -> Embedder:
+        with self._lock:
+            if self._encoder is None:
+                self._encoder = self._embedders.get(self.embedder)
+            return self._encoder
+
+    def _reranker_loaded(self) -> Reranker:
+        with self._lock:
+            if self._reranker is None:
+                self._reranker = get_reranker(self._reranker_spec)
+            return self._reranker
+
+    # --- searching ------------------------------------------------------------------------
+
+    def search(self, query: str, k: int = 10, mode: str | None = None) -> list[Hit]:
+        """The top `k` (1 to 1000) chunks for `query`, best first, in `mode` (default: the
+        retriever's): `dense`, `bm25`, `hybrid` or `rerank`. An InputError for an empty query, a
+        `k` out of range or an unknown mode; a StoreError when Milvus fails (StoreUnreachable
+        when it does not answer)."""
+        mode = self.mode if mode is None else mode
+        _check_mode(mode)
+        check_k(k)
+        if not isinstance(query, str):
+            raise InputError(f"query must be text, not {type(query).__name__}: give words to "
+                             "search for")
+        text = clean_query(query)
+        if self._closed:
+            raise SituateError(f"the retriever of collection {self.collection!r} is closed: "
+                               "open another")
+        encoder = self._embedder_loaded() if mode != "bm25" else None
+        reranker = self._reranker_loaded() if mode == "rerank" else None
+        return answer(self._store, self.collection, text, mode, k, encoder, reranker, self.fusion)
+
+    async def asearch(self, query: str, k: int = 10, mode: str | None = None) -> list[Hit]:
+        """`search`, run in a worker thread: the event loop goes on while the model and the
+        store work."""
+        return await asyncio.to_thread(self.search, query, k, mode)
+
+    def describe(self) -> CollectionDescription:
+        """The collection served: rows, embedder, contexts, when it was last ingested."""
+        info = self._store.describe(self.collection)
+        return CollectionDescription(
+            collection=self.collection, rows=self._store.count(self.collection),
+            embedder=info.embedder or self.embedder, dim=info.dim, contexts=info.contexts,
+            ingested=info.ingested, mode=self.mode, modes=self.modes, fusion=self.fusion)
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The modes `search` takes."""
+        return MODES
+
+    @property
+    def uri(self) -> str:
+        return self._store.uri
+
+    # --- closing --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Let the store and the model go (those this retriever opened); safe to call twice."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        if self._owns:
+            self._embedders.release()
+            self._store.close()
+
+    def __enter__(self) -> Retriever:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Retriever({self.collection!r}, {self.uri!r}, mode={self.mode!r}, "
+                f"fusion={self.fusion!r}, embedder={self.embedder!r})")
+
+
+def hit_metadata(hit: Hit) -> dict[str, Any]:
+    """A hit's metadata as the framework retrievers give it: the source document's own, then
+    situate's fields of the hit (which win a clash): id, doc_id, index, context, score."""
+    return {**hit.metadata, "id": hit.id, "doc_id": hit.doc_id, "index": hit.index,
+            "context": hit.context, "score": hit.score}
+
+
+def embedder_of(collection: str, uri: str, stored: str, wanted: str | None) -> str:
+    """The embedder of a collection's queries: the one its vectors came from (`stored`);
+    `wanted`, if given, must be the same (by name, and by model when it names one), else one
+    InputError. "" when neither says (a collection made before situate recorded it)."""
+    if wanted and stored:
+        name, _, model = wanted.partition(":")
+        stored_name, _, stored_model = stored.partition(":")
+        if name != stored_name or (model and model != stored_model):
+            raise InputError(f"collection {collection!r} at {uri} was embedded with {stored}, not "
+                             f"{wanted}: leave the embedder out or name the same one")
+    return stored or wanted or ""
+
+
+def _check_mode(mode: object) -> str:
+    if not isinstance(mode, str):
+        raise InputError(f"retrieval mode must be text, not {type(mode).__name__}: use one of "
+                         f"{', '.join(MODES)}")
+    return check_modes([mode])[0]
+
+
+def _check_name(collection: object) -> None:
+    if not isinstance(collection, str):
+        raise InputError(f"collection must be a name, not {type(collection).__name__}")
+    try:
+        validate_collection_name(collection)
+    except StoreError as e:
+        raise InputError(str(e)) from None
+
+
+__all__ = ["CollectionDescription", "Hit", "Retriever", "embedder_of", "hit_metadata"]
