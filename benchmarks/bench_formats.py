@@ -519,18 +519,27 @@ def main() -> None:
     ap.add_argument("--render", metavar="JSON", help="print the table of an earlier --out and stop")
     ap.add_argument("--update", action="store_true",
                     help="replace only this run's (format, context) rows in --out (the same set)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="use the corpora and set already built in --keep (by --build-only) as they are")
+    ap.add_argument("--coverage-only", action="store_true",
+                    help="measure only the coverage of --formats and store it in --out's rows for them "
+                         "(the same set; no ingest): for formats whose reader did not change")
     args = ap.parse_args()
     if args.render:
         print(markdown_tables(json.loads(Path(args.render).read_text())), end="")
         return
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or Path(tmp) / "formats"
-        if work.exists():
-            shutil.rmtree(work)
-        t = time.perf_counter()
-        built = build(work, args.source, args.files, args.queries, args.seed, args.max_bytes,
-                      tuple(args.formats))
-        built["build_seconds"] = round(time.perf_counter() - t, 1)
+        if args.reuse and args.keep and (work / "built.json").exists():
+            built = json.loads((work / "built.json").read_text())
+        else:
+            if work.exists():
+                shutil.rmtree(work)
+            t = time.perf_counter()
+            built = build(work, args.source, args.files, args.queries, args.seed, args.max_bytes,
+                          tuple(args.formats))
+            built["build_seconds"] = round(time.perf_counter() - t, 1)
+            (work / "built.json").write_text(json.dumps(built))
         print(json.dumps({k: v for k, v in built.items() if k != "files"}), flush=True)
         if args.build_only:
             return
@@ -554,6 +563,18 @@ def main() -> None:
             print(fmt, "documents", cov["documents"], "chunks", cov["chunks"], "covered",
                   cov["covered"], "missing", len(cov["missing"]), "sentences found",
                   cov.get("sentences_found"), "of", cov.get("sentences"), flush=True)
+        if args.coverage_only:
+            earlier = json.loads(args.out.read_text())
+            if earlier["build"].get("eval_sha256") != built["eval_sha256"]:
+                sys.exit(f"{args.out} was measured on another evaluation set")
+            for r in earlier["runs"]:
+                if r["format"] in covered:
+                    r["coverage"] = covered[r["format"]]
+                    r["coverage_measured"] = time.strftime("%Y-%m-%d %H:%M:%S")
+            earlier["commands"] = earlier.get("commands", [earlier.get("command")]) + [results["command"]]
+            args.out.write_text(json.dumps(earlier, indent=2) + "\n")
+            print(markdown_tables(earlier), end="")
+            return
         for context in args.contexts:
             for fmt in args.formats:
                 collection = f"formats_{fmt}_{context}"
