@@ -422,10 +422,10 @@ def _prune(root: Any) -> None:
         if parent is not None and parent in gone:
             gone.add(el)
             continue
-        rule = candidates.get(el)
-        if rule is None or el in mains or el in shielded or size.get(el, 0) > WEAK_SHARE * body_size:
+        weak_rule = candidates.get(el)
+        if weak_rule is None or el in mains or el in shielded or size.get(el, 0) > WEAK_SHARE * body_size:
             continue
-        chosen.append((el, rule))
+        chosen.append((el, weak_rule))
         gone.add(el)
     _drop(chosen)
 
