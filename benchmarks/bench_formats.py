@@ -577,7 +577,7 @@ def main() -> None:
             return
         for context in args.contexts:
             for fmt in args.formats:
-                collection = f"formats_{fmt}_{context}"
+                collection = f"formats_{fmt.replace('-', '_')}_{context}"
                 summary_json = Path(tmp) / f"{collection}-ingest.json"
                 t = time.perf_counter()
                 run(["ingest", str(work / fmt), "--collection", collection, "--context", context,
