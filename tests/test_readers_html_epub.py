@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.bench_html_furniture import page as menu_page
 from situate.tasks.corpus.readers import Unreadable, read_document
 from situate.tasks.corpus.readers.html import html_sections, parse
 
@@ -110,19 +111,10 @@ def test_a_wrapper_named_like_furniture_holding_the_content_stays() -> None:
 
 # --- Bounded time -------------------------------------------------------------------------------------
 
-def _menus(size: int, depth: int = 120) -> str:
-    """A page of nested menus (ul.menu > li.menu-item > a, `depth` levels, repeated) around one
-    paragraph of content: what a site's mega-menu looks like, at `size` characters."""
-    parts = ["<html><body><div id='content'><h1>Title</h1><p>The page's own paragraph.</p></div>"]
-    n = total = 0
-    while total < size:
-        menu = "".join(f"<ul class='menu'><li class='menu-item'><a href='/m{n}/{d}'>Item {d}</a>"
-                       for d in range(depth)) + "</li></ul>" * depth
-        parts.append(menu)
-        total += len(menu)
-        n += 1
-    parts.append("<p>The closing paragraph.</p></body></html>")
-    return "".join(parts)
+def _menus(size: int) -> str:
+    """A page of nested menus (ul.menu > li.menu-item > a, 120 levels, repeated) around one
+    paragraph of content, at `size` characters: the benchmark's page."""
+    return menu_page(size, 120)
 
 
 def _cpu_seconds(page: str) -> float:
