@@ -16,12 +16,15 @@ choice of files. Each file is made into
 - (b) HTML: `pandoc -s`, wrapped in the boilerplate real sites repeat on every page (a header with
   a search box, a <nav> menu, a cookie-consent banner, an <aside> sidebar listing every page, a
   <footer>), the content in a plain <div> (no <main>: many sites have none);
+- (b') html-sections: the same with `pandoc -s --section-divs` (every heading's content in nested
+  <section> elements, as pandoc's EPUBs and many static sites have it);
 - (c) DOCX: `pandoc`;
 - (d) PDF: Chromium's headless print of pandoc's HTML (without the boilerplate, as someone prints
-  docs), with Chromium's default running header (date, title) and footer (file URL, page/pages).
+  docs), with Chromium's default running header (date, title) and footer (file URL, page/pages);
+- (e) EPUB: `pandoc -t epub3` (a book of one chapter per file, its sections nested).
 
 Each format is a corpus directory of its own with the same relative paths and stems, so one
-evaluation set serves all four (a golden quote's `doc_id` is the .md path; `Golden.matches`
+evaluation set serves all of them (a golden quote's `doc_id` is the .md path; `Golden.matches`
 accepts the same path with another extension).
 
 The evaluation set is inverse cloze: a prose sentence of a paragraph (40-200 characters, at least
@@ -38,7 +41,7 @@ Then, per format and `--context`: a fresh `situate ingest` (MiniLM by default), 
 (`load_corpus` as ingest reads it, `Golden.matches` as evaluate matches).
 
     .venv/bin/python benchmarks/bench_formats.py [--source DIR] [--files 40] [--queries 200]
-        [--contexts structural none] [--formats md html docx pdf] [--keep DIR]
+        [--contexts structural none] [--formats md html html-sections docx pdf epub] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ from bench_reading import code_version  # the script's folder is on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCE = Path("/usr/share/doc/nodejs/api")
-FORMATS = ("md", "html", "docx", "pdf")
+FORMATS = ("md", "html", "html-sections", "docx", "pdf", "epub")
 MODES = ("dense", "bm25", "hybrid")
 KS = ("5", "10", "20")
 
@@ -369,8 +372,16 @@ def build(out: Path, source: Path, files: int, queries: int, seed: int, max_byte
         if "html" in formats:
             (out / "html" / stem.with_suffix(".html")).write_text(wrap(page, before, after),
                                                                   encoding="utf-8")
+        if "html-sections" in formats:
+            sectioned = pandoc(["-f", "gfm", "-s", "--section-divs", "--metadata", f"pagetitle={title}"],
+                               edited[rel])
+            (out / "html-sections" / stem.with_suffix(".html")).write_text(wrap(sectioned, before, after),
+                                                                           encoding="utf-8")
         if "docx" in formats:
             pandoc(["-f", "gfm", "-o", str(out / "docx" / stem.with_suffix(".docx"))], edited[rel])
+        if "epub" in formats:
+            pandoc(["-f", "gfm", "-t", "epub3", "--metadata", f"title={title}", "-o",
+                    str(out / "epub" / stem.with_suffix(".epub"))], edited[rel])
         if "pdf" in formats:
             (printable / rel).parent.mkdir(parents=True, exist_ok=True)
             printed = printable / stem.with_suffix(".html")
@@ -435,9 +446,13 @@ if sys.argv[3] != "md":
     sentences = [json.loads(line) for line in open(sys.argv[4])]
     texts = {k: normalize_quote(d.text) for k, d in by_stem.items()}
     bare = {k: t.replace("-", "") for k, t in texts.items()}
+    chunked = {k: [normalize_quote(c.text) for c in d.chunks] for k, d in by_stem.items()}
     lost = []
+    out["sentences_in_chunks"] = 0
     for x in sentences:
         key, want = _stem(x["doc_id"]), normalize_quote(x["sentence"])
+        if any(want in c or want.replace("-", "") in c.replace("-", "") for c in chunked.get(key, ())):
+            out["sentences_in_chunks"] += 1
         if want in texts.get(key, "") or want.replace("-", "") in bare.get(key, ""):
             continue
         text = texts.get(key, "")
@@ -462,17 +477,18 @@ def coverage(corpus: Path, eval_set: Path, env: dict[str, str]) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def verbatim(cov: dict) -> str:
+def verbatim(cov: dict, key: str = "sentences_found") -> str:
     if not cov.get("sentences"):
         return "n/a (markup)"
-    return (f"{cov['sentences_found']}/{cov['sentences']} "
-            f"({100 * cov['sentences_found'] / cov['sentences']:.1f}%)")
+    if key not in cov:
+        return "n/a"
+    return f"{cov[key]}/{cov['sentences']} ({100 * cov[key] / cov['sentences']:.1f}%)"
 
 
 def markdown_tables(results: dict) -> str:
     lines = ["| format | context | documents | chunks | quotes findable | prose sentences verbatim | "
-             "dense P@5/10/20 | BM25 P@5/10/20 | hybrid P@5/10/20 | hybrid P@10 − Markdown |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "in the chunks | dense P@5/10/20 | BM25 P@5/10/20 | hybrid P@5/10/20 | hybrid P@10 − Markdown |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     base = {r["context"]: r["pass_at_k"]["hybrid"]["10"] for r in results["runs"] if r["format"] == "md"}
     for r in results["runs"]:
         p = r["pass_at_k"]
@@ -482,7 +498,8 @@ def markdown_tables(results: dict) -> str:
         lines.append(f"| {r['format']} | {r['context']} | {cov['documents']} | {r['chunks']} | "
                      f"{cov['covered']}/{results['build']['queries']} "
                      f"({100 * cov['covered'] / max(1, results['build']['queries']):.1f}%) | "
-                     f"{verbatim(cov)} | " + " | ".join(cells) + f" | {delta} |")
+                     f"{verbatim(cov)} | {verbatim(cov, 'sentences_in_chunks')} | "
+                     + " | ".join(cells) + f" | {delta} |")
     return "\n".join(lines) + "\n"
 
 
@@ -502,18 +519,27 @@ def main() -> None:
     ap.add_argument("--render", metavar="JSON", help="print the table of an earlier --out and stop")
     ap.add_argument("--update", action="store_true",
                     help="replace only this run's (format, context) rows in --out (the same set)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="use the corpora and set already built in --keep (by --build-only) as they are")
+    ap.add_argument("--coverage-only", action="store_true",
+                    help="measure only the coverage of --formats and store it in --out's rows for them "
+                         "(the same set; no ingest): for formats whose reader did not change")
     args = ap.parse_args()
     if args.render:
         print(markdown_tables(json.loads(Path(args.render).read_text())), end="")
         return
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or Path(tmp) / "formats"
-        if work.exists():
-            shutil.rmtree(work)
-        t = time.perf_counter()
-        built = build(work, args.source, args.files, args.queries, args.seed, args.max_bytes,
-                      tuple(args.formats))
-        built["build_seconds"] = round(time.perf_counter() - t, 1)
+        if args.reuse and args.keep and (work / "built.json").exists():
+            built = json.loads((work / "built.json").read_text())
+        else:
+            if work.exists():
+                shutil.rmtree(work)
+            t = time.perf_counter()
+            built = build(work, args.source, args.files, args.queries, args.seed, args.max_bytes,
+                          tuple(args.formats))
+            built["build_seconds"] = round(time.perf_counter() - t, 1)
+            (work / "built.json").write_text(json.dumps(built))
         print(json.dumps({k: v for k, v in built.items() if k != "files"}), flush=True)
         if args.build_only:
             return
@@ -537,9 +563,21 @@ def main() -> None:
             print(fmt, "documents", cov["documents"], "chunks", cov["chunks"], "covered",
                   cov["covered"], "missing", len(cov["missing"]), "sentences found",
                   cov.get("sentences_found"), "of", cov.get("sentences"), flush=True)
+        if args.coverage_only:
+            earlier = json.loads(args.out.read_text())
+            if earlier["build"].get("eval_sha256") != built["eval_sha256"]:
+                sys.exit(f"{args.out} was measured on another evaluation set")
+            for r in earlier["runs"]:
+                if r["format"] in covered:
+                    r["coverage"] = covered[r["format"]]
+                    r["coverage_measured"] = time.strftime("%Y-%m-%d %H:%M:%S")
+            earlier["commands"] = earlier.get("commands", [earlier.get("command")]) + [results["command"]]
+            args.out.write_text(json.dumps(earlier, indent=2) + "\n")
+            print(markdown_tables(earlier), end="")
+            return
         for context in args.contexts:
             for fmt in args.formats:
-                collection = f"formats_{fmt}_{context}"
+                collection = f"formats_{fmt.replace('-', '_')}_{context}"
                 summary_json = Path(tmp) / f"{collection}-ingest.json"
                 t = time.perf_counter()
                 run(["ingest", str(work / fmt), "--collection", collection, "--context", context,
