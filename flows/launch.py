@@ -81,7 +81,8 @@ def launch_ingest(options: IngestOptions) -> IngestSummary | IngestPlan:
         from situate.tasks.corpus.load import scan_corpus
 
         resources.scan = scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
-                                 code_chunks=options.code_chunks)
+                                 code_chunks=options.code_chunks,
+                                 follow_links=options.follow_links)
         from situate.flows.ingest import ingest_flow  # Prefect comes with it (seconds)
 
         def warm(store: Any) -> None:  # an existing collection loads no model unless it must
