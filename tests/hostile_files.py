@@ -108,7 +108,8 @@ def entity_xlsx(path: Path, strings: int = 110) -> Path:
     rel = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
     pkg = "http://schemas.openxmlformats.org/package/2006"
     types = (f'<?xml version="1.0" encoding="UTF-8"?><Types xmlns="{pkg}/content-types">'
-             '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+             '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.'
+             'relationships+xml"/>'
              '<Default Extension="xml" ContentType="application/xml"/>'
              '<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-'
              'officedocument.spreadsheetml.sheet.main+xml"/>'
@@ -161,3 +162,39 @@ def plant_links(corpus: Path, secret: Path) -> dict[str, Path]:
     links["proc_pagemap"].symlink_to("/proc/self/pagemap")
     links["directory"].symlink_to(secret.parent, target_is_directory=True)
     return links
+
+
+# --- a folder holding them all ------------------------------------------------------------------------
+
+SECRET_MARK = "zebracorn-credential-7731"  # in the file outside the corpus: never in the store
+ORDINARY = {
+    "worker.md": "# Worker\n\nThe worker retries a failed job with exponential backoff and jitter.\n",
+    "storage.md": "# Storage\n\nSnapshots of the ledger are written to object storage every hour.\n",
+    "search.md": "# Search\n\nQueries are answered from the inverted index, then reranked by recency.\n",
+}
+
+
+def hostile_folder(base: Path, *, bombs: bool = True, draws: tuple[int, ...] = (10_000, 1_000_000)) -> Path:
+    """`base/corpus`: three ordinary Markdown files beside every hostile file above (links out,
+    absolute and relative, to /proc, to a directory; a FIFO; an unreadable file; the PDFs and
+    the XLSX when `bombs`), with the linked secret in `base/outside`. Returns the corpus."""
+    outside = base / "outside"
+    outside.mkdir(parents=True)
+    secret = outside / "secret.md"
+    secret.write_text(f"# Credentials\n\naws_secret_access_key = {SECRET_MARK}\n")
+    corpus = base / "corpus"
+    corpus.mkdir()
+    for name, text in ORDINARY.items():
+        (corpus / name).write_text(text)
+    plant_links(corpus, secret)
+    os.mkfifo(corpus / "pipe.md")
+    locked = corpus / "locked.md"
+    locked.write_text(f"# Locked\n\n{SECRET_MARK} must not be read.\n")
+    locked.chmod(0)
+    if bombs:
+        overlapping_runs_pdf(corpus / "overlapping-runs.pdf")
+        for n in draws:
+            xobject_bomb_pdf(corpus / f"xobject-{n}.pdf", draws=n)
+        page_tree_bomb_pdf(corpus / "page-tree.pdf")
+        entity_xlsx(corpus / "entities.xlsx")
+    return corpus

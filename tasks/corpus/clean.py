@@ -88,7 +88,7 @@ class Tally:
     # budget, the reader process's memory, a PDF's pages.
     follow_links: bool = False
     read_seconds: float = 60.0
-    read_memory: int = 2 << 30
+    read_memory: int = 1 << 30
     max_pages: int = 10_000
     links_out: int = 0
     # Documents read per format ("pdf": 3), the units read ("pages": 120), and files of document

@@ -9,6 +9,11 @@ document of every form is built by `_document`, which removes NUL bytes and repl
 surrogates (Milvus refuses both) and skips a chunk too long for its field; a directory's files over
 `max_file_bytes` are skipped unread. Each is counted on the `Corpus` and said in the
 `situate.load` log.
+
+A directory is read as its own files only (situate.tasks.corpus.files): a link out of it, a file
+of /proc, a pipe or device, a file that cannot be read are each a counted skip. Documents (PDF,
+Office, EPUB, HTML, Markdown, notebooks) are read in the reader process, within a CPU budget and a
+memory limit (situate.tasks.corpus.sandbox).
 """
 
 from __future__ import annotations
@@ -26,7 +31,13 @@ from situate.core.records import Chunk, Document
 from situate.core.settings import get_settings
 from situate.tasks.corpus.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, make_chunks
 from situate.tasks.corpus.clean import MAX_CHUNK_BYTES, Tally, clean_text, clean_value, id_problem
-from situate.tasks.corpus.files import inside, is_system_file, open_checked, read_bounded
+from situate.tasks.corpus.files import (
+    cannot_read,
+    inside,
+    is_system_file,
+    open_checked,
+    read_bounded,
+)
 from situate.tasks.corpus.readers import DOCUMENT_SUFFIXES, LEGACY, Unreadable
 from situate.tasks.corpus.sandbox import read_request, reader_process
 
@@ -268,9 +279,9 @@ def iter_corpus(path: str | Path, chunk_size: int, chunk_overlap: int,
                 body = _read_text_file(real, st, tally.limit)
             except Unreadable as e:
                 raise InputError(f"{p}: {e}; nothing to ingest") from None
-            if body is False:
+            except _OverLimit:
                 raise InputError(f"{p}: over the {tally.limit}-byte limit for one file; split it, "
-                                 "or raise SITUATE_MAX_FILE_BYTES")
+                                 "or raise SITUATE_MAX_FILE_BYTES") from None
             doc = None if body is None else _text_document(p, p.name, str(p), body, tally,
                                                            chunk_size, chunk_overlap)
         if doc is None:
@@ -449,8 +460,9 @@ def _corpus_file(f: Path, root_real: str, tally: Tally) -> tuple[str, os.stat_re
     could block or never end), a dangling link."""
     try:
         st = os.lstat(f)
-    except OSError as e:
-        tally.skip(f, *_why(e))
+    except OSError as e:  # gone since the walk listed it, or its directory cannot be searched
+        why = cannot_read(e)
+        tally.skip(f, why.kind, why.detail)
         return None
     real = os.path.abspath(f)
     if stat.S_ISLNK(st.st_mode):
@@ -472,13 +484,6 @@ def _corpus_file(f: Path, root_real: str, tally: Tally) -> tuple[str, os.stat_re
     return real, st
 
 
-def _why(e: OSError) -> tuple[str, str]:
-    from situate.tasks.corpus.files import cannot_read
-
-    u = cannot_read(e)
-    return u.kind, u.detail
-
-
 def _given_file(p: Path) -> tuple[str, os.stat_result]:
     """A corpus given as one file: where it is and what it is; InputError for a file that is no
     regular file or is one of /proc, /sys or /dev."""
@@ -493,16 +498,20 @@ def _given_file(p: Path) -> tuple[str, os.stat_result]:
     return real, st
 
 
-def _read_text_file(real: str, st: os.stat_result, limit: int) -> str | None | bool:
-    """A file's text: None for a binary (a NUL early on) or non-UTF-8 file, False for one that
-    holds more than `limit` bytes once read. `Unreadable` when it cannot be read."""
+class _OverLimit(Exception):
+    """A file that held more than its limit once read, whatever size it claimed."""
+
+
+def _read_text_file(real: str, st: os.stat_result, limit: int) -> str | None:
+    """A file's text, or None for a binary (a NUL early on) or non-UTF-8 file. `_OverLimit` for
+    one that holds more than `limit` bytes once read, `Unreadable` when it cannot be read."""
     fd = open_checked(real, (st.st_dev, st.st_ino))
     try:
         raw = read_bounded(fd, limit)
     finally:
         os.close(fd)
     if raw is None:
-        return False
+        raise _OverLimit
     if b"\x00" in raw[:4096]:
         return None
     try:
@@ -552,7 +561,7 @@ def _iter_directory(root: Path, size: int, overlap: int, tally: Tally) -> Iterat
             except Unreadable as e:
                 tally.skip(f, e.kind, e.detail)
                 continue
-            if body is False:
+            except _OverLimit:
                 tally.large_file(f, None)
                 continue
             if body is None:

@@ -88,7 +88,7 @@ class ReaderProcess:
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-P", "-c", _BOOT, str(request_r), str(reply_w), str(self.memory),
-                 str(os.getpid())],
+                 str(os.getpid()), str(IDLE_SECONDS)],
                 pass_fds=(request_r, reply_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, start_new_session=True, env=env)
         except OSError as e:
@@ -105,50 +105,83 @@ class ReaderProcess:
         return proc
 
     def read(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Send one document's `request` (see `read_request`) and wait for its reading."""
+        """Send one document's `request` (see `read_request`) and wait for its reading. A file
+        that ran past a limit or crashed the reader is not tried again in this process while it
+        is unchanged (the plan's pass and the run's pass read a corpus twice)."""
+        key = (request["dev"], request["ino"], request["bytes"], request["mtime"], request["seconds"],
+               request["max_bytes"], request["max_pages"], self.memory)
+        known = _VERDICTS.get(key)
+        if known is not None:
+            raise Unreadable(*known)
+        try:
+            return self._read(request)
+        except _Killed as e:
+            if len(_VERDICTS) >= 10_000:
+                _VERDICTS.clear()
+            _VERDICTS[key] = (e.verdict.kind, e.verdict.detail)
+            raise e.verdict from None
+
+    def _read(self, request: dict[str, Any]) -> dict[str, Any]:
         seconds = float(request["seconds"])
+        data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
         with self.lock:
             if self.owner != os.getpid():  # a forked copy never shares its parent's pipes
                 self.proc, self.requests, self.replies, self.owner = None, None, None, os.getpid()
-            proc = self.proc
-            if proc is None or proc.poll() is not None:
-                self._reap()
-                proc = self._start()
-            assert self.requests is not None and self.replies is not None
-            try:
-                self.requests.send_bytes(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
-            except OSError:  # it left (idle, or just killed): once more with a new one
-                self._reap()
-                proc = self._start()
-                self.requests.send_bytes(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
-            deadline = time.monotonic() + WALL_FACTOR * seconds + WALL_EXTRA
-            peak = 0
-            while True:
-                if self.replies.poll(_POLL):
-                    try:
-                        raw = self.replies.recv_bytes()
-                    except (EOFError, OSError):
-                        break  # it died
-                    reply = _plain_loads(raw)
-                    if reply[0] == "ok":
-                        return dict(reply[1])
-                    if reply[0] == "memory":
-                        self._reap(kill=True)
-                        raise past_memory(self.memory)
-                    raise Unreadable(str(reply[1]), str(reply[2]))
-                peak = max(peak, _address_space(proc.pid))
-                if time.monotonic() > deadline:
+            for attempt in (1, 2):
+                proc = self.proc
+                if proc is None or proc.poll() is not None:
+                    self._reap()
+                    proc = self._start()
+                assert self.requests is not None and self.replies is not None
+                try:
+                    self.requests.send_bytes(data)
+                except OSError:  # it has just left (idle): a new one
+                    self._reap()
+                    continue
+                got, peak = self._wait(proc, seconds)
+                if isinstance(got, dict):
+                    return got
+                code = got
+                if code == 0 and attempt == 1:
+                    continue  # it left idle as the request came: a new one takes it
+                if code == -signal.SIGXCPU:
+                    raise _Killed(past_seconds(seconds, "CPU time"))
+                if peak >= NEAR_LIMIT * self.memory or code == -signal.SIGKILL:
+                    raise _Killed(past_memory(self.memory))
+                what = signal.Signals(-code).name if code < 0 else f"exit status {code}"
+                raise _Killed(Unreadable("reader crashed", f"{what}: a damaged or hostile file"))
+            raise _Killed(Unreadable("reader crashed", "it left before reading the file"))
+
+    def _wait(self, proc: subprocess.Popen[bytes], seconds: float) -> tuple[dict[str, Any] | int, int]:
+        """The reading (a dict), or the reader's exit code once it has died; and the most address
+        space it was seen to use meanwhile. Raises what a reply says, and past the wall clock."""
+        assert self.replies is not None
+        deadline = time.monotonic() + WALL_FACTOR * seconds + WALL_EXTRA
+        peak = 0
+        while True:
+            if self.replies.poll(_POLL):
+                try:
+                    reply = _plain_loads(self.replies.recv_bytes())
+                except (EOFError, OSError):
+                    break  # it died
+                except pickle.UnpicklingError as e:
                     self._reap(kill=True)
-                    raise past_seconds(seconds, f"not done after {WALL_FACTOR * seconds + WALL_EXTRA:g} "
-                                                "s of wall-clock time")
-            code = proc.wait()
-            self._reap()
-            if code == -signal.SIGXCPU:
-                raise past_seconds(seconds, "CPU time")
-            if peak >= NEAR_LIMIT * self.memory or code == -signal.SIGKILL:
-                raise past_memory(self.memory)
-            what = signal.Signals(-code).name if code < 0 else f"exit status {code}"
-            raise Unreadable("reader crashed", f"{what}: a damaged or hostile file")
+                    raise _Killed(Unreadable("reader crashed", str(e))) from None
+                if reply[0] == "ok":
+                    return dict(reply[1]), peak
+                if reply[0] == "memory":
+                    self._reap(kill=True)
+                    raise _Killed(past_memory(self.memory))
+                raise Unreadable(str(reply[1]), str(reply[2]))
+            peak = max(peak, _address_space(proc.pid))
+            if time.monotonic() > deadline:
+                self._reap(kill=True)
+                raise _Killed(past_seconds(seconds, f"not done after "
+                                                    f"{WALL_FACTOR * seconds + WALL_EXTRA:g} s of "
+                                                    "wall-clock time"))
+        code = proc.wait()
+        self._reap()
+        return code, peak
 
     def _reap(self, kill: bool = False) -> None:
         proc, self.proc = self.proc, None
@@ -183,7 +216,16 @@ class ReaderProcess:
             self._reap()
 
 
+class _Killed(Exception):
+    """The reader process died on a document (or was stopped): `verdict` is what it counts as."""
+
+    def __init__(self, verdict: Unreadable) -> None:
+        super().__init__(str(verdict))
+        self.verdict = verdict
+
+
 _LIVE: set[ReaderProcess] = set()
+_VERDICTS: dict[tuple[Any, ...], tuple[str, str]] = {}
 _SHARED: dict[int, ReaderProcess] = {}
 _SHARED_LOCK = threading.Lock()
 
@@ -236,9 +278,9 @@ def read_request(real: str, name: str, st: os.stat_result, *, max_bytes: int, ma
                  seconds: float, size: int, overlap: int) -> dict[str, Any]:
     """What the reader is asked: the file (its resolved path, the name it is known by, the
     device and inode it must be), the limits, the chunking."""
-    return {"real": real, "name": name, "dev": st.st_dev, "ino": st.st_ino,
-            "max_bytes": max_bytes, "max_pages": max_pages, "seconds": seconds, "size": size,
-            "overlap": overlap}
+    return {"real": real, "name": name, "dev": st.st_dev, "ino": st.st_ino, "bytes": st.st_size,
+            "mtime": st.st_mtime_ns, "max_bytes": max_bytes, "max_pages": max_pages,
+            "seconds": seconds, "size": size, "overlap": overlap}
 
 
 # --- the reader's side ------------------------------------------------------------------------------
@@ -246,8 +288,10 @@ def read_request(real: str, name: str, st: os.stat_result, *, max_bytes: int, ma
 
 def serve() -> None:
     """The reader process: limits set, then one request at a time until its parent closes the
-    pipe, is gone, or leaves it idle (argv: request fd, reply fd, memory bytes, parent pid)."""
+    pipe, is gone, or leaves it idle (argv: request fd, reply fd, memory bytes, parent pid, idle
+    seconds)."""
     requests_fd, replies_fd, memory, parent = (int(a) for a in sys.argv[1:5])
+    idle = float(sys.argv[5])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _limit_memory(memory)
     threading.stack_size(1 << 18)
@@ -255,7 +299,7 @@ def serve() -> None:
     requests = Connection(requests_fd, writable=False)
     replies = Connection(replies_fd, readable=False)
     while True:
-        if not requests.poll(IDLE_SECONDS):
+        if not requests.poll(idle):
             return
         try:
             request = pickle.loads(requests.recv_bytes())

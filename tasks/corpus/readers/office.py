@@ -59,10 +59,8 @@ def _failure(label: str, e: BaseException) -> Unreadable:
     """What a library's exception on a package means: XML entity declarations refused (openpyxl
     parses through defusedxml, which refuses them: a few kilobytes of entities can expand to
     gigabytes), else a damaged package."""
-    try:
-        from defusedxml import DefusedXmlException
-    except ImportError:  # pragma: no cover - a dependency
-        DefusedXmlException = ()  # type: ignore[assignment,misc]  # noqa: N806
+    from defusedxml import DefusedXmlException
+
     seen: BaseException | None = e
     for _ in range(8):  # the library's exception, the one it was raised from, ...
         if seen is None:
