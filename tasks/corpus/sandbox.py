@@ -338,10 +338,13 @@ def _limit_memory(memory: int) -> None:
         import resource
     except ImportError:  # not a POSIX system: the wall-clock bound still holds
         return
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    if hard == resource.RLIM_INFINITY or hard > memory:
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash writes no core file
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard == resource.RLIM_INFINITY or hard > memory:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    except (ValueError, OSError):  # a system that does not enforce it (macOS): the others hold
+        pass
 
 
 def _limit_cpu(seconds: float) -> None:
@@ -355,7 +358,10 @@ def _limit_cpu(seconds: float) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (ValueError, OSError):  # the wall-clock bound still holds
+        pass
 
 
 def _orphan_watch(parent: int) -> None:
