@@ -136,6 +136,18 @@ def test_follow_links_reads_them_but_never_proc_and_enters_each_directory_once(t
     assert sum(1 for i in ids if i.endswith("worker.md")) == 1  # the loop leads to no second copy
 
 
+def test_a_held_out_set_neither_reads_nor_copies_links_out(tmp_path):
+    """`situate synth --generator held-out` writes a copy of the corpus to ingest: a link out of
+    it must not become a regular file there, holding what it pointed to."""
+    from situate.tasks.synth.heldout import build_heldout
+
+    corpus, _ = _linked_corpus(tmp_path)
+    stats = build_heldout(corpus, tmp_path / "out", n=5, seed=0)
+    copied = tmp_path / "out" / "corpus"
+    assert sorted(p.name for p in copied.rglob("*") if p.is_file()) == sorted(ORDINARY)
+    assert not any(SECRET_MARK in p.read_text() for p in copied.rglob("*") if p.is_file())
+    assert stats.documents == len(ORDINARY)
+
 def test_pipes_devices_and_sockets_are_never_opened(tmp_path):
     import socket
 

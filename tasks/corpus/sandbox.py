@@ -8,7 +8,7 @@ In the reader process each document gets a CPU-time budget (RLIMIT_CPU set, befo
 to what the process has used plus `SITUATE_READ_SECONDS`), the process an address-space limit
 (RLIMIT_AS, `SITUATE_READ_MEMORY`), and the parent waits for it a bounded wall-clock time. A
 document past any of them, or that crashes its reader, is an `Unreadable` ("read past 60 s",
-"read past 2 GiB", "reader crashed"), counted and said once like any unreadable file, and the
+"read past 1 GiB", "reader crashed"), counted and said once like any unreadable file, and the
 next document gets a new process.
 
 One process serves every document of a run (Python's start-up and the readers' imports are paid
@@ -201,8 +201,14 @@ class ReaderProcess:
             proc.wait()
 
     def close(self) -> None:
-        """Let it go: asked to leave (its request pipe closed), killed if it does not at once."""
-        with self.lock:
+        """Let it go: asked to leave (its request pipe closed), killed if it does not at once, or
+        at once if a thread is still waiting on it (that thread then sees it gone)."""
+        if not self.lock.acquire(timeout=2.0):
+            proc = self.proc
+            if proc is not None and self.owner == os.getpid():
+                proc.kill()
+            return
+        try:
             proc = self.proc
             if proc is None or self.owner != os.getpid():
                 return
@@ -214,6 +220,8 @@ class ReaderProcess:
             except subprocess.TimeoutExpired:
                 proc.kill()
             self._reap()
+        finally:
+            self.lock.release()
 
 
 class _Killed(Exception):
