@@ -1,8 +1,8 @@
 """Reading documents where a runaway parser costs one document, not the ingest.
 
 A PDF, Office file, EPUB, HTML page, Markdown file or notebook is read, cleaned and cut into
-chunks in a reader process: a PDF of 2 KB can keep PDFium busy for minutes or ask it for 4 GB
-(and PDFium aborts the whole process when an allocation fails), an XML parser can be made to
+chunks in a reader process: a PDF of 2 KB can keep the reader busy for minutes or ask PDFium for
+4 GB (and PDFium aborts the whole process when an allocation fails), an XML parser can be made to
 expand a few kilobytes into gigabytes, and a layout step can be quadratic in what a page draws.
 In the reader process each document gets a CPU-time budget (RLIMIT_CPU set, before each document,
 to what the process has used plus `SITUATE_READ_SECONDS`), the process an address-space limit
