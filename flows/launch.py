@@ -42,6 +42,10 @@ PREFECT_DEFAULTS = {
     "TRANSFORMERS_OFFLINE": "1",
     # The tokenizers' own thread pool warns when the process forks (Prefect's server does).
     "TOKENIZERS_PARALLELISM": "false",
+    # No child interpreter puts the working directory first on its import path: Prefect starts
+    # its temporary server as `python -m uvicorn`, which would import a `uvicorn.py` planted in
+    # the folder the command runs in (often the corpus: `cd clone && situate ingest .`).
+    "PYTHONSAFEPATH": "1",
 }
 
 # How long to wait, after a flow, for the temporary server to record the task runs' last states

@@ -461,11 +461,12 @@ def test_a_launcher_planted_at_the_old_predictable_path_is_never_run(tmp_path, m
 
 @pytest.mark.slow
 def test_one_ingest_over_a_folder_of_every_hostile_file(tmp_path):
-    """`situate ingest` (MiniLM, default limits) over three ordinary files beside links out of the
-    folder (absolute, relative, /proc, a directory), a FIFO, a file it may not read, the PDFs and
-    the workbook, with a launcher planted at the old predictable path: exit 0, the ordinary files
-    indexed, each hostile file a counted skip or read, no byte of the linked file in the store,
-    no traceback, the planted launcher never run, the command's process tree under 3 GiB."""
+    """`situate ingest` (MiniLM, default limits), run from inside the folder, over three ordinary
+    files beside links out of the folder (absolute, relative, /proc, a directory), a FIFO, a file
+    it may not read, the PDFs and the workbook, with a launcher planted at the old predictable
+    path and a `uvicorn.py` in the folder: exit 0, the ordinary files indexed, each hostile file a
+    counted skip or read, no byte of the linked file in the store, no traceback, nothing planted
+    ever run, the command's process tree under 3 GiB."""
     from tests.helpers import open_store
 
     corpus = hostile_folder(tmp_path)
@@ -477,6 +478,10 @@ def test_one_ingest_over_a_folder_of_every_hostile_file(tmp_path):
     marker = tmp_path / "planted-ran"
     interpreter = SITUATE.read_text().splitlines()[0][2:].strip()  # the command's sys.executable
     _plant_old_launcher(shared, interpreter, marker)
+    # Run from inside the folder, as `cd clone && situate ingest .`: a module planted there must
+    # not be imported by any interpreter the command starts (Prefect's server is `python -m
+    # uvicorn`).
+    (corpus / "uvicorn.py").write_text(f"open({str(marker)!r}, 'w').write('uvicorn')\n")
     summary = tmp_path / "summary.json"
     env = {**os.environ, "SITUATE_MILVUS_URI": str(tmp_path / "m.db"),
            "SITUATE_CACHE_DIR": str(tmp_path / "cache"), "SITUATE_RESULTS_DIR": str(tmp_path / "r"),
@@ -484,7 +489,7 @@ def test_one_ingest_over_a_folder_of_every_hostile_file(tmp_path):
     for name in [k for k in env if k.startswith("SITUATE_READ")] + ["ANTHROPIC_API_KEY", "XDG_RUNTIME_DIR"]:
         env.pop(name, None)
     proc = subprocess.Popen([str(SITUATE), "ingest", str(corpus), "--collection", "hostile",
-                             "--json", str(summary)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                             "--json", str(summary)], cwd=corpus, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=_without_file_privileges if os.geteuid() == 0 and locked else None)
     with TreeMemory(proc.pid) as tree:
@@ -493,7 +498,7 @@ def test_one_ingest_over_a_folder_of_every_hostile_file(tmp_path):
     assert proc.returncode == 0, said[-3000:]
     assert "Traceback" not in said
     assert tree.peak < 3 * GIB, f"the ingest's process tree peaked at {tree.peak >> 20} MiB"
-    assert not marker.exists(), "the planted launcher was run"
+    assert not marker.exists(), f"a planted file was run: {marker.read_text()}"
     got = json.loads(summary.read_text())
     expected = {"link out of the corpus": 5, "too many pages": 1, "XML entities in XLSX": 1,
                 "read past 1 GiB": 1}
@@ -501,7 +506,8 @@ def test_one_ingest_over_a_folder_of_every_hostile_file(tmp_path):
         expected["cannot be read (Permission denied)"] = 1
     assert got["skipped"] == expected
     rows = list(open_store(str(tmp_path / "m.db")).rows("hostile"))
-    assert {r["doc_id"] for r in rows} == {*ORDINARY, "overlapping-runs.pdf", "xobject-10000.pdf"}
+    assert {r["doc_id"] for r in rows} == {*ORDINARY, "uvicorn.py", "overlapping-runs.pdf",
+                                           "xobject-10000.pdf"}
     assert not any(SECRET_MARK in r["text"] or SECRET_MARK in r["context"] for r in rows)
     assert "skipped 5 links out of the corpus" in said
     assert f"skipped {corpus / 'xobject-1000000.pdf'}: read past 1 GiB (memory;" in said
