@@ -331,6 +331,15 @@ def generate(out: Path, mix: dict[str, int], seed: int) -> dict[str, Any]:
 READ_ALONE = """
 import json, resource, sys, time
 from pathlib import Path
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+def close_readers():
+    try:  # documents are read in a reader process (issue 32); before, in this one
+        from situate.tasks.corpus.sandbox import _close_all
+    except ImportError:
+        return
+    _close_all()
 t = time.perf_counter()
 from situate.tasks.corpus.load import load_corpus
 from situate.tasks.corpus.readers import read_document, FORMATS
@@ -356,9 +365,11 @@ for _ in range(repeat):
             chars += len(s.text)
         units += reading.units
     readers, readers_cpu = min(readers, time.perf_counter() - t), min(readers_cpu, time.process_time() - c)
-    t, c = time.perf_counter(), time.process_time()
+    t, c, k = time.perf_counter(), time.process_time(), children_cpu()
     corpus = load_corpus(sys.argv[1])
-    loaded, loaded_cpu = min(loaded, time.perf_counter() - t), min(loaded_cpu, time.process_time() - c)
+    close_readers()  # the reader process reaped: its CPU is this process's children's
+    loaded = min(loaded, time.perf_counter() - t)
+    loaded_cpu = min(loaded_cpu, time.process_time() - c + children_cpu() - k)
 print(json.dumps({"import_seconds": round(imported, 3), "first_file_seconds": round(first, 3),
                   "reader_seconds": round(readers, 3), "reader_cpu_seconds": round(readers_cpu, 3),
                   "load_seconds": round(loaded, 3), "load_cpu_seconds": round(loaded_cpu, 3),
@@ -391,20 +402,35 @@ def read_alone(d: Path, env: dict[str, str], repeat: int) -> dict[str, Any]:
 # The real command, with the loader's per-file read timed inside it (scan pass and streaming pass
 # told apart by the tally's `quiet`, which only the streaming pass sets).
 INGEST = """
-import atexit, json, sys, time
+import atexit, json, os, sys, time
 import situate.tasks.corpus.load as load
 spent = {"scan_read_seconds": 0.0, "stream_read_seconds": 0.0, "scan_read_cpu_seconds": 0.0,
          "stream_read_cpu_seconds": 0.0, "scan_files": 0, "stream_files": 0}
+def reader_cpu():
+    # Documents are read in the reader process (issue 32): its CPU counts as reading.
+    try:
+        from situate.tasks.corpus.sandbox import _LIVE
+    except ImportError:
+        return 0.0
+    total = 0.0
+    for r in list(_LIVE):
+        try:
+            with open(f"/proc/{r.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, AttributeError, IndexError, ValueError):
+            pass
+    return total
 def timed(fn):
     def wrapper(f, doc_id, where, *rest, **kw):
-        t, c = time.perf_counter(), time.thread_time()
+        t, c, r = time.perf_counter(), time.thread_time(), reader_cpu()
         try:
             return fn(f, doc_id, where, *rest, **kw)
         finally:
             tally = next((a for a in rest if isinstance(a, load.Tally)), None)
             key = "stream" if tally is not None and tally.quiet else "scan"
             spent[f"{key}_read_seconds"] += time.perf_counter() - t
-            spent[f"{key}_read_cpu_seconds"] += time.thread_time() - c
+            spent[f"{key}_read_cpu_seconds"] += time.thread_time() - c + max(0.0, reader_cpu() - r)
             spent[f"{key}_files"] += 1
     return wrapper
 load._read_document = timed(load._read_document)
@@ -506,6 +532,76 @@ def long_pdf(path: Path, env: dict[str, str]) -> list[dict[str, Any]]:
     return out
 
 
+# One load of a corpus by the code of `base` (a checkout; "" for this one): its CPU, the reader
+# process's included (it is closed, so reaped, before the count), and a digest of what it read.
+COMPARE = """
+import hashlib, importlib.util, json, os, resource, sys, time, types
+base, corpus = sys.argv[1], sys.argv[2]
+if base:  # the situate packages of the checkout, not the installed ones
+    pkg = types.ModuleType("situate"); pkg.__path__ = []; sys.modules["situate"] = pkg
+    for sub in ("core", "storage", "tasks", "flows"):
+        spec = importlib.util.spec_from_file_location(f"situate.{sub}", f"{base}/{sub}/__init__.py",
+                                                      submodule_search_locations=[f"{base}/{sub}"])
+        m = importlib.util.module_from_spec(spec); sys.modules[spec.name] = m; spec.loader.exec_module(m)
+from situate.tasks.corpus.load import load_corpus
+def cpu():
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+c, t = cpu(), time.perf_counter()
+loaded = load_corpus(corpus)
+peak = {}
+try:
+    from situate.tasks.corpus import sandbox
+    for r in list(sandbox._LIVE):  # the reader's high-water marks, before it leaves
+        status = open(f"/proc/{r.proc.pid}/status").read()
+        peak = {k: int(line.split()[1]) // 1024 for line in status.splitlines()
+                for k in ("VmHWM", "VmPeak") if line.startswith(k + ":")}
+    sandbox._close_all()
+except ImportError:
+    pass
+cpu_s, wall = cpu() - c, time.perf_counter() - t
+digest = hashlib.sha256()
+for d in loaded.documents:
+    chunks = [(x.index, x.text, x.start, x.where) for x in d.chunks]
+    digest.update(json.dumps([d.id, d.text, d.metadata, chunks], sort_keys=True, default=str).encode())
+print(json.dumps({"cpu_seconds": cpu_s, "wall_seconds": wall, "documents": len(loaded.documents),
+                  "chunks": loaded.chunk_count, "units": dict(loaded.units), "skipped": dict(loaded.skipped),
+                  "digest": digest.hexdigest()[:16], "reader_peak_mib": peak}))
+"""
+
+
+def compare(corpus: Path, base: Path, rounds: int, env: dict[str, str]) -> dict[str, Any]:
+    """The loader of `base` (today's code) and this one over the same corpus, interleaved
+    `rounds` times, each load in a fresh process; CPU of every process (the reader's too)."""
+    runs: dict[str, list[dict[str, Any]]] = {"base": [], "new": []}
+    load = [round(os.getloadavg()[0], 2)]
+    for _ in range(rounds):
+        for name in ("base", "new"):
+            # Today's code read workbooks without defusedxml (not installed then).
+            extra = {"OPENPYXL_DEFUSEDXML": "False"} if name == "base" else {}
+            r = subprocess.run([sys.executable, "-c", COMPARE, str(base) if name == "base" else "",
+                                str(corpus)], cwd=ROOT, env={**env, **extra}, capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit(f"loading with the {name} code failed:\n{r.stderr[-3000:]}")
+            runs[name].append(json.loads(r.stdout.strip().splitlines()[-1]))
+            print(name, json.dumps(runs[name][-1]), flush=True)
+        load.append(round(os.getloadavg()[0], 2))
+    pages = runs["new"][0]["units"].get("pages", 0)
+    ratios = sorted(n["cpu_seconds"] / b["cpu_seconds"]
+                    for b, n in zip(runs["base"], runs["new"], strict=True))
+    out: dict[str, Any] = {"corpus": str(corpus), "rounds": rounds, "pages": pages,
+                           "load_average": load, "cpu_ratios_new_over_base": [round(x, 3) for x in ratios],
+                           "same_output": runs["base"][0]["digest"] == runs["new"][0]["digest"]}
+    for name, rs in runs.items():
+        cpu = sorted(r["cpu_seconds"] for r in rs)
+        out[name] = {"cpu_seconds": [round(x, 2) for x in cpu],
+                     "files_per_cpu_second": round(len(list(corpus.rglob("*.*"))) / cpu[len(cpu) // 2], 2),
+                     "pages_per_cpu_second": round(pages / cpu[len(cpu) // 2], 1) if pages else None,
+                     "documents": rs[0]["documents"], "chunks": rs[0]["chunks"], "digest": rs[0]["digest"],
+                     "reader_peak_mib": rs[0]["reader_peak_mib"]}
+    return out
+
+
 def subset(corpus: Path, out: Path, files: int) -> Path:
     """Every n-th file of each format (hard links), `files` in all, the same mix."""
     all_files = sorted(p for p in corpus.rglob("*") if p.is_file())
@@ -574,7 +670,11 @@ def main() -> None:
     ap.add_argument("--ingest-files", type=int, default=0,
                     help="ingest only this many files of the corpus (the same mix); 0: all")
     ap.add_argument("--parts", nargs="+", default=["alone", "long", "ingest"],
-                    choices=["alone", "long", "ingest"], help="what to measure")
+                    choices=["alone", "long", "ingest", "compare"], help="what to measure")
+    ap.add_argument("--base", type=Path, help="compare: a checkout of the reference code (git worktree "
+                                              "add DIR COMMIT), loaded against this one, interleaved")
+    ap.add_argument("--rounds", type=int, default=3, help="compare: loads of each code, interleaved")
+    ap.add_argument("--compare-dir", help="compare: the part of the corpus to load (e.g. pdf); default all")
     ap.add_argument("--update", action="store_true",
                     help="keep the other parts of an earlier --out (the same corpus, checked)")
     ap.add_argument("--repeat", type=int, default=2, help="reading passes per format; the fastest counts")
@@ -627,6 +727,13 @@ def main() -> None:
                 print("generated long pdf", round(time.perf_counter() - t, 1), "s", flush=True)
             results["long_pdf_bytes"] = long.stat().st_size
             results["long_pdf"] = long_pdf(long, env)
+        if "compare" in args.parts:
+            if args.base is None:
+                sys.exit("--parts compare needs --base DIR (a checkout of the reference commit)")
+            where = corpus / args.compare_dir if args.compare_dir else corpus
+            results.setdefault("compare", {})[args.compare_dir or "all"] = compare(
+                where, args.base.resolve(), args.rounds, env)
+            print("compare", json.dumps(results["compare"]), flush=True)
         if "ingest" in args.parts:
             target = corpus if not args.ingest_files else subset(corpus, tmp / "subset", args.ingest_files)
             results["ingest"] = {"corpus": "all" if not args.ingest_files

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import ByteSize, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from situate.core.errors import InputError
@@ -73,9 +73,20 @@ class Settings(BaseSettings):
     max_file_bytes: int = Field(10_000_000, ge=1, description="a directory corpus's files over "
                                 "this size are skipped unread (and logged)")
     max_document_bytes: int = Field(200_000_000, ge=1, description="the same limit for PDF, "
-                                    "Office, EPUB and notebook files, and what a zip-based one "
-                                    "(DOCX, XLSX, PPTX, EPUB) may inflate to: a zip bomb is "
-                                    "refused before inflating")
+                                    "Office, EPUB and notebook files, what a zip-based one (DOCX, "
+                                    "XLSX, PPTX, EPUB) may inflate to (a zip bomb is refused "
+                                    "before inflating), and the characters of text read from "
+                                    "any document")
+    read_seconds: float = Field(60.0, gt=0, description="CPU seconds one document (PDF, Office, "
+                                "EPUB, HTML, Markdown, notebook) may take to read in the reader "
+                                "process; a document past it is skipped (`read past 60 s`)")
+    read_memory: ByteSize = Field("1GiB", validate_default=True, ge=256 << 20, description="memory "
+                                  "(address space) of the reader process: a document that needs "
+                                  "more is skipped (`read past 1 GiB`); e.g. 512MiB, 2GiB")
+    max_pdf_pages: int = Field(10_000, ge=1, description="a PDF with more pages is skipped unread "
+                               "(a page tree can list one page a million times in 2 KB)")
+    follow_links: bool = Field(False, description="read files that symbolic links in a directory "
+                               "corpus point to outside it (and linked directories)")
     code_chunks: Literal["syntax", "text"] = Field("syntax", description="how source files are "
                                                  "cut: syntax (along functions and classes, with "
                                                  "tree-sitter; text for languages without a "

@@ -61,9 +61,11 @@ from situate.tasks.embedders.base import Embedders
 
 @task(task_run_name="scan-corpus", persist_result=False, cache_policy=NO_CACHE)
 def scan_corpus_task(path: str, chunk_size: int, chunk_overlap: int,
-                     code_chunks: str | None = None) -> CorpusScan:
+                     code_chunks: str | None = None,
+                     follow_links: bool | None = None) -> CorpusScan:
     """The checking pass over the corpus, as a task of the run (seen in the UI)."""
-    return scan_corpus(path, chunk_size, chunk_overlap, code_chunks=code_chunks)
+    return scan_corpus(path, chunk_size, chunk_overlap, code_chunks=code_chunks,
+                       follow_links=follow_links)
 
 
 def make_task_runner(options: IngestOptions) -> TaskRunner[Any]:
@@ -168,7 +170,8 @@ def ingest_flow(options: IngestOptions) -> IngestSummary | IngestPlan:
     with for_run() as resources:
         if resources.scan is None:
             resources.scan = scan_corpus_task(options.corpus, options.chunk_size,
-                                              options.chunk_overlap, options.code_chunks)
+                                              options.chunk_overlap, options.code_chunks,
+                                              options.follow_links)
         warn_skipped(resources.scan)
         if options.dry_run:
             return _dry_run(options, resources)
@@ -238,7 +241,8 @@ class _Ingest:
             with make_task_runner(o) as runner:
                 try:
                     for docs in windows(stream_corpus(o.corpus, o.chunk_size, o.chunk_overlap,
-                                                       code_chunks=o.code_chunks),
+                                                       code_chunks=o.code_chunks,
+                                                       follow_links=o.follow_links),
                                         window_size(o)):
                         existing = (store.fingerprints(o.collection, [d.id for d in docs])
                                     if setup.existed else {})
@@ -359,7 +363,7 @@ def warn_skipped(scan: CorpusScan) -> None:
                        f"{corpus}")
     if unreadable:
         said = ", ".join(f"{n} {kind}" for kind, n in scan.skipped)
-        logger.warning(f"skipped {unreadable} document file(s) in {corpus}: {said}; their paths "
+        logger.warning(f"skipped {unreadable} file(s) in {corpus}: {said}; their paths "
                        "are in the log above")
     if scan.skipped_large_files:
         logger.warning(f"skipped {scan.skipped_large_files} file(s) over "

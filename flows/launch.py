@@ -42,6 +42,10 @@ PREFECT_DEFAULTS = {
     "TRANSFORMERS_OFFLINE": "1",
     # The tokenizers' own thread pool warns when the process forks (Prefect's server does).
     "TOKENIZERS_PARALLELISM": "false",
+    # No child interpreter puts the working directory first on its import path: Prefect starts
+    # its temporary server as `python -m uvicorn`, which would import a `uvicorn.py` planted in
+    # the folder the command runs in (often the corpus: `cd clone && situate ingest .`).
+    "PYTHONSAFEPATH": "1",
 }
 
 # How long to wait, after a flow, for the temporary server to record the task runs' last states
@@ -81,7 +85,8 @@ def launch_ingest(options: IngestOptions) -> IngestSummary | IngestPlan:
         from situate.tasks.corpus.load import scan_corpus
 
         resources.scan = scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
-                                 code_chunks=options.code_chunks)
+                                 code_chunks=options.code_chunks,
+                                 follow_links=options.follow_links)
         from situate.flows.ingest import ingest_flow  # Prefect comes with it (seconds)
 
         def warm(store: Any) -> None:  # an existing collection loads no model unless it must

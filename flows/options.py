@@ -206,6 +206,11 @@ class IngestOptions(Options):
     code_chunks: Annotated[str, Flag(("--code-chunks",), choices=_code_chunk_names, strict=True),
                            FromSetting("code_chunks")] = from_settings(
         description="cut source files along their syntax (functions, classes) or as text")
+    follow_links: Annotated[bool, Flag(("--follow-links",), default_text="false"),
+                            FromSetting("follow_links")] = from_settings(
+        description="read what symbolic links in a directory corpus point to outside it (files "
+                    "and directories; never /proc, /sys or /dev): off, such links are skipped "
+                    "and counted")
     prune: Annotated[bool, Flag(("--prune",))] = Field(
         False, description="delete documents no longer in the corpus")
     force: Annotated[bool, Flag(("--force",))] = Field(
@@ -463,6 +468,11 @@ class SynthOptions(Options):
     code_chunks: Annotated[str, Flag(("--code-chunks",), choices=_code_chunk_names, strict=True),
                            FromSetting("code_chunks")] = from_settings(
         description="cut source files along their syntax (functions, classes) or as text")
+    follow_links: Annotated[bool, Flag(("--follow-links",), default_text="false"),
+                            FromSetting("follow_links")] = from_settings(
+        description="read what symbolic links in a directory corpus point to outside it (files "
+                    "and directories; never /proc, /sys or /dev): off, such links are skipped "
+                    "and counted")
     dry_run: Annotated[bool, Flag(("--dry-run",))] = Field(
         False, description="say what the run would ask and pay, and write nothing")
     json_out: JsonOut = Field(None, description="write the run's summary (or with --dry-run, the "

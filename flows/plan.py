@@ -144,7 +144,8 @@ def prepare(options: IngestOptions, resources: Resources, dry_run: bool = False)
     """The corpus checked (or the command's check taken), the embedder checked, the store opened
     and an existing collection checked against the embedder (no model is loaded for it)."""
     scan = resources.scan or scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
-                                 code_chunks=options.code_chunks)
+                                         code_chunks=options.code_chunks,
+                                         follow_links=options.follow_links)
     resources.scan = None  # taken once
     name, model, _ = check_embedder(options.embedder)
     embedder_id = f"{name}:{model}"
@@ -287,7 +288,8 @@ def _tally(options: IngestOptions, setup: Setup, tallies: list[_ModeTally],
     cache = ContextCache(options.cache_dir) if cache_file.is_file() else None
     try:
         for docs in windows(stream_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
-                                         code_chunks=options.code_chunks),
+                                         code_chunks=options.code_chunks,
+                                         follow_links=options.follow_links),
                             window_size(options)):
             existing = (store.fingerprints(collection, [d.id for d in docs])
                         if setup.existed and store is not None else {})

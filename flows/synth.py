@@ -53,9 +53,11 @@ def _held_out(options: SynthOptions) -> SynthSummary:
         import tempfile
 
         with tempfile.TemporaryDirectory() as scratch:
-            stats = build_heldout(options.corpus, scratch, options.n, options.seed)
+            stats = build_heldout(options.corpus, scratch, options.n, options.seed,
+                                  options.follow_links)
     else:
-        stats = build_heldout(options.corpus, options.out, options.n, options.seed)
+        stats = build_heldout(options.corpus, options.out, options.n, options.seed,
+                              options.follow_links)
     summary.documents = stats.documents
     summary.sampled = (stats.queries + stats.dropped_ambiguous_quote + stats.dropped_repeated_query
                        + stats.dropped_across_chunks)
@@ -85,7 +87,7 @@ def _llm(options: SynthOptions) -> SynthSummary:
 
     config = synth_config(options)
     corpus = load_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
-                         code_chunks=options.code_chunks)
+                         code_chunks=options.code_chunks, follow_links=options.follow_links)
     sampled = sample_chunks(corpus.documents, options.n, options.seed)
     cache_dir = Path(options.cache_dir)
     cache = ContextCache(cache_dir) if (cache_dir.exists() or not options.dry_run) else None

@@ -17,6 +17,9 @@ MAX_CHUNK_BYTES = 65_535
 # Skipped files and chunks named one by one in the log; beyond these only the total is said.
 LOG_EACH = 20
 
+# The reason a link out of a directory corpus is counted under.
+LINK_OUT = "link out of the corpus"
+
 _UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
 
 
@@ -81,22 +84,41 @@ class Tally:
     # inflate to; how source files are cut ("syntax" or "text").
     document_limit: int = 200_000_000
     code_chunks: str = "syntax"
+    # Reading documents: whether links out of a directory corpus are read, each document's CPU
+    # budget, the reader process's memory, a PDF's pages.
+    follow_links: bool = False
+    read_seconds: float = 60.0
+    read_memory: int = 1 << 30
+    max_pages: int = 10_000
+    links_out: int = 0
     # Documents read per format ("pdf": 3), the units read ("pages": 120), and files of document
     # formats skipped, by reason ("encrypted PDF": 1).
     formats: Counter[str] = field(default_factory=Counter)
     units: Counter[str] = field(default_factory=Counter)
     reasons: Counter[str] = field(default_factory=Counter)
 
-    def large_file(self, f: Path, size: int, document: bool = False) -> None:
+    def large_file(self, f: Path, size: int | None, document: bool = False) -> None:
+        """A file over its limit: by the size it claims, or (`size` None) by the bytes read."""
         self.large_files += 1
         limit, variable = ((self.document_limit, "SITUATE_MAX_DOCUMENT_BYTES") if document
                            else (self.limit, "SITUATE_MAX_FILE_BYTES"))
+        said = f"{size} bytes" if size is not None else "more bytes than it claimed"
         if self.large_files <= LOG_EACH and not self.quiet:
-            log.warning(f"skipped {f}: {size} bytes, over the {limit}-byte limit for one file "
+            log.warning(f"skipped {f}: {said}, over the {limit}-byte limit for one file "
                         f"({variable})")
 
+    def link_out(self, f: Path, target: str) -> None:
+        """A link whose target is outside the corpus: never read (unless `follow_links`)."""
+        self.links_out += 1
+        self.skipped_files += 1
+        self.reasons[LINK_OUT] += 1
+        if self.links_out <= LOG_EACH and not self.quiet:
+            log.warning(f"skipped {f}: a link out of the corpus, to {target} (--follow-links "
+                        "reads such links)")
+
     def skip(self, f: Path, kind: str, detail: str) -> None:
-        """A file of a document format that cannot be read: counted by reason, said once."""
+        """A file that cannot be read (a document refused by its reader, a file the system will
+        not give): counted by reason, said once."""
         self.skipped_files += 1
         self.reasons[kind] += 1
         detail = detail.replace(f"{f}: ", "").replace(str(f), "the file")  # said once, first
@@ -125,9 +147,14 @@ class Tally:
             log.warning(f"skipped {self.large_files} file(s) over {self.limit} "
                         f"bytes in {self.path} (SITUATE_MAX_FILE_BYTES; "
                         f"SITUATE_MAX_DOCUMENT_BYTES, {self.document_limit}, for documents)")
-        if self.reasons:
-            said = ", ".join(f"{n} {kind}" for kind, n in self.reasons.most_common())
-            log.warning(f"skipped document files in {self.path}: {said}")
+        if self.links_out:
+            log.warning(f"skipped {self.links_out} link{'s' if self.links_out > 1 else ''} out of "
+                        f"the corpus in {self.path} (--follow-links or SITUATE_FOLLOW_LINKS reads "
+                        "them)")
+        others = [(kind, n) for kind, n in self.reasons.most_common() if kind != LINK_OUT]
+        if others:
+            said = ", ".join(f"{n} {kind}" for kind, n in others)
+            log.warning(f"skipped files in {self.path}: {said}")
         if self.skipped_chunks:
             log.warning(f"skipped {self.skipped_chunks} chunk(s) over {MAX_CHUNK_BYTES} bytes in "
                         f"{self.path}; the other chunks are ingested")

@@ -9,6 +9,11 @@ document of every form is built by `_document`, which removes NUL bytes and repl
 surrogates (Milvus refuses both) and skips a chunk too long for its field; a directory's files over
 `max_file_bytes` are skipped unread. Each is counted on the `Corpus` and said in the
 `situate.load` log.
+
+A directory is read as its own files only (situate.tasks.corpus.files): a link out of it, a file
+of /proc, a pipe or device, a file that cannot be read are each a counted skip. Documents (PDF,
+Office, EPUB, HTML, Markdown, notebooks) are read in the reader process, within a CPU budget and a
+memory limit (situate.tasks.corpus.sandbox).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +31,15 @@ from situate.core.records import Chunk, Document
 from situate.core.settings import get_settings
 from situate.tasks.corpus.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, make_chunks
 from situate.tasks.corpus.clean import MAX_CHUNK_BYTES, Tally, clean_text, clean_value, id_problem
-from situate.tasks.corpus.readers import DOCUMENT_SUFFIXES, LEGACY, Unreadable, read_document
-from situate.tasks.corpus.readers.base import Section
-from situate.tasks.corpus.sections import chunk_sections
+from situate.tasks.corpus.files import (
+    cannot_read,
+    inside,
+    is_system_file,
+    open_checked,
+    read_bounded,
+)
+from situate.tasks.corpus.readers import DOCUMENT_SUFFIXES, LEGACY, Unreadable
+from situate.tasks.corpus.sandbox import read_request, reader_process
 
 TEXT_SUFFIXES = frozenset(
     ".txt .md .markdown .rst .adoc .org .tex .csv .tsv .json .yaml .yml .toml .ini .cfg .xml "
@@ -148,7 +159,8 @@ def _document(tally: Tally, where: str, doc_id: str, text: str, title: str,
 
 def load_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
-                max_file_bytes: int | None = None, code_chunks: str | None = None) -> Corpus:
+                max_file_bytes: int | None = None, code_chunks: str | None = None,
+                follow_links: bool | None = None) -> Corpus:
     """Read a whole corpus in any of the three forms into memory; InputError on anything unusable.
 
     For corpora that fit in memory (evaluation, tests, small runs); the ingest flow uses
@@ -156,8 +168,10 @@ def load_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
     `max_file_bytes` (default: the `max_file_bytes` setting) bounds one file of a directory, or a
     single text file given alone; JSONL and pre-chunked JSON files are not bounded by it.
     `code_chunks` ("syntax" or "text"; default: the setting) is how source files are cut.
+    `follow_links` (default: the setting) reads what links in a directory point to outside it.
     """
-    tally = _tally(path, max_file_bytes, quiet=False, code_chunks=code_chunks)
+    tally = _tally(path, max_file_bytes, quiet=False, code_chunks=code_chunks,
+                   follow_links=follow_links)
     documents = tuple(iter_corpus(path, chunk_size, chunk_overlap, tally))
     tally.summarize()
     return Corpus(str(path), tally.form, documents, tally.empty, tally.skipped_files,
@@ -166,10 +180,12 @@ def load_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
 
 def scan_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
-                max_file_bytes: int | None = None, code_chunks: str | None = None) -> CorpusScan:
+                max_file_bytes: int | None = None, code_chunks: str | None = None,
+                follow_links: bool | None = None) -> CorpusScan:
     """Check a whole corpus as `load_corpus` does (the same errors, the same log lines) while
     keeping only counts and ids: memory grows with the number of documents, not their text."""
-    tally = _tally(path, max_file_bytes, quiet=False, code_chunks=code_chunks)
+    tally = _tally(path, max_file_bytes, quiet=False, code_chunks=code_chunks,
+                   follow_links=follow_links)
     documents = chunks = 0
     order: list[str] = []
     for doc in iter_corpus(path, chunk_size, chunk_overlap, tally):
@@ -185,20 +201,25 @@ def scan_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
 def stream_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                   chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
                   max_file_bytes: int | None = None,
-                  code_chunks: str | None = None) -> Iterator[Document]:
+                  code_chunks: str | None = None,
+                  follow_links: bool | None = None) -> Iterator[Document]:
     """The documents of a corpus `scan_corpus` has checked, one at a time, in corpus order, saying
     nothing the scan said already. JSONL and directories are read lazily; a pre-chunked JSON is
     parsed whole (its format is one JSON value)."""
     return iter_corpus(path, chunk_size, chunk_overlap,
-                       _tally(path, max_file_bytes, quiet=True, code_chunks=code_chunks))
+                       _tally(path, max_file_bytes, quiet=True, code_chunks=code_chunks,
+                              follow_links=follow_links))
 
 
 def _tally(path: str | Path, max_file_bytes: int | None, quiet: bool,
-           code_chunks: str | None = None) -> Tally:
+           code_chunks: str | None = None, follow_links: bool | None = None) -> Tally:
     settings = get_settings()
     limit = max_file_bytes if max_file_bytes is not None else settings.max_file_bytes
     return Tally(str(path), limit, quiet=quiet, document_limit=settings.max_document_bytes,
-                 code_chunks=code_chunks or settings.code_chunks)
+                 code_chunks=code_chunks or settings.code_chunks,
+                 follow_links=settings.follow_links if follow_links is None else follow_links,
+                 read_seconds=settings.read_seconds, read_memory=int(settings.read_memory),
+                 max_pages=settings.max_pdf_pages)
 
 
 def _counts(tally: Tally) -> tuple[tuple[tuple[str, int], ...], ...]:
@@ -225,12 +246,13 @@ def iter_corpus(path: str | Path, chunk_size: int, chunk_overlap: int,
         return _iter_prechunked(p, tally)
     if suffix in DOCUMENT_SUFFIXES and suffix not in TEXT_SUFFIXES:
         tally.form = "file"
-        size = p.stat().st_size
+        real, st = _given_file(p)
+        size = st.st_size
         if size > tally.document_limit:
             raise InputError(f"{p}: {size} bytes, over the {tally.document_limit}-byte limit for one "
                              "document; split it, or raise SITUATE_MAX_DOCUMENT_BYTES")
         try:
-            doc = _read_document(p, p.name, str(p), tally, chunk_size, chunk_overlap)
+            doc = _read_document(p, p.name, str(p), tally, chunk_size, chunk_overlap, real, st)
         except Unreadable as e:
             raise InputError(f"{p}: {e}; nothing to ingest") from None
         if doc is None:
@@ -240,17 +262,26 @@ def iter_corpus(path: str | Path, chunk_size: int, chunk_overlap: int,
         raise InputError(f"{p}: {LEGACY[suffix]}; situate does not read this format")
     if suffix in TEXT_SUFFIXES or suffix == "":
         tally.form = "file"
-        size = p.stat().st_size
+        real, st = _given_file(p)
+        size = st.st_size
         if size > tally.limit:
             raise InputError(f"{p}: {size} bytes, over the {tally.limit}-byte limit for one file; split "
                              "it, or raise SITUATE_MAX_FILE_BYTES")
         if suffix in DOCUMENT_SUFFIXES:  # Markdown: text, read by its structure
             try:
-                doc = _read_document(p, p.name, str(p), tally, chunk_size, chunk_overlap)
-            except Unreadable:
+                doc = _read_document(p, p.name, str(p), tally, chunk_size, chunk_overlap, real, st)
+            except Unreadable as e:
+                if not e.kind.startswith("not "):
+                    raise InputError(f"{p}: {e}; nothing to ingest") from None
                 doc = None
         else:
-            body = _read_text_file(p)
+            try:
+                body = _read_text_file(real, st, tally.limit)
+            except Unreadable as e:
+                raise InputError(f"{p}: {e}; nothing to ingest") from None
+            except _OverLimit:
+                raise InputError(f"{p}: over the {tally.limit}-byte limit for one file; split it, "
+                                 "or raise SITUATE_MAX_FILE_BYTES") from None
             doc = None if body is None else _text_document(p, p.name, str(p), body, tally,
                                                            chunk_size, chunk_overlap)
         if doc is None:
@@ -387,20 +418,100 @@ def _iter_jsonl(p: Path, size: int, overlap: int, tally: Tally) -> Iterator[Docu
         raise InputError(f"{p}: no documents in the file")
 
 
-def _walk(root: Path) -> Iterator[Path]:
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+def _walk(root: Path, tally: Tally) -> Iterator[Path]:
+    """The files under `root`, sorted, hidden and tool directories left out. A linked directory
+    is not entered (one whose target is outside the corpus is counted as a link out), unless
+    `tally.follow_links`: then each directory is entered once, however many links lead to it
+    (a link to an ancestor does not loop), and never one on /proc, /sys or /dev."""
+    root_real = os.path.realpath(root)
+    entered: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=tally.follow_links):
+        if tally.follow_links:
+            try:
+                here = os.stat(dirpath)
+            except OSError:
+                dirnames[:] = []
+                continue
+            if (here.st_dev, here.st_ino) in entered or is_system_file(here, os.path.realpath(dirpath)):
+                dirnames[:] = []
+                continue
+            entered.add((here.st_dev, here.st_ino))
+        kept = []
+        for d in sorted(dirnames):
+            if d in _SKIP_DIRS or d.startswith("."):
+                continue
+            sub = Path(dirpath) / d
+            if not tally.follow_links and sub.is_symlink():
+                target = os.path.realpath(sub)
+                if not inside(target, root_real):
+                    tally.link_out(sub, target)
+                continue
+            kept.append(d)
+        dirnames[:] = kept
         for name in sorted(filenames):
             if not name.startswith("."):
                 yield Path(dirpath) / name
 
 
-def _read_text_file(p: Path) -> str | None:
-    """A file's text, or None for a binary (a NUL early on) or non-UTF-8 file."""
+def _corpus_file(f: Path, root_real: str, tally: Tally) -> tuple[str, os.stat_result] | None:
+    """Where file `f` of a directory corpus really is and what it is, when it is the corpus's own
+    regular file; None, counted, when it is not: a link out of the corpus (unless
+    `tally.follow_links`), a file of /proc, /sys or /dev, a FIFO, device or socket (reading
+    could block or never end), a dangling link."""
     try:
-        raw = p.read_bytes()
+        st = os.lstat(f)
+    except OSError as e:  # gone since the walk listed it, or its directory cannot be searched
+        why = cannot_read(e)
+        tally.skip(f, why.kind, why.detail)
+        return None
+    real = os.path.abspath(f)
+    if stat.S_ISLNK(st.st_mode):
+        real = os.path.realpath(f)
+        if not tally.follow_links and not inside(real, root_real):
+            tally.link_out(f, real)
+            return None
+        try:
+            st = os.stat(real)
+        except OSError:
+            tally.skipped_files += 1  # a dangling link
+            return None
+    if is_system_file(st, real):
+        tally.skip(f, "system file", "a file of /proc, /sys or /dev is never read")
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        tally.skipped_files += 1  # a FIFO, device or socket
+        return None
+    return real, st
+
+
+def _given_file(p: Path) -> tuple[str, os.stat_result]:
+    """A corpus given as one file: where it is and what it is; InputError for a file that is no
+    regular file or is one of /proc, /sys or /dev."""
+    real = os.path.realpath(p)
+    try:
+        st = os.stat(real)
     except OSError as e:
         raise InputError(f"{p}: cannot be read ({e.strerror})") from None
+    if is_system_file(st, real) or not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{p}: not a regular file (a pipe, device, socket, or a file of /proc, "
+                         "/sys or /dev); give a file or a directory of documents")
+    return real, st
+
+
+class _OverLimit(Exception):
+    """A file that held more than its limit once read, whatever size it claimed."""
+
+
+def _read_text_file(real: str, st: os.stat_result, limit: int) -> str | None:
+    """A file's text, or None for a binary (a NUL early on) or non-UTF-8 file. `_OverLimit` for
+    one that holds more than `limit` bytes once read, `Unreadable` when it cannot be read."""
+    fd = open_checked(real, (st.st_dev, st.st_ino))
+    try:
+        raw = read_bounded(fd, limit)
+    finally:
+        os.close(fd)
+    if raw is None:
+        raise _OverLimit
     if b"\x00" in raw[:4096]:
         return None
     try:
@@ -415,7 +526,8 @@ def _file_metadata(p: Path, doc_id: str) -> dict[str, Any]:
 
 def _iter_directory(root: Path, size: int, overlap: int, tally: Tally) -> Iterator[Document]:
     found = 0
-    for f in _walk(root):
+    root_real = os.path.realpath(root)
+    for f in _walk(root, tally):
         suffix = f.suffix.lower()
         document = suffix in DOCUMENT_SUFFIXES
         if suffix in LEGACY:
@@ -424,14 +536,10 @@ def _iter_directory(root: Path, size: int, overlap: int, tally: Tally) -> Iterat
         if suffix not in TEXT_SUFFIXES and suffix and not document:
             tally.skipped_files += 1
             continue
-        try:
-            st = f.stat()
-        except OSError:
-            tally.skipped_files += 1  # a dangling link
+        checked = _corpus_file(f, root_real, tally)
+        if checked is None:
             continue
-        if not stat.S_ISREG(st.st_mode):
-            tally.skipped_files += 1  # a FIFO or device: reading it could block or never end
-            continue
+        real, st = checked
         binary = document and suffix not in TEXT_SUFFIXES
         if st.st_size > (tally.document_limit if binary else tally.limit):
             tally.large_file(f, st.st_size, binary)
@@ -440,15 +548,22 @@ def _iter_directory(root: Path, size: int, overlap: int, tally: Tally) -> Iterat
         where = f"{root}: file {rel!r}"
         if document:
             try:
-                doc = _read_document(f, rel, where, tally, size, overlap)
+                doc = _read_document(f, rel, where, tally, size, overlap, real, st)
             except Unreadable as e:
-                if binary:
+                if binary or not e.kind.startswith("not "):
                     tally.skip(f, e.kind, e.detail)
                 else:
                     tally.skipped_files += 1  # a text format that is binary or not UTF-8
                 continue
         else:
-            body = _read_text_file(f)
+            try:
+                body = _read_text_file(real, st, tally.limit)
+            except Unreadable as e:
+                tally.skip(f, e.kind, e.detail)
+                continue
+            except _OverLimit:
+                tally.large_file(f, None)
+                continue
             if body is None:
                 tally.skipped_files += 1
                 continue
@@ -486,38 +601,26 @@ def _text_document(f: Path, doc_id: str, where: str, body: str, tally: Tally, si
     return _document(tally, where, doc_id, body, doc_id, metadata, None, size, overlap, cut)
 
 
-def _read_document(f: Path, doc_id: str, where: str, tally: Tally, size: int,
-                   overlap: int) -> Document | None:
-    """A PDF, HTML, Office, EPUB or notebook file through its reader, cut along its structure.
-    Unreadable (counted by the caller) when the reader refuses it, also midway through."""
-    reading = read_document(f, max_bytes=tally.document_limit)
-    cleaned = 0
-
-    def clean(sections: Iterable[Section]) -> Iterator[Section]:
-        nonlocal cleaned
-        for s in sections:
-            text, n = clean_text(s.text)
-            cleaned += n
-            yield Section(text, s.where, s.kind, s.level) if n else s
-
-    try:
-        text, pieces = chunk_sections(clean(reading.sections), size, overlap)
-    except Unreadable:
-        raise
-    except Exception as e:  # noqa: BLE001 - a reader's library failing midway: the file is skipped
-        raise Unreadable(f"unreadable {reading.format.upper()}", f"{type(e).__name__}: {e}") from None
-    finally:
-        # Closed however reading ends, so a reader's file (an open workbook) is never left open.
-        close = getattr(reading.sections, "close", None)
-        if close is not None:
-            close()
-    tally.cleaned(doc_id, cleaned)
-    metadata = {**_file_metadata(f, doc_id), **reading.metadata, "format": reading.format}
-    title = reading.title.strip()
+def _read_document(f: Path, doc_id: str, where: str, tally: Tally, size: int, overlap: int,
+                   real: str, st: os.stat_result) -> Document | None:
+    """A PDF, HTML, Office, EPUB, Markdown or notebook file through its reader, cut along its
+    structure, in the reader process (situate.tasks.corpus.sandbox: a CPU budget, a memory
+    limit). Unreadable (counted by the caller) when the reader refuses it, also midway through,
+    or when it runs past a limit."""
+    request = read_request(real, str(f), st, max_bytes=tally.document_limit,
+                           max_pages=tally.max_pages, seconds=tally.read_seconds, size=size,
+                           overlap=overlap)
+    got = reader_process(tally.read_memory).read(request)
+    tally.cleaned(doc_id, int(got["cleaned"]))
+    fmt = str(got["format"])
+    metadata = {**_file_metadata(f, doc_id), **got["metadata"], "format": fmt}
+    title = str(got["title"]).strip()
     if title:
         metadata["document_title"] = title
-    tally.formats[reading.format] += 1
-    if reading.unit and reading.units:
-        tally.units[reading.unit] += reading.units
+    tally.formats[fmt] += 1
+    if got["unit"] and got["units"]:
+        tally.units[str(got["unit"])] += int(got["units"])
+    text = str(got["text"])
+    pieces = [(start, text[start:start + n], place) for start, n, place in got["pieces"]]
     return _document(tally, where, doc_id, text, doc_id, metadata, None, size, overlap,
-                     lambda _: [(p.start, p.text, p.where) for p in pieces])
+                     lambda _: pieces)

@@ -19,7 +19,9 @@ import hashlib
 import multiprocessing
 import os
 import shlex
+import shutil
 import signal
+import stat
 import sys
 import tempfile
 from collections.abc import Callable
@@ -123,22 +125,82 @@ def _spawn_context() -> Any:
     interpreter is still starting (importing `site`, before `_worker_init` can ignore SIGINT)
     would die of it with a traceback. A signal ignored across `exec` stays ignored, and Python
     then installs no handler of its own: so the interpreter is started through a two-line shell
-    launcher that ignores SIGINT and execs this interpreter. (A blocked signal mask would not
-    do: the child's mask is reset when it is started.)"""
+    launcher that ignores SIGINT and execs this interpreter (with -P: the working directory,
+    maybe someone's clone, is never on its import path). (A blocked signal mask would not do:
+    the child's mask is reset when it is started.)
+
+    The launcher is executed, so it lives where only this user can write (`private_dir`) and is
+    checked before each use: a regular file of this user's, writable by no one else, holding
+    exactly the script (a file planted at a predictable name in a shared /tmp is never run)."""
     context = multiprocessing.get_context("spawn")
     if os.name != "posix":
         return context
-    script = f"#!/bin/sh\ntrap '' INT\nexec {shlex.quote(sys.executable)} \"$@\"\n"
+    script = f"#!/bin/sh\ntrap '' INT\nexec {shlex.quote(sys.executable)} -P \"$@\"\n"
     digest = hashlib.sha256(script.encode()).hexdigest()[:16]
-    launcher = Path(tempfile.gettempdir()) / f"situate-python-{os.getuid()}-{digest}"
-    if not launcher.exists():
+    launcher = private_dir() / f"python-{digest}"
+    if not _is_ours(launcher, script.encode()):
         fd, tmp = tempfile.mkstemp(dir=launcher.parent, prefix=launcher.name + ".")
         with os.fdopen(fd, "w") as f:
             f.write(script)
-        os.chmod(tmp, 0o755)
+        os.chmod(tmp, 0o700)
         os.replace(tmp, launcher)  # atomic: commands starting together write the same file
     context.set_executable(str(launcher))
     return context
+
+
+_PRIVATE: list[Path] = []
+
+
+def private_dir() -> Path:
+    """A directory only this user can write: `$XDG_RUNTIME_DIR/situate` where the session has one
+    (private by definition), else `<temp>/situate-<uid>`; created with mode 0700, and used only
+    when it is a real directory (not a link) owned by this user that no one else may enter. When
+    someone else got there first (or anything is off), a fresh private directory of this process
+    (`mkdtemp`, 0700, removed at exit) is used instead."""
+    if _PRIVATE:
+        return _PRIVATE[0]
+    uid = os.geteuid()
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    candidates = [Path(runtime) / "situate"] if runtime and os.path.isabs(runtime) else []
+    candidates.append(Path(tempfile.gettempdir()) / f"situate-{uid}")
+    for place in candidates:
+        try:
+            os.mkdir(place, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            continue
+        if _private(place, uid):
+            _PRIVATE.append(place)
+            return place
+    fresh = Path(tempfile.mkdtemp(prefix="situate-"))
+    atexit.register(shutil.rmtree, fresh, True)
+    _PRIVATE.append(fresh)
+    return fresh
+
+
+def _private(place: Path, uid: int) -> bool:
+    try:
+        st = os.lstat(place)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o077
+
+
+def _is_ours(path: Path, content: bytes) -> bool:
+    """Whether `path` is a regular file of this user's, writable by no one else, holding exactly
+    `content` (read through a descriptor opened without following a link)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return False
+        return os.read(fd, len(content) + 1) == content
+    finally:
+        os.close(fd)
 
 
 def can_start_process() -> bool:

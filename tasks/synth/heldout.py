@@ -36,14 +36,17 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import random
 import re
 import shutil
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from situate.core.errors import InputError
+from situate.tasks.corpus.files import inside, is_system_file
 from situate.tasks.corpus.load import TEXT_SUFFIXES, load_corpus
 from situate.tasks.retrieval.metrics import normalize_quote
 
@@ -368,8 +371,9 @@ class HeldOut:
     ingest_path: str = ""
 
 
-def _sources(path: Path, form: str) -> Iterator[tuple[str, str]]:
-    """(doc_id, source text) of every document a held-out set can edit, in corpus order."""
+def _sources(path: Path, form: str, ids: set[str]) -> Iterator[tuple[str, str]]:
+    """(doc_id, source text) of every document a held-out set can edit, in corpus order: those
+    the loader read (`ids`), and no other file is opened."""
     if form == "prechunked-json":
         for item in json.loads(path.read_text(encoding="utf-8")):
             doc_id = item.get("doc_id", item.get("original_uuid"))
@@ -379,7 +383,7 @@ def _sources(path: Path, form: str) -> Iterator[tuple[str, str]]:
         if path.suffix.lower() in TEXT_SUFFIXES or path.suffix == "":
             yield path.name, path.read_text(encoding="utf-8")
         return
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+    for f in sorted(p for p in path.rglob("*") if p.relative_to(path).as_posix() in ids):
         if f.suffix.lower() in TEXT_SUFFIXES or f.suffix == "":
             try:
                 yield f.relative_to(path).as_posix(), f.read_text(encoding="utf-8")
@@ -394,11 +398,13 @@ def _given_chunks(path: Path) -> dict[str, list[str]]:
             for item in json.loads(path.read_text(encoding="utf-8"))}
 
 
-def build_heldout(corpus: str | Path, out: str | Path, n: int, seed: int) -> HeldOut:
+def build_heldout(corpus: str | Path, out: str | Path, n: int, seed: int,
+                  follow_links: bool | None = None) -> HeldOut:
     """Write `out/eval.jsonl` (up to `n` queries, spread over the documents, seeded) and
-    `out/corpus` (the corpus without those sentences)."""
+    `out/corpus` (the corpus without those sentences; a link out of the corpus is not copied,
+    unless `follow_links`, as the loader does not read it)."""
     src = Path(corpus)
-    loaded = load_corpus(src)  # every check and every format's rule, once
+    loaded = load_corpus(src, follow_links=follow_links)  # every check and format's rule, once
     if loaded.form == "jsonl":
         raise InputError(f"{src}: the held-out generator edits documents in place and cannot "
                          "rewrite a JSONL corpus; give a directory, a text or source file, or a "
@@ -407,7 +413,7 @@ def build_heldout(corpus: str | Path, out: str | Path, n: int, seed: int) -> Hel
     # The text as situate reads it (Markdown as rendered: link targets, comments dropped): a
     # quote must be found there, or no chunk could ever match it.
     read = {d.id: normalize_quote(d.text) for d in loaded.documents}
-    texts = {doc_id: text for doc_id, text in _sources(src, loaded.form) if doc_id in ids}
+    texts = {doc_id: text for doc_id, text in _sources(src, loaded.form, ids) if doc_id in ids}
     given_chunks = _given_chunks(src) if loaded.form == "prechunked-json" else {}
     stats = HeldOut(documents=len(loaded.documents))
     by_doc = {doc_id: candidates(doc_id, text) for doc_id, text in texts.items()}
@@ -438,7 +444,7 @@ def build_heldout(corpus: str | Path, out: str | Path, n: int, seed: int) -> Hel
     if corpus_out.exists():
         shutil.rmtree(corpus_out)  # written again whole: never a mix of two runs
     edited = {doc_id: _remove(texts[doc_id], cs) for doc_id, cs in chosen.items()}
-    _write_corpus(src, loaded.form, corpus_out, edited, chosen, stats)
+    _write_corpus(src, loaded.form, corpus_out, edited, chosen, stats, bool(follow_links))
     lines = []
     for doc_id in sorted(chosen, key=list(texts).index):
         for c in sorted(chosen[doc_id], key=lambda c: c.start):
@@ -455,8 +461,22 @@ def build_heldout(corpus: str | Path, out: str | Path, n: int, seed: int) -> Hel
     return stats
 
 
+def _own_file(f: Path, root: str, follow_links: bool) -> bool:
+    """Whether `f` is a regular file of the corpus to copy: not a link out of it (unless
+    `follow_links`), never a pipe, device or a file of /proc, /sys or /dev."""
+    real = os.path.realpath(f)
+    if not follow_links and not inside(real, root):  # the file or a directory above it links out
+        return False
+    try:
+        st = os.stat(real)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and not is_system_file(st, real)
+
+
 def _write_corpus(src: Path, form: str, dst: Path, edited: dict[str, str],
-                  chosen: dict[str, list[Candidate]], stats: HeldOut) -> None:
+                  chosen: dict[str, list[Candidate]], stats: HeldOut,
+                  follow_links: bool = False) -> None:
     if form == "prechunked-json":
         data = json.loads(src.read_text(encoding="utf-8"))
         for item in data:
@@ -482,7 +502,8 @@ def _write_corpus(src: Path, form: str, dst: Path, edited: dict[str, str],
             shutil.copy2(src, dst / src.name)
             stats.files_copied = 1
         return
-    for f in sorted(p for p in src.rglob("*") if p.is_file()):
+    root = os.path.realpath(src)
+    for f in sorted(p for p in src.rglob("*") if _own_file(p, root, follow_links)):
         rel = f.relative_to(src).as_posix()
         target = dst / rel
         target.parent.mkdir(parents=True, exist_ok=True)

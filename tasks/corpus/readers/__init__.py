@@ -49,18 +49,23 @@ def document_format(path: Path) -> str:
     return entry[0] if entry else ""
 
 
-def read_document(path: Path, *, max_bytes: int) -> Reading:
+def read_document(path: Path, *, max_bytes: int, max_pages: int | None = None,
+                  suffix: str | None = None) -> Reading:
     """Open `path` with its format's reader. `max_bytes` bounds the file and, for zip-based
     formats, what its members would inflate to (checked from the zip's directory, before any
-    inflating). Raises `Unreadable` for anything that cannot be read; never another exception
-    for a bad file (an `OSError` reading it is also turned into `Unreadable`)."""
-    entry = FORMATS.get(path.suffix.lower())
+    inflating); `max_pages` a PDF's pages (default: the PDF reader's `MAX_PAGES`). `suffix`
+    names the format when `path` has none of its own (a descriptor's path). Raises `Unreadable`
+    for anything that cannot be read; never another exception for a bad file (an `OSError`
+    reading it is also turned into `Unreadable`)."""
+    suffix = path.suffix if suffix is None else suffix
+    entry = FORMATS.get(suffix.lower())
     if entry is None:
-        raise Unreadable("unsupported format", f"{path.suffix or 'no extension'}")
+        raise Unreadable("unsupported format", f"{suffix or 'no extension'}")
     fmt, module = entry
     reader = importlib.import_module(f"situate.tasks.corpus.readers.{module}")
+    options = {"max_pages": max_pages} if module == "pdf" and max_pages else {}
     try:
-        reading: Reading = reader.read(path, fmt=fmt, max_bytes=max_bytes)
+        reading: Reading = reader.read(path, fmt=fmt, max_bytes=max_bytes, **options)
     except Unreadable:
         raise
     except OSError as e:

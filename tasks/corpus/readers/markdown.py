@@ -24,7 +24,10 @@ _FRONT_MATTER = re.compile(r"\A---[ \t]*\n.*?\n(?:---|\.\.\.)[ \t]*\n", re.DOTAL
 
 
 def read(path: Path, *, fmt: str, max_bytes: int) -> Reading:
-    raw = path.read_bytes()
+    with open(path, "rb") as f:
+        raw = f.read(max_bytes + 1)  # bounded by what is read, whatever size the file claimed
+    if len(raw) > max_bytes:
+        raise Unreadable("too large", f"over the limit of {max_bytes} bytes (SITUATE_MAX_DOCUMENT_BYTES)")
     if b"\x00" in raw[:4096]:
         raise Unreadable("not Markdown", "the file is binary")
     try:

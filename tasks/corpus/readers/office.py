@@ -52,7 +52,25 @@ def read(path: Path, *, fmt: str, max_bytes: int) -> Reading:
     except Unreadable:
         raise
     except Exception as e:  # noqa: BLE001 - whatever the library raises on a damaged package
-        raise Unreadable(f"corrupt {label}", _describe(e)) from None
+        raise _failure(label, e) from None
+
+
+def _failure(label: str, e: BaseException) -> Unreadable:
+    """What a library's exception on a package means: XML entity declarations refused (openpyxl
+    parses through defusedxml, which refuses them: a few kilobytes of entities can expand to
+    gigabytes), else a damaged package."""
+    from defusedxml import DefusedXmlException
+
+    seen: BaseException | None = e
+    for _ in range(8):  # the library's exception, the one it was raised from, ...
+        if seen is None:
+            break
+        if isinstance(seen, DefusedXmlException):
+            return Unreadable(f"XML entities in {label}", "the file declares XML entities (a few can "
+                                                          "expand to gigabytes of text): refused, "
+                                                          "nothing expanded")
+        seen = seen.__cause__ or seen.__context__
+    return Unreadable(f"corrupt {label}", _describe(e))
 
 
 def _describe(e: BaseException) -> str:
@@ -98,7 +116,7 @@ def _guarded(sections: Iterable[Section], label: str,
     except Unreadable:
         raise
     except Exception as e:  # noqa: BLE001 - a damaged part found midway
-        raise Unreadable(f"corrupt {label}", _describe(e)) from None
+        raise _failure(label, e) from None
     finally:
         if close is not None:
             close()
@@ -506,16 +524,28 @@ def _pptx_shape(shape: Any, where: dict[str, Any]) -> Iterator[Section]:
 def _read_xlsx(path: Path) -> Reading:
     import openpyxl
 
-    workbook = openpyxl.load_workbook(str(path), read_only=True, data_only=True)
+    # Given as an open file, not a name: openpyxl refuses a name without an Excel extension (the
+    # reader process's /proc/self/fd/N); read-only, it keeps reading from it until closed.
+    source = open(path, "rb")  # closed with the workbook, once its sections are read
+    try:
+        workbook = openpyxl.load_workbook(source, read_only=True, data_only=True)
+    except BaseException:
+        source.close()
+        raise
+
+    def close() -> None:
+        workbook.close()
+        source.close()
+
     try:
         sheets = [ws for ws in workbook.worksheets if ws.sheet_state == "visible"]
         hidden = [ws.title for ws in workbook.worksheets if ws.sheet_state != "visible"]
         title = (workbook.properties.title or "").strip() if workbook.properties else ""
     except BaseException:
-        workbook.close()
+        close()
         raise
     metadata: dict[str, Any] = {"hidden_sheets": hidden} if hidden else {}
-    return Reading(format="xlsx", sections=_guarded(_xlsx_sections(sheets), "XLSX", workbook.close),
+    return Reading(format="xlsx", sections=_guarded(_xlsx_sections(sheets), "XLSX", close),
                    title=title, metadata=metadata, unit="sheets", units=len(sheets))
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from situate.tasks.corpus.readers.base import Reading, Section, Unreadable
 
+MAX_PAGES = 10_000  # more is refused unread (SITUATE_MAX_PDF_PAGES): a page tree can repeat pages
 WINDOW = 8  # pages read ahead to learn headers, footers and the body's font size
 SCAN_PAGES = 5  # a PDF whose first pages all have images and no text is a scan
 BAND = 0.1  # headers and footers live in the top and bottom tenth of the page
@@ -107,10 +108,10 @@ class _Style:
         return min(3, larger + 1)
 
 
-def read(path: Path, *, fmt: str = "pdf", max_bytes: int) -> Reading:
-    """Open `path` as a PDF: checks it is one, not encrypted, not a scan, reads the first pages
-    ahead (headers, footers, font sizes) and returns a Reading whose sections are its pages, read
-    one at a time."""
+def read(path: Path, *, fmt: str = "pdf", max_bytes: int, max_pages: int = MAX_PAGES) -> Reading:
+    """Open `path` as a PDF: checks it is one, not encrypted, has at most `max_pages` pages, is
+    not a scan, reads the first pages ahead (headers, footers, font sizes) and returns a Reading
+    whose sections are its pages, read one at a time."""
     path = Path(path)
     with open(path, "rb") as f:
         head = f.read(1024)
@@ -136,6 +137,10 @@ def read(path: Path, *, fmt: str = "pdf", max_bytes: int) -> Reading:
         count = len(pdf)
         if count <= 0:
             raise Unreadable("corrupt PDF", f"{path}: no pages")
+        if count > max_pages:
+            # A page tree may list one page again and again: a million pages in 2 KB.
+            raise Unreadable("too many pages", f"{count} pages, over the limit of {max_pages} "
+                                               "(SITUATE_MAX_PDF_PAGES)")
         title = _title(pdf)
         window = [_extract(pdf, i) for i in range(min(WINDOW, count))]
         _refuse_scan(pdf, window, count)
@@ -347,9 +352,11 @@ class _TextPage:
                 if c.FPDFText_GetCharBox(tp, i, left, right, bottom, top) and right.value - left.value > 0.01:
                     x0, _, x1, _ = self.tf.rect(left.value, bottom.value, right.value, top.value)
                     cx = (x0 + x1) / 2
-                    here = g
-                    g = min(range(len(groups)),
-                            key=lambda k: max(groups[k][0] - cx, 0.0, cx - groups[k][2]) + (k != here) * 0.01)
+                    # The group of the character before when the box is in it, else the next
+                    # groups' (characters come in content order), else the nearest of all: a
+                    # line of thousands of overlapping runs costs no more than a line of words.
+                    if not groups[g][0] <= cx <= groups[g][2]:
+                        g = _containing(groups, g, cx)
                     if firsts[g] < 0:
                         firsts[g] = i
                     if not chars[i].isspace():
@@ -404,6 +411,17 @@ class _TextPage:
             if scale > 0:
                 size *= scale
         return round(size, 1)
+
+
+def _containing(groups: list[list[float]], here: int, cx: float, ahead: int = 16) -> int:
+    """The group for a character centred at `cx` that the group before it (`here`) does not hold:
+    the first of the next `ahead` groups that holds it, else the nearest of all (`here` winning
+    a tie)."""
+    for k in range(here + 1, min(len(groups), here + 1 + ahead)):
+        if groups[k][0] <= cx <= groups[k][2]:
+            return k
+    return min(range(len(groups)),
+               key=lambda k: max(groups[k][0] - cx, 0.0, cx - groups[k][2]) + (k != here) * 0.01)
 
 
 def _groups(rects: list[tuple[float, float, float, float]]) -> list[list[float]]:
