@@ -34,8 +34,8 @@ def _standardised(leg: Leg, extra: Extra) -> tuple[dict[str, float], dict[str, f
     """z-scores of the leg's candidates, and of `extra` scored by the same leg, both against the
     mean and standard deviation of the leg's own candidates."""
     n = len(leg)
-    mean = sum(s for _, s in leg) / n
-    std = math.sqrt(sum((s - mean) ** 2 for _, s in leg) / n)
+    mean = math.fsum(s for _, s in leg) / n
+    std = math.sqrt(math.fsum((s - mean) ** 2 for _, s in leg) / n)
     if std <= 1e-12:  # every candidate alike: this leg says nothing about their order
         return {i: 0.0 for i, _ in leg}, {i: 0.0 for i in extra}
     return ({i: (s - mean) / std for i, s in leg},
@@ -56,11 +56,17 @@ def _fused(legs: Sequence[Leg], extras: Sequence[Extra] | None,
     else:
         weights = [1.0] * len(zs)
     floors = [min(z.values()) for z in zs]
-    ids = dict.fromkeys(i for leg, _ in kept for i, _ in leg)  # first-seen order breaks ties
+    ids = dict.fromkeys(i for leg, _ in kept for i, _ in leg)
     fused = {i: sum(w * z.get(i, x.get(i, floor))
                     for (z, x), floor, w in zip(scored, floors, weights, strict=True))
              for i in ids}
-    return sorted(fused.items(), key=lambda item: -item[1])
+    return _best_first(fused)
+
+
+def _best_first(fused: Mapping[str, float]) -> list[tuple[str, float]]:
+    """Fused scores best first; equal scores by id, so that a ranking never depends on the order
+    a store returned equal candidates in."""
+    return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
 
 
 def dbsf(legs: Sequence[Leg], extras: Sequence[Extra] | None = None) -> list[tuple[str, float]]:
@@ -86,7 +92,7 @@ def rrf(legs: Sequence[Leg], extras: Sequence[Extra] | None = None,
     for leg in legs:
         for rank, (i, _) in enumerate(leg, start=1):
             fused[i] = fused.get(i, 0.0) + 1.0 / (k + rank)
-    return sorted(fused.items(), key=lambda item: -item[1])
+    return _best_first(fused)
 
 
 Fusion = Callable[[Sequence[Leg], Sequence[Extra] | None], list[tuple[str, float]]]

@@ -36,6 +36,10 @@ from situate.storage.rows import (
 # Per-request cap well under Milvus's 256 MiB gRPC limit; rows carry texts of a few KiB at most.
 WRITE_BATCH = 512
 HIT_FIELDS = ["doc_id", "chunk_index", "text", "context", "metadata"]
+# Hits asked for beyond a search's limit, so that chunks tying with the last one kept are seen
+# and the cut between equal scores is made by id (`MilvusStore.search`); Milvus's top-k ceiling.
+TIE_MARGIN = 16
+MAX_TOPK = 16_384
 # What a collection records of itself, as collection properties (a rebuild copies them).
 EMBEDDER, CONTEXTS, INGESTED = "situate.embedder", "situate.contexts", "situate.ingested"
 T = TypeVar("T")
@@ -295,13 +299,22 @@ class MilvusStore(Connection):
     def search(self, collection: str, leg: str, query_text: str,
                query_vector: Sequence[float] | None, limit: int) -> list[Hit]:
         """The top `limit` chunks of one retriever: dense cosine of `query_vector`, or BM25 of
-        `query_text` (its identifiers split as the rows' are, `rows.lexical_text`)."""
+        `query_text` (its identifiers split as the rows' are, `rows.lexical_text`).
+
+        Milvus orders chunks of equal score as its segments and threads happen to return them
+        (BM25 ties are common: chunks sharing the query's terms equally), so the same search
+        could rank, or cut at `limit`, differently from one call to the next. TIE_MARGIN more
+        hits are asked for and the chunks sorted by score, then id: equal scores rank by id,
+        and the cut at `limit` keeps the same chunks every time unless more than TIE_MARGIN
+        chunks tie across it."""
         data, field, metric = self._leg(leg, query_text, query_vector)
+        asked = min(limit + TIE_MARGIN, MAX_TOPK)
         res = self._call(f"{leg} search in {collection!r}", self._loaded(
             collection, lambda: self.client.search(
-                collection, data=data, anns_field=field, limit=limit, output_fields=HIT_FIELDS,
-                search_params=self._search_params(metric, limit))))
-        return self._hits(res, leg)
+                collection, data=data, anns_field=field, limit=asked, output_fields=HIT_FIELDS,
+                search_params=self._search_params(metric, asked))))
+        hits = sorted(self._hits(res, leg), key=lambda h: (-h.score, h.id))
+        return hits[:limit]
 
     def _loaded(self, collection: str, read: Callable[[], T]) -> Callable[[], T]:
         """`read`, made again once the collection is loaded if the server had released it: a

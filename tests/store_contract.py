@@ -246,6 +246,23 @@ class StoreContract:
         assert hits[0].id == chunk_id("a.py", 1)
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
+    @pytest.mark.parametrize("mode", [*LEGS, "hybrid"])
+    def test_equal_scores_rank_by_id_and_are_cut_by_id(self, store, mode):
+        """Chunks that score the same (here twelve copies of one chunk, in twelve documents)
+        rank by id, and the cut at the limit keeps the lowest ids, whatever order they were
+        written and the store returns them in: the same search ranks the same way every time."""
+        store.ensure_collection(C, EMB.dim, EMBEDDER)
+        docs = [embedded(f"copy{n:02}.md", ["the walrus sings of cabbages"]) for n in range(12)]
+        ids = sorted(d.situated[0].chunk.id for d in docs)
+        # Written from the highest id down, in two writes (two segments where the store has them).
+        docs.sort(key=lambda d: d.situated[0].chunk.id, reverse=True)
+        store.write(C, docs[:6])
+        store.write(C, docs[6:])
+        query = "walrus cabbages"
+        hits = search(store, C, mode, query, EMB._one(query), 5)
+        assert [h.id for h in hits] == ids[:5]
+        assert len({h.score for h in hits}) == 1
+
     def test_an_unknown_fusion_is_refused(self, loaded):
         with pytest.raises(InputError, match="'max' is not a fusion"):
             search(loaded, C, "hybrid", "job", EMB._one("job"), 3, fusion="max")
