@@ -140,6 +140,7 @@ def run_flow(flow: Any, tags: tuple[str, ...], options: Options, resources: Reso
     is raised after the temporary server has recorded the run (see `settle`)."""
     from prefect import tags as prefect_tags
 
+    from situate.flows import prefect_internals
     from situate.flows.signals import take_over_flow_run_sigterm
 
     start_temporary_server()
@@ -147,10 +148,7 @@ def run_flow(flow: Any, tags: tuple[str, ...], options: Options, resources: Reso
     gc.freeze()  # what is loaded by now lives to the end: keep the collector off it
     with provided(resources), prefect_tags(*tags):
         state = flow(options, return_state=True)
-    if settle(state.state_details.flow_run_id):
-        from situate.flows import prefect_internals
-
-        prefect_internals.end_without_shutdown()
+    prefect_internals.kill_at_exit(settle(state.state_details.flow_run_id))
     return state.result()
 
 
@@ -175,7 +173,7 @@ def start_temporary_server() -> None:
 def settle(flow_run_id: Any, wait: Callable[[float], None] = time.sleep) -> bool:
     """Let the temporary server record everything the run sent before it stops at exit; True
     once it has (and the server may then be killed instead of shut down:
-    `prefect_internals.end_without_shutdown` says why).
+    `prefect_internals.kill_at_exit` says why).
 
     The client sends task-run states as events; the server's task-run recorder writes them as they
     arrive, and its event persister writes every event, in batches, in the order they came. So:

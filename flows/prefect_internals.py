@@ -111,7 +111,7 @@ def start_temporary_server() -> None:
 
 class _ServerProcess(subprocess.Popen):  # type: ignore[type-arg]
     """The temporary server's process. Prefect stops it at exit with `terminate()` (SIGTERM, then
-    SIGKILL after 5 s); once `end_without_shutdown` was called, that stop is a SIGKILL at once."""
+    SIGKILL after 5 s); once `kill_at_exit(True)` said so, that stop is a SIGKILL at once."""
 
     without_shutdown = False
 
@@ -122,25 +122,25 @@ class _ServerProcess(subprocess.Popen):  # type: ignore[type-arg]
             super().terminate()
 
 
-def end_without_shutdown() -> bool:
-    """Have the temporary server killed at exit instead of asked to shut down; False if this
-    process has no temporary server started by `start_temporary_server`.
+def kill_at_exit(recorded: bool) -> bool:
+    """Have the temporary server killed at exit (`recorded`: everything this process's runs sent
+    is in its database, as the command checked: `launch.settle`) or asked to shut down, Prefect's
+    way (not `recorded`); False if this process has no temporary server that
+    `start_temporary_server` started.
 
-    For the caller to call once everything its run sent is in the server's database (the command
-    checks it: `launch.settle`). Asked to shut down, the server cancels its background services
-    (the task-run recorder, the event persister, the automations' evaluation that runs every 5 s
-    whether or not there are automations) wherever they are, with no way to let them finish or
-    stop them first: one cancelled while its database commit returns the connection makes
-    SQLAlchemy log `Exception during reset or similar` with a traceback, the recorder cut off
-    logs `Error flushing N events`, and both reach the command's stderr after its last line. With
-    nothing left to write, the shutdown has nothing to save either: SQLite keeps every committed
-    transaction through a kill (a transaction cut off is rolled back when the file is next
-    opened), and a PostgreSQL server does the same with a dropped connection."""
-    server = temporary_server()
-    process = getattr(server, "server_process", None)
+    Asked to shut down, the server cancels its background services (the task-run recorder, the
+    event persister, the automations' evaluation that runs every 5 s whether or not there are
+    automations) wherever they are, with no way to let them finish or stop them first: one
+    cancelled while its database commit returns the connection makes SQLAlchemy log `Exception
+    during reset or similar` with a traceback, a recorder cut off logs `Error flushing N events`,
+    and both reach the command's stderr after its last line. With everything recorded, the
+    shutdown has nothing left to save: SQLite keeps every committed transaction through a kill
+    (one cut off is rolled back when the file is next opened), as a PostgreSQL server does for a
+    dropped connection."""
+    process = getattr(temporary_server(), "server_process", None)
     if not isinstance(process, _ServerProcess):
         return False
-    process.without_shutdown = True
+    process.without_shutdown = recorded
     return True
 
 

@@ -5,17 +5,20 @@ stopping its temporary server: no traceback, no ERROR line from any library.
 Issue 36: Prefect's temporary server, asked to shut down as a command ended, sometimes printed
 SQLAlchemy's `Exception during reset or similar` and a traceback after the command's one line
 (its shutdown cancels the background services wherever they are: see
-`prefect_internals.end_without_shutdown`). It was rare on an idle machine and came more often
-under load, hence rounds: each exit here runs `ROUNDS` times (SITUATE_EXIT_ROUNDS, default 20).
+`prefect_internals.kill_at_exit`). It was rare on an idle machine and came more often
+under load, hence rounds: each exit here runs several times (SITUATE_EXIT_ROUNDS sets how many).
 
 - Exits refused before Prefect is involved (most of the table) run in this process, in a loop
-  (milliseconds a round): no server starts for them, in the CLI or here.
+  (milliseconds a round, 20 rounds): no server starts for them, in the CLI or here.
 - Exits raised inside a flow run (or at Prefect's API: `serve`, a Secret block looked up) run
-  in one `situate` process per exit (tests/exit_driver.py): its rounds share the temporary
-  server the first round started, each round must end with the command having confirmed its run
-  recorded (so the server is killed at exit, not shut down), and the process's end, where the
-  server stops, must print nothing but Prefect's stop line. The stop is the same for every exit
-  and every round (a kill); what differs between rounds is the flow run, and each round has one.
+  in `situate` processes of their own (tests/exit_driver.py): two share out the exits in a flow
+  run (this file's and test_error_exits_b.py's, on the two xdist workers), `serve` has one;
+  each runs its exits in turn, round after round (4 rounds; SITUATE_EXIT_ROUNDS=20 for 20),
+  each run from an empty context cache. A process's runs share the temporary server its first
+  run started: each run must end with the command having confirmed its flow run recorded (so
+  the server is killed at exit, not shut down), and the process's end, where the server stops,
+  must print nothing but Prefect's stop line. The stop is the same for every exit and every
+  round (a kill); what differs between runs is the flow run, and each has one.
 - `test_a_server_caught_mid_commit_by_the_end_prints_nothing` sets up the race of issue 36 on
   purpose (tests/fakes/held_commit) and checks the command's end prints nothing of it.
 
@@ -42,7 +45,10 @@ import pytest
 
 from tests.conftest import ROOT, SAMPLE_CORPUS, SAMPLE_EVAL
 
+# Rounds of each exit: 20 before Prefect (milliseconds each); 4 with a flow run (about 2.4 s of
+# CPU each), to keep CI's cost near a minute. SITUATE_EXIT_ROUNDS=20 runs 20 of everything.
 ROUNDS = int(os.environ.get("SITUATE_EXIT_ROUNDS", "20"))
+RUN_ROUNDS = int(os.environ.get("SITUATE_EXIT_ROUNDS", "4"))
 HELD_COMMIT = Path(__file__).parent / "fakes" / "held_commit"
 KEY = "sk-test-error-exits-secret"
 _PREFECT_STOP = re.compile(r"\| INFO +\| prefect - Stopping temporary server on http://")
@@ -179,7 +185,7 @@ def test_each_exit_before_prefect_is_one_line_every_time(exit_, bad_inputs, tmp_
     get_settings.cache_clear()
 
 
-# --- exits in a flow run, or at Prefect's API: one `situate` process each, ROUNDS rounds ------
+# --- exits in a flow run, or at Prefect's API: three `situate` processes, ROUNDS rounds --------
 
 Setup = Callable[[ExitStack, Path], dict[str, str]]
 
@@ -279,8 +285,7 @@ WITH_PREFECT = [
 ]
 
 
-@pytest.fixture(scope="module")
-def lite_template(tmp_path_factory) -> Path:
+def make_lite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Milvus Lite file holding `kept`, an empty collection of MiniLM's vectors."""
     from situate.storage.milvus import MilvusStore
     from situate.tasks.embedders.base import check_embedder
@@ -293,49 +298,72 @@ def lite_template(tmp_path_factory) -> Path:
     return path
 
 
-def _rounds(stderr: str) -> tuple[str, list[tuple[int, str, str]], str]:
-    """(what came before round 0, [(exit code, killed, round's stderr)], what came after)."""
-    parts = re.split(r"^@@ round \d+\n", stderr, flags=re.M)
-    rounds = []
-    for part in parts[1:]:
+@pytest.fixture(scope="module")
+def lite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_lite_template(tmp_path_factory)
+
+
+# The exits in three `situate` processes: two share the flow runs out between them (one
+# temporary server each), and `serve` talks to a Prefect API of its own.
+GROUPS = {"runs-a": [e for e in WITH_PREFECT if e.command != "serve"][0::2],
+          "runs-b": [e for e in WITH_PREFECT if e.command != "serve"][1::2],
+          "serve": [e for e in WITH_PREFECT if e.command == "serve"]}
+
+
+def _runs(stderr: str) -> tuple[str, list[tuple[str, int, int, str, str]], str]:
+    """(what came before the first run, [(exit, round, code, killed, its stderr)], what came
+    after the last)."""
+    parts = re.split(r"^@@ (\S+) round (\d+)\n", stderr, flags=re.M)
+    runs, after = [], ""
+    for name, n, part in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
         body, _, tail = part.partition("@@ exit ")
         code, _, rest = tail.partition(" killed=")
         killed, _, after = rest.partition("\n")
-        rounds.append((int(code), killed, body))
-    return parts[0], rounds, after if rounds else ""
+        runs.append((name, int(n), int(code), killed, body))
+    return parts[0], runs, after
 
 
-@pytest.mark.slow  # each exit starts a temporary Prefect server once, then runs ROUNDS flow runs
-@pytest.mark.parametrize("exit_", WITH_PREFECT, ids=lambda e: e.name)
-def test_each_exit_with_prefect_is_one_line_every_time(exit_, lite_template, tmp_path):
+def run_group(group: str, lite_template: Path, tmp_path: Path) -> None:
+    """The exits of `group`, RUN_ROUNDS rounds, in one `situate` process, each run checked."""
+    import json
     import shutil
 
     from tests.helpers import huge_and_small
 
-    shutil.copytree(lite_template, tmp_path / "m.db")
-    huge_and_small(tmp_path / "huge")
-    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
-    env.update({"SITUATE_MILVUS_URI": str(tmp_path / "m.db"),
-                "SITUATE_CACHE_DIR": str(tmp_path / "cache"),
-                "SITUATE_RESULTS_DIR": str(tmp_path / "results"), **exit_.env})
-    argv = [a.format(tmp=tmp_path) for a in exit_.argv]
+    exits, spec = {e.name: e for e in GROUPS[group]}, []
     with ExitStack() as stack:
-        if exit_.setup is not None:
-            env.update(exit_.setup(stack, tmp_path))
-        r = subprocess.run([sys.executable, "-m", "tests.exit_driver", str(ROUNDS), *argv],
-                           cwd=ROOT, env=env, capture_output=True, text=True,
-                           timeout=240 + 30 * ROUNDS)
-    before, rounds, after = _rounds(r.stderr)
-    assert r.returncode == 0 and len(rounds) == ROUNDS, r.stderr[-5000:]
+        for exit_ in exits.values():
+            folder = tmp_path / exit_.name
+            folder.mkdir()
+            shutil.copytree(lite_template, folder / "m.db")
+            huge_and_small(folder / "huge")
+            env = {"SITUATE_MILVUS_URI": str(folder / "m.db"),
+                   "SITUATE_CACHE_DIR": str(folder / "cache-{round}"),  # each run from scratch
+                   "SITUATE_RESULTS_DIR": str(folder / "results"), **exit_.env}
+            if exit_.setup is not None:
+                env.update(exit_.setup(stack, folder))
+            spec.append({"name": exit_.name, "env": env,
+                         "argv": [a.format(tmp=folder) for a in exit_.argv]})
+        (tmp_path / "spec.json").write_text(json.dumps({"rounds": RUN_ROUNDS, "exits": spec}))
+        r = subprocess.run([sys.executable, "-m", "tests.exit_driver", str(tmp_path / "spec.json")],
+                           cwd=ROOT, env={k: v for k, v in os.environ.items()
+                                          if k != "ANTHROPIC_API_KEY"},
+                           capture_output=True, text=True,
+                           timeout=300 + 20 * RUN_ROUNDS * len(spec))
+    before, runs, after = _runs(r.stderr)
+    assert r.returncode == 0 and len(runs) == RUN_ROUNDS * len(spec), r.stderr[-5000:]
     assert "Traceback" not in before and "ERROR" not in before, before
-    for n, (code, killed, err) in enumerate(rounds):
-        assert code == 2, f"round {n}: {err}"
+    for name, n, code, killed, err in runs:
+        exit_ = exits[name]
+        assert code == 2, f"{name}, round {n}: {err}"
         line = one_clean_line(err, exit_.command, exit_.words)
         assert KEY not in line and "wrong-key" not in line
-        # A flow run was recorded: the temporary server is killed at exit, not shut down.
-        runs = exit_.command in ("ingest", "evaluate")
-        assert killed == ("True" if runs else "None"), f"round {n}: {err}"
+        if exit_.command in ("ingest", "evaluate"):  # the run was recorded: the temporary
+            assert killed == "True", f"{name}, round {n}: {err}"  # server is killed at exit
     assert all(_PREFECT_STOP.search(x) for x in after.splitlines() if x.strip()), after
+@pytest.mark.slow  # a temporary Prefect server, then RUN_ROUNDS flow runs of each exit
+def test_each_exit_in_a_flow_run_is_one_line_every_time_first_half(lite_template, tmp_path):
+    run_group("runs-a", lite_template, tmp_path)
 
 
 @pytest.mark.slow  # one command with a temporary Prefect server
