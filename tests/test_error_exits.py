@@ -45,8 +45,9 @@ import pytest
 
 from tests.conftest import ROOT, SAMPLE_CORPUS, SAMPLE_EVAL
 
-# Rounds of each exit: 20 before Prefect (milliseconds each); 4 with a flow run (about 2.4 s of
-# CPU each), to keep CI's cost near a minute. SITUATE_EXIT_ROUNDS=20 runs 20 of everything.
+# Rounds of each exit: 20 before Prefect (milliseconds each); 4 with a flow run (about 1 s of
+# CPU each, on top of a temporary server per process), to keep CI's cost near its budget.
+# SITUATE_EXIT_ROUNDS=20 runs 20 of everything (about 90 s more on CI's two cores).
 ROUNDS = int(os.environ.get("SITUATE_EXIT_ROUNDS", "20"))
 RUN_ROUNDS = int(os.environ.get("SITUATE_EXIT_ROUNDS", "4"))
 HELD_COMMIT = Path(__file__).parent / "fakes" / "held_commit"
@@ -185,7 +186,7 @@ def test_each_exit_before_prefect_is_one_line_every_time(exit_, bad_inputs, tmp_
     get_settings.cache_clear()
 
 
-# --- exits in a flow run, or at Prefect's API: three `situate` processes, ROUNDS rounds --------
+# --- exits in a flow run, or at Prefect's API: three `situate` processes, RUN_ROUNDS rounds ----
 
 Setup = Callable[[ExitStack, Path], dict[str, str]]
 
