@@ -46,11 +46,20 @@ PREFECT_DEFAULTS = {
     # its temporary server as `python -m uvicorn`, which would import a `uvicorn.py` planted in
     # the folder the command runs in (often the corpus: `cd clone && situate ingest .`).
     "PYTHONSAFEPATH": "1",
+    # gRPC (Milvus Lite's client, opening the store meanwhile) logs `Other threads are currently
+    # calling into gRPC, skipping fork() handlers` when Prefect's server is forked; its fork
+    # handlers are for children that go on using gRPC, and every child here runs a new program.
+    "GRPC_ENABLE_FORK_SUPPORT": "false",
+    # The temporary server writes the events it receives every this many seconds (Prefect's
+    # default: 5); the command waits for the last write before it stops the server (`settle`).
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "0.5",
 }
 
-# How long to wait, after a flow, for the temporary server to record the task runs' last states
-# (it is stopped right after, and a recorder cut off mid-write prints a traceback).
+# How long to wait, after a flow, for the temporary server to record what the run sent (past it,
+# the server is asked to shut down, Prefect's way, instead of being killed).
 SETTLE_SECONDS = 10.0
+# The event sent last, written once every event of the run before it is.
+RECORDED_EVENT = "situate.run.recorded"
 
 
 def prepare_process() -> None:
@@ -136,6 +145,7 @@ def run_flow(flow: Any, tags: tuple[str, ...], options: Options, resources: Reso
     is raised after the temporary server has recorded the run (see `settle`)."""
     from prefect import tags as prefect_tags
 
+    from situate.flows import prefect_internals
     from situate.flows.signals import take_over_flow_run_sigterm
 
     start_temporary_server()
@@ -143,7 +153,7 @@ def run_flow(flow: Any, tags: tuple[str, ...], options: Options, resources: Reso
     gc.freeze()  # what is loaded by now lives to the end: keep the collector off it
     with provided(resources), prefect_tags(*tags):
         state = flow(options, return_state=True)
-    settle(state.state_details.flow_run_id)
+    prefect_internals.kill_at_exit(settle(state.state_details.flow_run_id))
     return state.result()
 
 
@@ -165,25 +175,28 @@ def start_temporary_server() -> None:
         pass
 
 
-def settle(flow_run_id: Any, wait: Callable[[float], None] = time.sleep) -> None:
-    """Let the temporary server record the run's last events before it stops at exit.
+def settle(flow_run_id: Any, wait: Callable[[float], None] = time.sleep) -> bool:
+    """Let the temporary server record everything the run sent before it stops at exit; True
+    once it has (and the server may then be killed instead of shut down:
+    `prefect_internals.kill_at_exit` says why).
 
     The client sends task-run states as events; the server's task-run recorder writes them as they
-    arrive. At exit the server is stopped (SIGTERM) right after the client's last events leave,
-    and a recorder cut off in the middle of a write logs `Error flushing N events` with a
-    CancelledError traceback. So: send every pending event now, then wait (bounded) until the
-    run's task runs stop changing in the database, i.e. the recorder has caught up.
+    arrive, and its event persister writes every event, in batches, in the order they came. So:
+    send every pending event, wait (bounded) until the run's task runs stop changing in the
+    database with none left Running (the recorder has caught up), then send one event more,
+    `situate.run.recorded` (related to the flow run), and wait until the persister has written
+    it: every event of the run came before it, so all are written too.
     """
     from situate.flows import prefect_internals
 
     if prefect_internals.temporary_server() is None or flow_run_id is None:
-        return
+        return False
     try:
         from prefect.client.orchestration import get_client
         from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-        prefect_internals.drain_events(SETTLE_SECONDS)
         deadline = time.monotonic() + SETTLE_SECONDS
+        prefect_internals.send_events(SETTLE_SECONDS)
         previous = None
         with get_client(sync_client=True) as client:
             while time.monotonic() < deadline:
@@ -193,8 +206,32 @@ def settle(flow_run_id: Any, wait: Callable[[float], None] = time.sleep) -> None
                                   for r in runs)
                 running = any(str(r.state_type).endswith("RUNNING") for r in runs)
                 if snapshot == previous and not running:
-                    return
+                    return _events_written(client, flow_run_id, deadline, wait)
                 previous = snapshot
                 wait(0.2)
-    except Exception:  # noqa: BLE001 - settling is a courtesy; the run's outcome stands
-        return
+    except Exception:  # noqa: BLE001 - not settled: the server stops Prefect's way; the run's outcome stands
+        return False
+    return False
+
+
+def _events_written(client: Any, flow_run_id: Any, deadline: float,
+                    wait: Callable[[float], None]) -> bool:
+    """Send `RECORDED_EVENT` after the run's events and wait (until `deadline`) for the server to
+    have written it."""
+    from prefect.events import emit_event
+    from prefect.events.filters import EventFilter, EventIDFilter
+
+    from situate.flows import prefect_internals
+
+    last = emit_event(RECORDED_EVENT, resource={"prefect.resource.id": f"situate.run.{flow_run_id}"},
+                      related=[{"prefect.resource.id": f"prefect.flow-run.{flow_run_id}",
+                                "prefect.resource.role": "flow-run"}])
+    if last is None:
+        return False
+    prefect_internals.send_events(max(deadline - time.monotonic(), 0.0))
+    written = EventFilter(id=EventIDFilter(id=[last.id]))
+    while time.monotonic() < deadline:
+        if client.read_events(filter=written, limit=1).events:
+            return True
+        wait(0.1)
+    return False

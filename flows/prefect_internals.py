@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import signal
+import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -23,8 +24,9 @@ TOUCHED = (
     ("prefect.server.api.server:SubprocessASGIServer", "_run_uvicorn_command"),
     ("prefect.server.api.server:SubprocessASGIServer", "_instances"),
     ("prefect.server.api.server:SubprocessASGIServer", "port"),
+    ("prefect.server.api.server:SubprocessASGIServer", "server_process"),
     ("prefect.events.worker", "EventsWorker"),
-    ("prefect.events.worker:EventsWorker", "drain_all"),
+    ("prefect.events.worker:EventsWorker", "wait_until_empty"),
     ("prefect.flows", "_display_serve_start_message"),
     ("prefect.runner:Runner", "handle_sigterm"),
     ("prefect.runner:Runner", "_process_manager"),
@@ -83,8 +85,6 @@ def start_temporary_server() -> None:
     pick from its ephemeral range (about 28,000 ports, never one in use) makes that a stray
     chance instead of a likely one, for one-off runs started side by side by a scheduler or a
     test suite."""
-    import subprocess
-
     from prefect.server.api import server as module
 
     class _NewSession:
@@ -96,7 +96,7 @@ def start_temporary_server() -> None:
             kwargs.setdefault("start_new_session", True)
             if _LIBC is not None:
                 kwargs.setdefault("preexec_fn", _stop_with_parent)
-            return subprocess.Popen(*args, **kwargs)
+            return _ServerProcess(*args, **kwargs)
 
     real = getattr(module, "subprocess")  # noqa: B009 - not exported: read as an attribute
     setattr(module, "subprocess", _NewSession())  # noqa: B010
@@ -107,6 +107,41 @@ def start_temporary_server() -> None:
         server.start()
     finally:
         setattr(module, "subprocess", real)  # noqa: B010
+
+
+class _ServerProcess(subprocess.Popen):  # type: ignore[type-arg]
+    """The temporary server's process. Prefect stops it at exit with `terminate()` (SIGTERM, then
+    SIGKILL after 5 s); once `kill_at_exit(True)` said so, that stop is a SIGKILL at once."""
+
+    without_shutdown = False
+
+    def terminate(self) -> None:
+        if self.without_shutdown:
+            self.kill()
+        else:
+            super().terminate()
+
+
+def kill_at_exit(recorded: bool) -> bool:
+    """Have the temporary server killed at exit (`recorded`: everything this process's runs sent
+    is in its database, as the command checked: `launch.settle`) or asked to shut down, Prefect's
+    way (not `recorded`); False if this process has no temporary server that
+    `start_temporary_server` started.
+
+    Asked to shut down, the server cancels its background services (the task-run recorder, the
+    event persister, the automations' evaluation that runs every 5 s whether or not there are
+    automations) wherever they are, with no way to let them finish or stop them first: one
+    cancelled while its database commit returns the connection makes SQLAlchemy log `Exception
+    during reset or similar` with a traceback, a recorder cut off logs `Error flushing N events`,
+    and both reach the command's stderr after its last line. With everything recorded, the
+    shutdown has nothing left to save: SQLite keeps every committed transaction through a kill
+    (one cut off is rolled back when the file is next opened), as a PostgreSQL server does for a
+    dropped connection."""
+    process = getattr(temporary_server(), "server_process", None)
+    if not isinstance(process, _ServerProcess):
+        return False
+    process.without_shutdown = recorded
+    return True
 
 
 def _free_loopback_port() -> int:
@@ -129,11 +164,20 @@ def _stop_with_parent() -> None:
     _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def drain_events(timeout: float) -> None:
-    """Send every event the client still holds (task-run states travel as events)."""
+def send_events(timeout: float) -> bool:
+    """Wait (at most `timeout` seconds) until the client has sent every event it holds (task-run
+    states travel as events); True if it has. Not Prefect's `EventsWorker.drain_all`: that stops
+    the sender, which then logs `Still processing items: N items remaining...` as a warning
+    whenever events are still queued (under load, most runs)."""
+    import threading
+
     from prefect.events.worker import EventsWorker
 
-    EventsWorker.drain_all(timeout=timeout)
+    sender = EventsWorker.instance()
+    sent = threading.Thread(target=sender.wait_until_empty, daemon=True)
+    sent.start()
+    sent.join(timeout)
+    return not sent.is_alive()
 
 
 def display_serve_start(deployments: list[Any]) -> None:

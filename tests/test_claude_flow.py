@@ -85,16 +85,10 @@ def test_cli_document_too_long_stops_the_others_cleanly(tmp_path):
     others' requests are in flight: the run stops with the service's message, and every other
     task ends before the flow closes the client (no tracebacks from tasks still running)."""
     from tests.fakes.anthropic_server import DEFAULT_MODELS, ModelSpec
+    from tests.helpers import huge_and_small
 
     corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    # Sorted first, so the flow meets its failure while the other documents are still running.
-    (corpus / "a_huge.md").write_text("# Huge\n\n" + "\n\n".join(
-        f"Paragraph {i} of a document far larger than the model can read. " * 4 for i in range(60)))
-    for n in range(12):
-        (corpus / f"doc_{n:02}.md").write_text("\n\n".join(
-            f"## Part {i}\n\nDocument {n} part {i} says something worth indexing. " * 6
-            for i in range(6)))
+    huge_and_small(corpus)
     models = {**DEFAULT_MODELS, "claude-haiku-4-5": ModelSpec(4096, context_window=3000)}
     with FakeAnthropic(api_key=KEY, latency=0.3, models=models) as server:
         r = _cli("ingest", str(corpus), "--collection", "c", "--context", "anthropic",

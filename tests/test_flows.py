@@ -97,18 +97,6 @@ def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess
                           capture_output=True, text=True, timeout=600)
 
 
-def _zip_bomb(path: Path) -> None:
-    """A .docx whose one member inflates to 300 MB (over the 200 MB default limit), written
-    from a stream so the test never holds it: 300 KB on disk."""
-    import zipfile
-
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z, z.open("word/document.xml", "w",
-                                                                       force_zip64=True) as f:
-        block = b"\0" * (1 << 20)
-        for _ in range(300):
-            f.write(block)
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -142,18 +130,9 @@ def _zip_bomb(path: Path) -> None:
     ],
 )
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
-    (tmp_path / "bad.jsonl").write_text('{"id": "a", "text": "x"}\n{"id": \n')
-    (tmp_path / "empty.json").write_text("")
-    (tmp_path / "notes.pdf").write_text("plain text, not a PDF")
-    (tmp_path / "notes.xyz").write_text("x")
-    (tmp_path / "old.doc").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 504)
-    if any("bomb" in a for a in args):
-        _zip_bomb(tmp_path / "bomb.docx")
-    (tmp_path / "notext.jsonl").write_text('{"id": "a", "body": "x"}\n')
-    (tmp_path / "dup.jsonl").write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n')
-    (tmp_path / "shape.json").write_text('{"documents": []}')
-    (tmp_path / "nothing").mkdir()
-    (tmp_path / "nothing" / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    from tests.helpers import write_bad_inputs
+
+    write_bad_inputs(tmp_path, with_zip_bomb=any("bomb" in a for a in args))
     r = _cli(*[a.format(tmp=tmp_path) for a in args], cwd=tmp_path, env={"COHERE_API_KEY": ""})
     assert r.returncode == 2, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.strip()]

@@ -70,3 +70,36 @@ def test_the_temporary_server_gets_a_port_the_kernel_picked(monkeypatch):
     prefect_internals.start_temporary_server()
     low, high = (int(x) for x in open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
     assert len(started) == 1 and low <= started[0] <= high
+
+
+def test_the_temporary_server_is_killed_at_exit_once_its_run_is_recorded(monkeypatch):
+    """Prefect stops its temporary server at exit with `terminate()`: SIGTERM, then the server's
+    shutdown, which cancels its background writers wherever they are (issue 36: one cut off in a
+    commit printed SQLAlchemy's traceback after the command's line). Once the command has seen its
+    run recorded, `kill_at_exit(True)` makes that stop a SIGKILL: no shutdown code runs."""
+    import signal
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from prefect.server.api.server import SubprocessASGIServer
+
+    from situate.flows import prefect_internals
+
+    assert "self.server_process.terminate()" in inspect.getsource(SubprocessASGIServer.stop)
+    monkeypatch.setattr(prefect_internals, "temporary_server", lambda: None)
+    assert prefect_internals.kill_at_exit(True) is False  # no temporary server: nothing to do
+    server = ("import signal, sys, time\n"
+              "signal.signal(signal.SIGTERM, lambda *a: (print('shutting down'), sys.exit(0)))\n"
+              "print('up', flush=True)\ntime.sleep(60)\n")
+    for recorded, code in ((False, 0), (True, -signal.SIGKILL)):
+        process = prefect_internals._ServerProcess([sys.executable, "-c", server],
+                                                   stdout=subprocess.PIPE, text=True)
+        assert process.stdout is not None and process.stdout.readline() == "up\n"
+        monkeypatch.setattr(prefect_internals, "temporary_server",
+                            lambda p=process: SimpleNamespace(server_process=p))
+        assert prefect_internals.kill_at_exit(recorded)
+        process.terminate()  # Prefect's SubprocessASGIServer.stop
+        assert process.wait(30) == code
+        assert ("shutting down" in process.stdout.read()) is not recorded
+        process.stdout.close()
