@@ -183,6 +183,7 @@ def main() -> None:
     p.add_argument("--share", type=float, default=0.01, help="share of documents rewritten")
     p.add_argument("--dim", type=int, default=384)
     p.add_argument("--reference", help="a folder holding another checkout's situate/ package")
+    p.add_argument("--new", help="the same for the code measured (default: this checkout)")
     p.add_argument("--check", choices=["auto", "full", "sample"], default="auto")
     p.add_argument("--server-limit-gib", type=float, default=14.0)
     p.add_argument("--reserve-gib", type=float, default=2.5)
@@ -195,7 +196,7 @@ def main() -> None:
                     f"{psutil.virtual_memory().total / 2**30:.0f} GiB, "
                     f"Python {platform.python_version()}"),
         "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": []}
-    codes = {"new": None, **({"reference": args.reference} if args.reference else {})}
+    codes = {"new": args.new, **({"reference": args.reference} if args.reference else {})}
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-update-"))
     limit, reserve = int(args.server_limit_gib * 2**30), int(args.reserve_gib * 2**30)
     try:
@@ -211,7 +212,7 @@ def main() -> None:
                 rewritten = write_updated(corpus, updated, args.share)
                 mode = args.check if args.check != "auto" else (
                     "full" if size <= 200_000 else "sample")
-                pipeline = pipeline_of(args.dim, None)
+                pipeline = pipeline_of(args.dim, args.new)
                 expected = {"fresh": expected_rows(corpus, pipeline),
                             "update": expected_rows(updated, pipeline)}
                 expected["noop"] = expected["update"]
