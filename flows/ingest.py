@@ -274,7 +274,8 @@ class _Ingest:
                 try:
                     documents = self._read(stream_corpus(o.corpus, o.chunk_size, o.chunk_overlap,
                                                          code_chunks=o.code_chunks,
-                                                         wanted=plan.process))
+                                                         wanted=plan.process,
+                                                         kept=setup.scan.kept))
                     for docs in windows(documents, window_size(o)):
                         stored = {d.id: held[d.id].ids(d.id) for d in docs if d.id in held}
                         if setup.existed:  # counted before written: a stop keeps it counted

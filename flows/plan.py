@@ -260,7 +260,7 @@ def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
                                          options.force))
                for m in models]
     sizes = RowSizes()
-    _tally(options, tallies, sizes)
+    _tally(options, setup.scan, tallies, sizes)
     seconds["read"] = time.perf_counter() - t
 
     batch_window = get_settings().window * BATCH_WINDOW_FACTOR
@@ -337,14 +337,16 @@ def _drift(options: IngestOptions, setup: Setup, plan: Plan, pruned_rows: int,
     return {"drift_rows": drift, "drift_share": round(drift / max(rows, 1), 4), "rebuilt": rebuilt}
 
 
-def _tally(options: IngestOptions, tallies: list[_ModeTally], sizes: RowSizes) -> None:
+def _tally(options: IngestOptions, scan: CorpusScan, tallies: list[_ModeTally],
+           sizes: RowSizes) -> None:
     """Every document through the store's estimate (`sizes`: what each chunk would weigh), and
     each document a mode's plan processes priced by that mode."""
     cache_file = Path(options.cache_dir) / _CACHE_FILE
     cache = ContextCache(options.cache_dir) if cache_file.is_file() else None
     try:
         for doc in stream_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
-                                 code_chunks=options.code_chunks):
+                                 code_chunks=options.code_chunks,
+                                 wanted=scan.order if scan.kept else None, kept=scan.kept):
             sizes.add_document(doc)
             for tally in tallies:
                 if doc.id in tally.plan.process:

@@ -101,6 +101,38 @@ def test_the_stream_cuts_only_the_wanted_documents(tmp_path, monkeypatch):
     assert scan.order == tuple(f"d{i}" for i in range(6))
 
 
+def test_a_slow_document_is_read_once(tmp_path, monkeypatch):
+    """A document whose read was slow is kept by the scan and handed to the run, in its place in
+    corpus order, rather than read a second time; ordinary ones are read again."""
+    import situate.tasks.corpus.load as load
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": f"text of {i} " * 20}) + "\n"
+                              for i in range(6)))
+    real = load._document
+    cut: list[str] = []
+
+    def slow_for_some(tally, where, doc_id, *args, **kwargs):
+        cut.append(doc_id)
+        if doc_id in ("d1", "d4") and not tally.quiet:  # the scan's read of them is slow
+            load.time.sleep(0.05)
+        return real(tally, where, doc_id, *args, **kwargs)
+
+    monkeypatch.setattr(load, "_document", slow_for_some)
+    monkeypatch.setattr(load, "KEEP_SLOWER_THAN", 0.04)
+    scan = load.scan_corpus(corpus, 100, 0)
+    assert sorted(scan.kept) == ["d1", "d4"]
+    cut.clear()
+    docs = list(load.stream_corpus(corpus, 100, 0, wanted=scan.order, kept=scan.kept))
+    assert [d.id for d in docs] == [f"d{i}" for i in range(6)]
+    assert cut == ["d0", "d2", "d3", "d5"]  # the slow ones were not read again
+    cut.clear()
+    docs = list(load.stream_corpus(corpus, 100, 0, wanted={"d4": 1, "d5": 1}, kept=scan.kept))
+    assert [d.id for d in docs] == ["d4", "d5"] and cut == ["d5"]
+    monkeypatch.setattr(load, "KEEP_BYTES", 10)  # over the budget: nothing kept
+    assert load.scan_corpus(corpus, 100, 0).kept == {}
+
+
 def test_writes_and_deletes_go_by_primary_key(tmp_path):
     """Given what each document holds, a write reads nothing back and deletes the stale rows by
     primary key; every read is the query iterator's (Milvus Lite too: no offset paging)."""

@@ -18,7 +18,7 @@ import os
 import stat
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, KeysView, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -97,6 +97,8 @@ class CorpusScan:
     units: tuple[tuple[str, int], ...] = ()
     skipped: tuple[tuple[str, int], ...] = ()
     seconds: float = 0.0  # how long the pass took
+    # Documents whose read was slow, kept whole (KEEP_SLOWER_THAN, KEEP_BYTES) for the run.
+    kept: Mapping[str, Document] = field(default_factory=dict, repr=False)
 
     @property
     def ids(self) -> KeysView[str]:
@@ -185,6 +187,13 @@ def load_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                   tally.large_files, tally.skipped_chunks, tally.cleaned_chars, *_counts(tally))
 
 
+# A document whose read (reading, cleaning, cutting) took this long is kept whole by the checking
+# pass, up to KEEP_BYTES of text in all, and handed to the run instead of being read again: a
+# slow file costs one read, not two. Ordinary files take milliseconds and are read again.
+KEEP_SLOWER_THAN = 1.0  # seconds
+KEEP_BYTES = 64 * 2**20
+
+
 def scan_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
                 max_file_bytes: int | None = None, code_chunks: str | None = None) -> CorpusScan:
@@ -195,36 +204,70 @@ def scan_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
     Every document is read in full here: its fingerprint is of the text its reader extracts (a
     file's bytes would not tell a new reader's text from the old one's), and a corpus is checked
     whole before anything is written. What the run then reads again is only what its plan
-    processes (`stream_corpus(wanted=...)`): an unchanged document is read once."""
+    processes (`stream_corpus(wanted=...)`): an unchanged document is read once, and so is a
+    slow one (kept whole from here: `KEEP_SLOWER_THAN`)."""
     started = time.perf_counter()
     tally = _tally(path, max_file_bytes, quiet=False, code_chunks=code_chunks)
-    chunks = 0
+    chunks = kept_bytes = 0
     scanned: dict[str, ScannedDocument] = {}
-    for doc in iter_corpus(path, chunk_size, chunk_overlap, tally):
+    kept: dict[str, Document] = {}
+    documents = iter_corpus(path, chunk_size, chunk_overlap, tally)
+    while True:
+        began = time.perf_counter()
+        doc = next(documents, None)
+        if doc is None:
+            break
         chunks += len(doc.chunks)
         scanned[doc.id] = ScannedDocument(doc.hash, str(doc.metadata.get("chunks") or ""),
                                           index_key(c.index for c in doc.chunks))
+        if time.perf_counter() - began >= KEEP_SLOWER_THAN:
+            size = len(doc.text) + sum(len(c.text) for c in doc.chunks)
+            if kept_bytes + size <= KEEP_BYTES:
+                kept[doc.id] = doc
+                kept_bytes += size
     tally.summarize()
     formats, units, skipped = _counts(tally)
     return CorpusScan(str(path), tally.form, len(scanned), chunks, scanned, tally.empty,
                       tally.skipped_files, tally.large_files, tally.skipped_chunks,
                       tally.cleaned_chars, formats, units, skipped,
-                      seconds=time.perf_counter() - started)
+                      seconds=time.perf_counter() - started, kept=kept)
 
 
 def stream_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                   chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
                   max_file_bytes: int | None = None,
                   code_chunks: str | None = None,
-                  wanted: Collection[str] | None = None) -> Iterator[Document]:
+                  wanted: Collection[str] | None = None,
+                  kept: Mapping[str, Document] | None = None) -> Iterator[Document]:
     """The documents of a corpus `scan_corpus` has checked, one at a time, in corpus order, saying
     nothing the scan said already. JSONL and directories are read lazily; a pre-chunked JSON is
     parsed whole (its format is one JSON value). With `wanted`, only those documents: the others
-    are passed over without being read (a directory's files are not opened), cleaned or cut."""
+    are passed over without being read (a directory's files are not opened), cleaned or cut.
+    `kept` (the scan's `kept`, with `wanted` in corpus order) are handed over, not read again."""
     tally = _tally(path, max_file_bytes, quiet=True, code_chunks=code_chunks)
-    tally.wanted = wanted
-    documents = iter_corpus(path, chunk_size, chunk_overlap, tally)
-    return documents if wanted is None else (d for d in documents if d.id in wanted)
+    if not kept or wanted is None:
+        tally.wanted = wanted
+        documents = iter_corpus(path, chunk_size, chunk_overlap, tally)
+        return documents if wanted is None else (d for d in documents if d.id in wanted)
+    tally.wanted = {d for d in wanted if d not in kept}
+    read = (d for d in iter_corpus(path, chunk_size, chunk_overlap, tally) if d.id in tally.wanted)
+    return _merged(read, wanted, kept)
+
+
+def _merged(read: Iterator[Document], order: Iterable[str],
+            kept: Mapping[str, Document]) -> Iterator[Document]:
+    """The documents read and the kept ones, in `order` (the kept ones of `order` only)."""
+    position = {doc_id: i for i, doc_id in enumerate(order)}
+    waiting = sorted((position[d], d) for d in kept if d in position)
+    k = 0
+    for doc in read:
+        here = position.get(doc.id, -1)
+        while k < len(waiting) and waiting[k][0] < here:
+            yield kept[waiting[k][1]]
+            k += 1
+        yield doc
+    for _, doc_id in waiting[k:]:
+        yield kept[doc_id]
 
 
 def _tally(path: str | Path, max_file_bytes: int | None, quiet: bool,
