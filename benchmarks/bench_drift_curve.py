@@ -6,8 +6,9 @@ the corpus in which documents holding about that share of the chunks are edited 
 their lines dropped, a line of words added: `benchmarks/drift.py`), ingested into a collection
 of its own; then the true corpus ingested into it with `--rebuild-at inf`, so the edited
 documents' rows are rewritten (the drift) and nothing is rebuilt. A fresh ingest of the true
-corpus is the reference. Every step is a `situate` command in a fresh process, one Milvus Lite
-file; `situate evaluate` of every collection on the corpus's evaluation set in one run gives
+corpus is the reference (`--default-policy`: the update with the default rebuild settings, the
+collection as a scheduled run leaves it). Every step is a `situate` command in a fresh process,
+one Milvus Lite file; `situate evaluate` of every collection on the corpus's evaluation set in one run gives
 Pass@k, and situate's own paired statistics (`situate.tasks.retrieval.stats.compare`: the
 difference to the fresh collection in points, its 95% bootstrap interval over queries, the
 randomization p) are computed from its per-query ranks.
@@ -103,6 +104,9 @@ def main() -> None:
     p.add_argument("--embedder", default="minilm", help="minilm, or openai (the loopback fake)")
     p.add_argument("--dim", type=int, default=384, help="with --embedder openai")
     p.add_argument("--modes", default="bm25,hybrid")
+    p.add_argument("--default-policy", action="store_true",
+                   help="update with the default rebuild settings instead of --rebuild-at inf "
+                        "(the kept collection as a scheduled run leaves it)")
     p.add_argument("--keep", help="keep the work directory here")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "drift-curve.json"))
     args = p.parse_args()
@@ -140,8 +144,9 @@ def main() -> None:
                     c = f"d{str(share).replace('.', '_')}_s{seed}"
                     run([*command, "ingest", str(drifted), "--collection", c, *common], run_env)
                     summary = tmp / f"{name}-{c}.json"
+                    policy = [] if args.default_policy else ["--rebuild-at", "inf"]
                     run([*command, "ingest", str(true), "--collection", c, *common, "--prune",
-                         "--rebuild-at", "inf", "--json", str(summary)], run_env)
+                         *policy, "--json", str(summary)], run_env)
                     s = json.loads(summary.read_text())
                     collections[c] = {"share": share, "seed": seed, "edited_documents": len(edited),
                                       "drift_rows": s["drift_rows"], "drift_share": s["drift_share"],

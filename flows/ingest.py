@@ -1,15 +1,17 @@
 """The ingest flow: stream the corpus in windows; per window, situate → embed → upsert to Milvus.
 
 A corpus of any size goes through in bounded memory: a checking pass first (bad input fails before
-anything is written), then the documents are read again lazily and cut into windows of whole
-documents (about `SITUATE_WINDOW` chunks each). Each window is planned against the collection,
-then one task situates, embeds and writes it; at most `IN_FLIGHT` windows are in memory, and a
-window's contexts and vectors are gone once it is written. A million chunks make a few hundred
-task runs.
+anything is written), then the plan, made from the pass and what the collection holds per
+document (`situate.flows.plan`), then the documents it processes are read again lazily and cut
+into windows of whole documents (about `SITUATE_WINDOW` chunks each), one task situating,
+embedding and writing each; at most `IN_FLIGHT` windows are in memory, and a window's contexts and
+vectors are gone once it is written. A million chunks make a few hundred task runs.
 
 Incremental by design: a document whose rows already carry the same fingerprint (its text, the
-context provider and the chunking) is skipped; a changed one is rewritten and its stale chunks
-deleted; with `prune`, documents gone from the corpus are deleted once the corpus is through.
+context provider and the chunking) and chunks is skipped unread; a changed one is rewritten and
+its stale chunks deleted by primary key; with `prune`, documents gone from the corpus are deleted
+once the corpus is through. The run ends by keeping the collection (drift, rebuild) and the local
+manifest of what it holds (`situate.storage.manifest`).
 """
 
 from __future__ import annotations

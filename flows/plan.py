@@ -1,11 +1,12 @@
 """The plan of an ingest run, shared by the run and its dry run.
 
-`plan_ingest` compares documents with the rows the collection holds for them, by fingerprint
-(new, changed, unchanged; the chunks a changed document no longer has): the ingest flow
-(`situate.flows.ingest`) plans each window with it before acting. `plan_run` makes the same plan
-for a whole corpus without acting on it, and prices it (`situate ingest --dry-run`) as an
-`IngestPlan`. `prepare` is the start both share. The flow imports this module, never the other
-way round.
+`plan_corpus` compares the corpus, as its checking pass saw it, with what the collection holds
+per document (`read_held`: the local manifest when the store agrees with it, else one pass over
+the collection), by fingerprint and chunk indexes: new, changed, unchanged, the rows a changed
+document no longer has, and the documents gone. The ingest flow (`situate.flows.ingest`) plans
+the whole run with it before reading any document again. `plan_run` makes the same plan without
+acting on it, and prices it (`situate ingest --dry-run`) as an `IngestPlan`. `prepare` is the
+start both share. The flow imports this module, never the other way round.
 """
 
 from __future__ import annotations
