@@ -30,8 +30,10 @@ from situate.core.uri import is_lite
 
 TOKEN = "situate.manifest"  # the collection property holding the token of the manifest written
 FIELDS = ("id", "doc_id", "chunk_index", "doc_hash")  # what a row tells of its document
+# A document's chunk indexes are a count (0..n-1, as situate cuts) or, rarely, JSON lists in
+# `indexes` and `other`: loading a manifest decodes no JSON for an ordinary document.
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS documents (doc_id TEXT PRIMARY KEY, fingerprint TEXT, "
-           "indexes TEXT NOT NULL, other TEXT NOT NULL);"
+           "n INTEGER NOT NULL, indexes TEXT NOT NULL, other TEXT NOT NULL);"
            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);")
 
 
@@ -54,14 +56,19 @@ def from_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, StoredDocument]:
             for doc_id, (hashes, indexes, other) in seen.items()}
 
 
-def _encode(doc: StoredDocument) -> tuple[str | None, str, str]:
-    return (doc.fingerprint, json.dumps(doc.indexes),
+def _encode(doc: StoredDocument) -> tuple[str | None, int, str, str]:
+    if isinstance(doc.indexes, int):
+        n, indexes = doc.indexes, ""
+    else:
+        n, indexes = len(doc.indexes), json.dumps(doc.indexes)
+    return (doc.fingerprint, n, indexes,
             json.dumps([list(p) for p in doc.other]) if doc.other else "")
 
 
-def _decode(fingerprint: str | None, indexes: str, other: str) -> StoredDocument:
-    value = json.loads(indexes)
-    return StoredDocument(fingerprint, value if isinstance(value, int) else tuple(value),
+def _decode(fingerprint: str | None, n: int, indexes: str, other: str) -> StoredDocument:
+    if not indexes and not other:
+        return StoredDocument(fingerprint, int(n))
+    return StoredDocument(fingerprint, tuple(json.loads(indexes)) if indexes else int(n),
                           tuple((int(i), str(r)) for i, r in json.loads(other)) if other else ())
 
 
@@ -85,8 +92,8 @@ class Manifest:
                 meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
                 if meta.get("token") != token or meta.get("rows") != str(rows):
                     return None
-                return {d: _decode(f, i, o) for d, f, i, o in
-                        db.execute("SELECT doc_id, fingerprint, indexes, other FROM documents")}
+                return {d: _decode(f, n, i, o) for d, f, n, i, o in db.execute(
+                    "SELECT doc_id, fingerprint, n, indexes, other FROM documents")}
         except (sqlite3.Error, ValueError, TypeError):
             return None  # a damaged file: the store is read instead
 
@@ -108,7 +115,7 @@ class Manifest:
             names = documents.keys() if fresh or changed is None else changed
             gone = [(d,) for d in names if d not in documents]
             db.executemany("DELETE FROM documents WHERE doc_id = ?", gone)
-            db.executemany("INSERT OR REPLACE INTO documents VALUES (?, ?, ?, ?)",
+            db.executemany("INSERT OR REPLACE INTO documents VALUES (?, ?, ?, ?, ?)",
                            ((d, *_encode(documents[d])) for d in names if d in documents))
             rows = sum(doc.rows for doc in documents.values())
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
