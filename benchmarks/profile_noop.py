@@ -58,7 +58,7 @@ def main() -> None:
                                capture_output=True)
                 text = out.with_name(f"{out.stem}-{name}.txt")
                 t = time.perf_counter()
-                subprocess.run([sys.executable, "-m", "pyinstrument", "--show-all", "-o",
+                subprocess.run([sys.executable, "-m", "pyinstrument", "-o",
                                 str(text), str(script), *command], env=env, check=True,
                                capture_output=True)
                 result["runs"][name] = {"wall_seconds": round(time.perf_counter() - t, 1),
