@@ -48,3 +48,44 @@ def drifted(corpus: list[dict[str, Any]], seed: int = 21) -> tuple[list[dict[str
     data += strays
     return data, {"edited": sorted(d["doc_id"] for d in edited), "missing": sorted(missing),
                   "stray": [s["doc_id"] for s in strays]}
+
+
+def edit_text(text: str, rng: random.Random, words: list[str]) -> str:
+    """A text as an editor leaves it: about a fifth of its lines dropped, a line of 8 words
+    (drawn from `words`) added."""
+    lines = text.splitlines(keepends=True)
+    kept = [line for line in lines if rng.random() >= 0.2] or lines[:1]
+    return "".join(kept) + " ".join(rng.sample(words, min(8, len(words)))) + "\n"
+
+
+def pick_share(sizes: dict[str, int], share: float, seed: int) -> list[str]:
+    """Documents (by id) whose rows (`sizes`: id -> chunks) add up to about `share` of all rows:
+    taken in a seeded random order while they fit; the smallest document when none fits."""
+    rng = random.Random(seed)
+    order = sorted(sizes)
+    rng.shuffle(order)
+    budget = share * sum(sizes.values())
+    picked, total = [], 0
+    for doc_id in order:
+        if total + sizes[doc_id] <= budget:
+            picked.append(doc_id)
+            total += sizes[doc_id]
+    return sorted(picked) or [min(order, key=lambda d: (sizes[d], d))]
+
+
+def drifted_share(corpus: list[dict[str, Any]], share: float,
+                  seed: int = 21) -> tuple[list[dict[str, Any]], list[str]]:
+    """A copy of a pre-chunked corpus in which documents holding about `share` of the chunks
+    are edited (`edit_text` on each chunk): what the collection held before an update that
+    rewrites that share of it. Returns the copy and the edited ids."""
+    rng = random.Random(seed)
+    words = sorted({w for d in corpus for c in d["chunks"] for w in c["content"].split()
+                    if w.isidentifier()})
+    edited = pick_share({d["doc_id"]: len(d["chunks"]) for d in corpus}, share, seed)
+    data = copy.deepcopy(corpus)
+    for doc in data:
+        if doc["doc_id"] in edited:
+            for chunk in doc["chunks"]:
+                chunk["content"] = edit_text(chunk["content"], rng, words)
+            doc["content"] = "".join(c["content"] for c in doc["chunks"])
+    return data, edited

@@ -4,10 +4,10 @@ so tasks and storage never import each other."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from situate.core.records import CollectionInfo, EmbeddedDocument, Hit
+from situate.core.records import CollectionInfo, EmbeddedDocument, Hit, StoredDocument
 
 # The store's searches, one retriever each; fusing them (hybrid) and reranking are retrieval's
 # (situate.tasks.retrieval.search), over any ChunkStore.
@@ -44,7 +44,20 @@ class ChunkStore(Protocol):
     def drop(self, collection: str) -> None: ...
 
     def write(self, collection: str, documents: Iterable[EmbeddedDocument],
-              batch_size: int = ..., absent: Collection[str] = ...) -> int: ...
+              batch_size: int = ..., absent: Collection[str] = ...,
+              stored: Mapping[str, Collection[str]] | None = ...) -> int: ...
+
+    def stored_documents(self, collection: str) -> dict[str, StoredDocument]:
+        """doc id -> what the collection holds for it (fingerprint, chunk indexes), read in
+        one streaming pass."""
+        ...
+
+    def manifest_token(self, collection: str) -> str:
+        """The token of the local copy of `stored_documents` last written for the collection as
+        it is ("" when none may be trusted: a run has written since)."""
+        ...
+
+    def set_manifest_token(self, collection: str, token: str) -> None: ...
 
     def fingerprints(self, collection: str,
                      doc_ids: Sequence[str] | None = None) -> dict[str, dict[str, str]]: ...
@@ -53,7 +66,7 @@ class ChunkStore(Protocol):
 
     def delete_documents(self, collection: str, doc_ids: Sequence[str]) -> int: ...
 
-    def delete_ids(self, collection: str, ids: Sequence[str]) -> int: ...
+    def delete_ids(self, collection: str, ids: Iterable[str]) -> int: ...
 
     def count(self, collection: str) -> int: ...
 
@@ -84,10 +97,12 @@ class ChunkStore(Protocol):
         """Count `rows` more written or deleted (before they are); returns the drift now."""
         ...
 
-    def rebuild(self, collection: str, order: Iterable[str] = ..., batch_size: int = ...) -> int:
+    def rebuild(self, collection: str, order: Iterable[str] = ..., batch_size: int = ...,
+                stored: Mapping[str, StoredDocument] | None = ...) -> int:
         """The collection rebuilt from its own rows (documents in `order` first, then chunk
         index) so that it searches like a fresh one, and swapped in whole; drift back to 0.
-        Returns the rows copied."""
+        `stored`: what it holds per document, when the caller knows (else read). Returns the
+        rows copied."""
         ...
 
     def tidy(self, collection: str) -> None:

@@ -29,6 +29,49 @@ def chunk_id(doc_id: str, index: int) -> str:
     return hashlib.sha256(f"{doc_id}\x1f{index}".encode()).hexdigest()[:32]
 
 
+Indexes = int | tuple[int, ...]  # a document's chunk indexes: n for 0..n-1, else sorted
+
+
+def index_key(indexes: Iterable[int]) -> Indexes:
+    """A document's chunk indexes in the one compact form plans compare: their number when they
+    are 0..n-1 (every cut situate makes), else the sorted tuple (a pre-chunked corpus's own)."""
+    ordered = sorted(indexes)
+    return len(ordered) if all(i == n for n, i in enumerate(ordered)) else tuple(ordered)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDocument:
+    """What a collection holds for one document, without its texts: the fingerprint its rows were
+    written with (None when its rows disagree), its chunks' indexes (`index_key`), and any row
+    whose id is not `chunk_id(doc_id, index)`, as (index, id) (none that situate wrote).
+
+    Row ids follow from the document id and the indexes, so a plan, a delete and a rebuild
+    address a document's rows by primary key with no id held per row."""
+
+    fingerprint: str | None
+    indexes: Indexes
+    other: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def rows(self) -> int:
+        n = self.indexes if isinstance(self.indexes, int) else len(self.indexes)
+        return n + len(self.other)
+
+    def positions(self) -> Iterator[tuple[int, str | None]]:
+        """(chunk index, the row's id when it is not the derived one), in index order."""
+        regular: Iterable[int] = (range(self.indexes) if isinstance(self.indexes, int)
+                                  else self.indexes)
+        if not self.other:
+            return ((i, None) for i in regular)
+        both: list[tuple[int, str | None]] = [(i, None) for i in regular]
+        both.extend(self.other)
+        return iter(sorted(both, key=lambda p: (p[0], p[1] or "")))
+
+    def ids(self, doc_id: str) -> list[str]:
+        """Its rows' ids, in chunk order."""
+        return [row_id or chunk_id(doc_id, i) for i, row_id in self.positions()]
+
+
 @dataclass(frozen=True)
 class Chunk:
     """A piece of a document, the unit that is contextualized, embedded and retrieved."""

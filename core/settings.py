@@ -66,10 +66,14 @@ class Settings(BaseSettings):
     write_batch: int = Field(512, ge=1, description="rows per Milvus upsert")
     window: int = Field(2_000, ge=1, description="chunks (whole documents) ingested as one unit: "
                         "situated, embedded and written by one task; two are in memory at once")
-    rebuild_at: float = Field(0.0, ge=0, description="an ingest rebuilds the collection from its "
-                              "own rows (no context, no embedding) when the rows written or "
+    rebuild_at: float = Field(0.05, ge=0, description="an ingest rebuilds the collection from "
+                              "its own rows (no context, no embedding) when the rows written or "
                               "deleted since it was built pass this share of its rows; 0: after "
-                              "any, so BM25 scores as on a fresh ingest; inf: never by itself")
+                              "any, so BM25 always scores as on a fresh ingest; inf: never by "
+                              "itself")
+    rebuild_below: int = Field(10_000, ge=0, description="a collection of at most this many rows "
+                               "is rebuilt after any change, whatever its drift (its rebuild "
+                               "takes seconds): BM25 then always scores as on a fresh ingest")
     max_file_bytes: int = Field(10_000_000, ge=1, description="a directory corpus's files over "
                                 "this size are skipped unread (and logged)")
     max_document_bytes: int = Field(200_000_000, ge=1, description="the same limit for PDF, "

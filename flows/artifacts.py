@@ -28,9 +28,11 @@ def artifact_key(*parts: str) -> str:
 class IngestProgress:
     """Progress of an ingest run: a Prefect progress artifact and log lines, at most once a second
     (each artifact update is an API call), and on a terminal, live bars of documents situated
-    and chunks embedded and written (`situate.flows.progress`). Documents found unchanged count
-    as done in both. Window tasks on this process's threads report each document as it is
-    situated; on Dask, a window's documents count when the window comes back. Call `close`."""
+    and chunks embedded and written (`situate.flows.progress`), of the documents the run
+    processes (the ingest flow leaves unchanged ones out of the totals; `skipped` counts any
+    that a caller counts as done). Window tasks on this process's threads report each document
+    as it is situated; on Dask, a window's documents count when the window comes back. Call
+    `close`."""
 
     def __init__(self, collection: str, total_chunks: int, total_documents: int) -> None:
         self.total = max(1, total_chunks)
@@ -39,7 +41,7 @@ class IngestProgress:
         self.last = 0.0
         self.artifact: UUID = cast(UUID, create_progress_artifact(  # sync: not a coroutine
             0.0, key=artifact_key("ingest-progress", collection),
-            description=f"chunks situated, embedded and written (or found unchanged) of "
+            description=f"chunks situated, embedded and written of "
                         f"{total_chunks}"))
         self.lock = threading.Lock()
         self.docs_reported = 0  # situated, as reported by window tasks in this process

@@ -1,22 +1,24 @@
 """The ingest flow: stream the corpus in windows; per window, situate → embed → upsert to Milvus.
 
 A corpus of any size goes through in bounded memory: a checking pass first (bad input fails before
-anything is written), then the documents are read again lazily and cut into windows of whole
-documents (about `SITUATE_WINDOW` chunks each). Each window is planned against the collection,
-then one task situates, embeds and writes it; at most `IN_FLIGHT` windows are in memory, and a
-window's contexts and vectors are gone once it is written. A million chunks make a few hundred
-task runs.
+anything is written), then the plan, made from the pass and what the collection holds per
+document (`situate.flows.plan`), then the documents it processes are read again lazily and cut
+into windows of whole documents (about `SITUATE_WINDOW` chunks each), one task situating,
+embedding and writing each; at most `IN_FLIGHT` windows are in memory, and a window's contexts and
+vectors are gone once it is written. A million chunks make a few hundred task runs.
 
 Incremental by design: a document whose rows already carry the same fingerprint (its text, the
-context provider and the chunking) is skipped; a changed one is rewritten and its stale chunks
-deleted; with `prune`, documents gone from the corpus are deleted once the corpus is through.
+context provider and the chunking) and chunks is skipped unread; a changed one is rewritten and
+its stale chunks deleted by primary key; with `prune`, documents gone from the corpus are deleted
+once the corpus is through. The run ends by keeping the collection (drift, rebuild) and the local
+manifest of what it holds (`situate.storage.manifest`).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -29,7 +31,7 @@ from prefect.futures import PrefectFuture, wait
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from situate.core.protocols import ChunkStore
-from situate.core.records import Document, EmbeddedDocument, Usage, batched
+from situate.core.records import Document, EmbeddedDocument, StoredDocument, Usage, batched
 from situate.core.settings import get_settings
 from situate.flows.artifacts import DOCUMENTS_SITUATED, IngestProgress, artifact_key
 from situate.flows.capacity import run_warning
@@ -40,8 +42,10 @@ from situate.flows.plan import (
     Setup,
     context_config,
     fingerprint,
+    fingerprint_of,
+    manifest_of,
     pipeline_id,
-    plan_ingest,
+    plan_corpus,
     plan_run,
     prepare,
     should_rebuild,
@@ -87,21 +91,23 @@ def make_task_runner(options: IngestOptions) -> TaskRunner[Any]:
 
 @dataclass
 class WindowResult:
-    """What one window's task did: its bill, its rows and the notes its providers left."""
+    """What one window's task did: its bill, its rows, the notes its providers left, and the
+    seconds it spent situating, embedding and writing."""
 
     usage: Usage
     written: int
     chunks: int
     notes: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Window:
-    """One window's work: the documents to process, and what its plan found stored."""
+    """One window's work: the documents to process, and the ids the collection holds for each
+    changed one (new ones hold none), which their rows replace."""
 
     docs: list[Document]
-    stale_ids: list[str]
-    new_ids: set[str]
+    stored: dict[str, list[str]]
 
 
 @task(task_run_name="window-{label}", persist_result=False, cache_policy=NO_CACHE)
@@ -110,11 +116,23 @@ def window_task(window: Window, contextualizer: Contextualizer, cache: ContextCa
                 pipeline: str, label: str = "0") -> WindowResult:
     """Situate, embed and write one window of whole documents. Its contexts and vectors live only
     here: gone when the window is written. Each document's rows are written in one go (never
-    half a document), replacing what the collection held for it, stale chunks included."""
+    half a document), replacing what the collection held for it, stale chunks included (by
+    primary key: nothing is read back)."""
+    clock = time.perf_counter()
+    seconds: dict[str, float] = {}
+
+    def lap(phase: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[phase] = now - clock
+        clock = now
+
     try:
         results = situate_documents(contextualizer, window.docs, cache, reporter(DOCUMENTS_SITUATED))
+        lap("situate")
         embedder = embedders.get(embedder_spec)
         vectors = embed(embedder, [x.indexed_text for r in results for x in r.situated])
+        lap("embed")
         if len(vectors) and not store.exists(collection):
             # Created at the first write: a run that fails before any window is written leaves
             # no empty collection behind. The flow writes its first window alone: no race here.
@@ -128,9 +146,8 @@ def window_task(window: Window, contextualizer: Contextualizer, cache: ContextCa
             i += n
         del vectors
         written = store.write(collection, documents, batch_size=get_settings().write_batch,
-                              absent=window.new_ids)
-        if window.stale_ids:
-            store.delete_ids(collection, window.stale_ids)
+                              stored=window.stored)
+        lap("write")
     finally:
         if store.copied:  # a copy sent to this process (Dask): its connection ends with the task
             store.close()
@@ -140,14 +157,15 @@ def window_task(window: Window, contextualizer: Contextualizer, cache: ContextCa
     usage.contexts_generated = sum(1 for r in results for x in r.situated
                                    if x.source == "generated")
     return WindowResult(usage, written, sum(len(d.chunks) for d in window.docs),
-                        [note for r in results for note in r.notes])
+                        [note for r in results for note in r.notes], seconds)
 
 
 @task(task_run_name="rebuild-{collection}", persist_result=False, cache_policy=NO_CACHE)
-def rebuild_task(store: ChunkStore, collection: str, order: Sequence[str]) -> int:
+def rebuild_task(store: ChunkStore, collection: str, order: Sequence[str],
+                 stored: Mapping[str, StoredDocument] | None = None) -> int:
     """The collection rebuilt from its own rows in corpus order and swapped in whole
     (`ChunkStore.rebuild`): BM25 statistics as a fresh ingest's. Returns the rows copied."""
-    return store.rebuild(collection, order, batch_size=get_settings().write_batch)
+    return store.rebuild(collection, order, batch_size=get_settings().write_batch, stored=stored)
 
 
 def embed(embedder: Any, texts: Sequence[str]) -> np.ndarray:
@@ -189,16 +207,22 @@ def _dry_run(options: IngestOptions, resources: Resources) -> IngestPlan:
     return plan
 
 
+PHASES = ("scan", "plan", "read", "situate", "embed", "write", "prune", "rebuild")
+
+
 class _Ingest:
-    """One ingest run: the windows through their tasks, then pruning, then the summary."""
+    """One ingest run: the plan, the windows through their tasks, then pruning, the collection's
+    upkeep and the summary."""
 
     def __init__(self, options: IngestOptions, resources: Resources) -> None:
         self.options = options
         self.resources = resources
-        self.seconds: dict[str, float] = {}
-        self.totals = Plan()
+        self.started = time.perf_counter()
+        self.seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self.plan = Plan()
         self.usage = Usage()
         self.written = 0
+        self.deleted = 0
         self.deleted_docs: list[str] = []
         self.drift = 0
         self.rebuilt = False
@@ -211,59 +235,72 @@ class _Ingest:
         config = context_config(self.options)
         contextualizer = get_contextualizer(config)
         pipeline = pipeline_id(contextualizer, self.options.chunk_size, self.options.chunk_overlap)
-        self.seconds["scan"] = time.perf_counter() - t
-        t = time.perf_counter()
+        self.plan = plan_corpus(setup.scan, setup.held.documents, pipeline, self.options.force)
+        self.seconds["scan"] = setup.scan.seconds
+        self.seconds["plan"] = time.perf_counter() - t
         try:
             self._windows(setup, contextualizer, pipeline)
         finally:
             contextualizer.close()
             # No window is left to embed: let a local model's process exit now.
             self.resources.embedders.release()
-        deleted = len(self.totals.stale_ids) + self._prune(setup)
-        self.seconds["situate+embed+write"] = time.perf_counter() - t
-        rows = self._maintain(setup)
+        t = time.perf_counter()
+        self.deleted = self.plan.stale_rows + self._prune(setup)
+        self.seconds["prune"] = time.perf_counter() - t
+        rows = self._maintain(setup, pipeline)
         if rows and setup.store is not None:  # what `situate mcp`'s description tool says
             setup.store.record_ingest(self.options.collection, contexts_of(config),
                                       datetime.now(UTC).isoformat(timespec="seconds"))
-        return self._summary(setup, deleted, rows)
+        return self._summary(setup, rows)
+
+    def _read(self, documents: Iterator[Document]) -> Iterator[Document]:
+        """The documents as the stream reads them, the time spent reading counted."""
+        while True:
+            t = time.perf_counter()
+            doc = next(documents, None)
+            self.seconds["read"] += time.perf_counter() - t
+            if doc is None:
+                return
+            yield doc
 
     def _windows(self, setup: Setup, contextualizer: Contextualizer, pipeline: str) -> None:
-        """Every window planned, then handed to a task; at most IN_FLIGHT in flight, the first
-        alone (it creates the collection)."""
-        o = self.options
+        """Every window of the documents the plan processes (read again, the others not) handed
+        to a task; at most IN_FLIGHT in flight, the first alone (it creates the collection)."""
+        o, plan = self.options, self.plan
+        if plan.unchanged:
+            get_run_logger().info(f"{o.collection}: {plan.unchanged} unchanged document(s) "
+                                  "skipped unread")
+        if not plan.process:
+            return
         store = setup.store
         assert store is not None
+        held = setup.held.documents
         cache = ContextCache(o.cache_dir)
-        progress = IngestProgress(o.collection, setup.scan.chunks, setup.scan.documents)
+        progress = IngestProgress(o.collection, plan.chunks, len(plan.process))
         pending: deque[PrefectFuture[WindowResult]] = deque()
         submitted = 0
         try:
             with make_task_runner(o) as runner:
                 try:
-                    for docs in windows(stream_corpus(o.corpus, o.chunk_size, o.chunk_overlap,
-                                                       code_chunks=o.code_chunks,
-                                                       follow_links=o.follow_links),
-                                        window_size(o)):
-                        existing = (store.fingerprints(o.collection, [d.id for d in docs])
-                                    if setup.existed else {})
-                        plan = plan_ingest(docs, existing, pipeline, o.force)
-                        self.totals.add(plan)
-                        skipped = sum(len(d.chunks) for d in docs) - sum(len(d.chunks)
-                                                                         for d in plan.process)
-                        if skipped:
-                            progress.skipped(len(docs) - len(plan.process), skipped)
-                        if not plan.process:
-                            continue
+                    documents = self._read(stream_corpus(o.corpus, o.chunk_size, o.chunk_overlap,
+                                                         code_chunks=o.code_chunks,
+                                                         follow_links=o.follow_links,
+                                                         wanted=plan.process,
+                                                         kept=setup.scan.kept))
+                    for docs in windows(documents, window_size(o)):
+                        stored = {d.id: held[d.id].ids(d.id) for d in docs if d.id in held}
                         if setup.existed:  # counted before written: a stop keeps it counted
-                            store.add_drift(o.collection, sum(len(d.chunks) for d in plan.process)
-                                            + len(plan.stale_ids))
+                            stale = sum(len(set(stored[d.id]) - {c.id for c in d.chunks})
+                                        for d in docs if d.id in stored)
+                            store.add_drift(o.collection,
+                                            sum(len(d.chunks) for d in docs) + stale)
                         pending.append(runner.submit(window_task, {
-                            "window": Window(plan.process, plan.stale_ids, plan.new_ids),
+                            "window": Window(docs, stored),
                             "contextualizer": contextualizer, "cache": cache, "store": store,
                             "embedders": self.resources.embedders,
                             "embedder_spec": o.embedder, "collection": o.collection,
                             "pipeline": pipeline, "label": str(submitted)}))
-                        progress.submitted(len(plan.process))
+                        progress.submitted(len(docs))
                         submitted += 1
                         while pending and (len(pending) >= IN_FLIGHT or submitted == 1):
                             self._settle(pending.popleft(), progress)
@@ -286,36 +323,45 @@ class _Ingest:
         result = future.result()
         self.usage.add(result.usage)
         self.written += result.written
+        for phase, seconds in result.seconds.items():
+            self.seconds[phase] += seconds
         for note in result.notes:
             get_run_logger().warning(note)
         progress.window_done(result.chunks)
 
     def _prune(self, setup: Setup) -> int:
-        """With `prune`, delete the documents gone from the corpus; the rows deleted. Their drift
-        is counted before (a document at least one row) and made exact after."""
-        if not (self.options.prune and setup.existed and setup.store is not None):
+        """With `prune`, delete the rows of the documents gone from the corpus, by primary key
+        (what the collection holds per document says which); the rows deleted, counted as drift
+        before."""
+        plan = self.plan
+        if not (self.options.prune and setup.existed and setup.store is not None and plan.gone):
             return 0
-        store, collection = setup.store, self.options.collection
-        self.deleted_docs = sorted(set(store.document_ids(collection)) - setup.scan.ids)
-        store.add_drift(collection, len(self.deleted_docs))
-        deleted = store.delete_documents(collection, self.deleted_docs)
-        store.add_drift(collection, max(0, deleted - len(self.deleted_docs)))
-        return deleted
+        store, collection, held = setup.store, self.options.collection, setup.held.documents
+        store.add_drift(collection, plan.gone_rows)
+        store.delete_ids(collection, (i for d in plan.gone for i in held[d].ids(d)))
+        self.deleted_docs = plan.gone
+        return plan.gone_rows
 
-    def _maintain(self, setup: Setup) -> int:
+    def _maintain(self, setup: Setup, pipeline: str) -> int:
         """The collection's drift, and a rebuild when it passes `rebuild_at` of its rows (or
-        `rebuild` asks for one); returns the rows the collection holds."""
+        `rebuild` asks for one); then the local manifest of what it holds. Returns the rows the
+        collection holds."""
         o, store = self.options, setup.store
         assert store is not None
         if not (setup.existed or self.written) or not store.exists(o.collection):
             return 0
-        if self.written or self.deleted_docs or self.totals.stale_ids:
+        changed = bool(self.written or self.deleted)
+        if changed:
+            t = time.perf_counter()
             store.flush(o.collection)
+            self.seconds["write"] += time.perf_counter() - t
         rows = store.count(o.collection)
         self.drift = store.drift(o.collection)
+        held = self._held_after(setup, pipeline)
         if should_rebuild(o, self.drift, rows):
             t = time.perf_counter()
-            rebuild_task(store, o.collection, setup.scan.order)
+            rebuild_task(store, o.collection, setup.scan.order,
+                         held if sum(d.rows for d in held.values()) == rows else None)
             self.seconds["rebuild"] = time.perf_counter() - t
             self.rebuilt = True
             get_run_logger().info(
@@ -327,19 +373,56 @@ class _Ingest:
                 f"{o.collection}: {self.drift} rows written or deleted since it was built "
                 f"({self.drift / max(rows, 1):.1%} of {rows}), under --rebuild-at "
                 f"{o.rebuild_at:g}: not rebuilt; BM25 may score differently from a fresh ingest")
+        t = time.perf_counter()
+        self._keep_manifest(setup, held, rows, changed)
+        self.seconds["plan"] += time.perf_counter() - t
         return rows
 
-    def _summary(self, setup: Setup, deleted: int, rows: int) -> IngestSummary:
-        o, scan, totals = self.options, setup.scan, self.totals
+    def _held_after(self, setup: Setup, pipeline: str) -> dict[str, StoredDocument]:
+        """What the collection holds after the run's writes and deletes, per document: what it
+        held, with the processed documents as written and the pruned ones gone."""
+        held = setup.held.documents
+        for doc_id in self.plan.process:
+            scanned = setup.scan.scanned[doc_id]
+            held[doc_id] = StoredDocument(fingerprint_of(scanned.hash, scanned.cut, pipeline),
+                                          scanned.indexes)
+        for doc_id in self.deleted_docs:
+            held.pop(doc_id, None)
+        return held
+
+    def _keep_manifest(self, setup: Setup, held: dict[str, StoredDocument], rows: int,
+                       changed: bool) -> None:
+        """The local manifest written for the collection as the run leaves it, and its token
+        recorded in the collection (`situate.storage.manifest`): the next run plans from it
+        without reading the collection. Not written when it could be wrong (its rows do not add
+        up to the collection's); nothing to do when the run changed nothing it already held."""
+        o, store = self.options, setup.store
+        assert store is not None
+        if not changed and setup.held.source == "manifest":
+            return
+        manifest = manifest_of(store, o.collection, o.cache_dir)
+        if sum(d.rows for d in held.values()) != rows:
+            get_run_logger().warning(
+                f"{o.collection}: holds {rows} rows, its documents as planned "
+                f"{sum(d.rows for d in held.values())}; the next run reads them from the store")
+            manifest.forget()
+            return
+        delta = ({*self.plan.process, *self.deleted_docs} if setup.held.source == "manifest"
+                 else None)
+        store.set_manifest_token(o.collection, manifest.save(held, changed=delta))
+
+    def _summary(self, setup: Setup, rows: int) -> IngestSummary:
+        o, scan, plan = self.options, setup.scan, self.plan
+        self.seconds["total"] = time.perf_counter() - self.started + scan.seconds
         summary = IngestSummary(
             collection=o.collection, corpus=o.corpus, context=o.context,
-            embedder=setup.embedder_id, documents=scan.documents, new=totals.new,
-            changed=totals.changed, unchanged=totals.unchanged,
+            embedder=setup.embedder_id, documents=scan.documents, new=plan.new,
+            changed=plan.changed, unchanged=plan.unchanged,
             deleted_documents=len(self.deleted_docs), skipped_empty=scan.skipped_empty,
             skipped_large_files=scan.skipped_large_files, skipped_chunks=scan.skipped_chunks,
             cleaned_chars=scan.cleaned_chars, formats=dict(scan.formats),
             units=dict(scan.units), skipped=dict(scan.skipped), chunks_written=self.written,
-            chunks_deleted=deleted,
+            chunks_deleted=self.deleted,
             rows=rows, drift_rows=self.drift, drift_share=round(self.drift / max(rows, 1), 4),
             rebuilt=self.rebuilt, **Bill.of(self.usage),
             seconds={k: round(v, 3) for k, v in self.seconds.items()})
@@ -347,7 +430,7 @@ class _Ingest:
                               description=f"ingest of {o.corpus} into {o.collection}")
         summary.write_json(o.json_out)
         get_run_logger().info(f"{o.collection}: {self.written} chunks written, {rows} rows, "
-                              f"{totals.unchanged} unchanged document(s) skipped")
+                              f"{plan.unchanged} unchanged document(s) skipped")
         return summary
 
 

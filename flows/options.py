@@ -222,6 +222,10 @@ class IngestOptions(Options):
                           FromSetting("rebuild_at")] = from_settings(
         ge=0, description="rebuild when rows written or deleted since the collection was built "
                           "pass this share of its rows (0: any; inf: never by itself)")
+    rebuild_below: Annotated[int, Flag(("--rebuild-below",), metavar="ROWS"),
+                             FromSetting("rebuild_below")] = from_settings(
+        ge=0, description="rebuild a collection of at most this many rows after any change, "
+                          "whatever its drift (0: by --rebuild-at alone)")
     task_runner: Annotated[Literal["threads", "dask"],
                            Flag(("--task-runner",), choices=lambda: TASK_RUNNERS, strict=True)] = Field(
         "threads", description="run the per-window tasks on threads here, or on Dask (needs a "

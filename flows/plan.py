@@ -1,11 +1,12 @@
 """The plan of an ingest run, shared by the run and its dry run.
 
-`plan_ingest` compares documents with the rows the collection holds for them, by fingerprint
-(new, changed, unchanged; the chunks a changed document no longer has): the ingest flow
-(`situate.flows.ingest`) plans each window with it before acting. `plan_run` makes the same plan
-for a whole corpus without acting on it, and prices it (`situate ingest --dry-run`) as an
-`IngestPlan`. `prepare` is the start both share. The flow imports this module, never the other
-way round.
+`plan_corpus` compares the corpus, as its checking pass saw it, with what the collection holds
+per document (`read_held`: the local manifest when the store agrees with it, else one pass over
+the collection), by fingerprint and chunk indexes: new, changed, unchanged, the rows a changed
+document no longer has, and the documents gone. The ingest flow (`situate.flows.ingest`) plans
+the whole run with it before reading any document again. `plan_run` makes the same plan without
+acting on it, and prices it (`situate ingest --dry-run`) as an `IngestPlan`. `prepare` is the
+start both share. The flow imports this module, never the other way round.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from situate.core.protocols import ChunkStore
-from situate.core.records import Document, grouped, sha256
+from situate.core.records import Document, Indexes, StoredDocument, grouped, sha256
 from situate.core.settings import get_settings
 from situate.core.uri import is_missing_lite_file
 from situate.flows.capacity import context_bytes, embedder_dim, store_capacity
@@ -27,10 +28,11 @@ from situate.flows.resources import Resources
 from situate.flows.results import Alternative, Bill, IngestPlan, PlanAssumptions
 from situate.storage.cache import ContextCache
 from situate.storage.capacity import RowSizes
+from situate.storage.manifest import Manifest
 from situate.tasks.contexts.base import ContextConfig, Contextualizer, split_context
 from situate.tasks.contexts.cache import cached_split
 from situate.tasks.contexts.cost import Assumptions, CostModel, Estimate, get_cost_models
-from situate.tasks.corpus.load import CorpusScan, scan_corpus, stream_corpus
+from situate.tasks.corpus.load import CorpusScan, ScannedDocument, scan_corpus, stream_corpus
 from situate.tasks.embedders.base import check_embedder
 
 IN_FLIGHT = 2  # windows in memory at once: one written while the next is situated and embedded
@@ -41,11 +43,14 @@ BATCH_WINDOW_FACTOR = 25
 _CACHE_FILE = "cache.db"
 
 
+def fingerprint_of(text_hash: str, cut: str, pipeline: str) -> str:
+    """What a document's rows were built from: its text (by hash) and the pipeline that situated
+    them (with how it was cut, for source code cut along its syntax)."""
+    return sha256(f"{text_hash}\x1f{pipeline}" + (f"\x1f{cut}" if cut else ""))
+
+
 def fingerprint(doc: Document, pipeline: str) -> str:
-    """What a document's rows were built from: its text and the pipeline that situated them
-    (with how it was cut, for source code cut along its syntax)."""
-    cut = doc.metadata.get("chunks")
-    return sha256(f"{doc.hash}\x1f{pipeline}" + (f"\x1f{cut}" if cut else ""))
+    return fingerprint_of(doc.hash, str(doc.metadata.get("chunks") or ""), pipeline)
 
 
 def pipeline_id(contextualizer: Contextualizer | CostModel, chunk_size: int,
@@ -84,43 +89,61 @@ def window_size(options: IngestOptions) -> int:
 
 @dataclass
 class Plan:
-    """Which documents to process, and what to delete, after comparing with the collection."""
+    """What a run does to the collection, decided from the corpus's scan and what the collection
+    holds (`StoredDocument`s) before any document is read again: the documents to process (new
+    or changed, with their chunks), how many were found unchanged, and the documents the
+    collection holds that the corpus no longer has (deleted with `prune`)."""
 
-    process: list[Document] = field(default_factory=list)
+    process: dict[str, int] = field(default_factory=dict)  # doc id -> its chunks, corpus order
     new: int = 0
     changed: int = 0
     unchanged: int = 0
-    stale_ids: list[str] = field(default_factory=list)  # chunks of changed docs no longer produced
-    new_ids: set[str] = field(default_factory=set)  # documents with no row stored at all
+    stale_rows: int = 0  # rows of changed documents that none of their new chunks replaces
+    replaced_rows: int = 0  # rows the processed documents held before
+    gone: list[str] = field(default_factory=list)
+    gone_rows: int = 0
 
-    def add(self, other: Plan) -> None:
-        """Counts and stale chunks of another window's plan (its documents are not kept)."""
-        self.new += other.new
-        self.changed += other.changed
-        self.unchanged += other.unchanged
-        self.stale_ids.extend(other.stale_ids)
+    @property
+    def chunks(self) -> int:
+        """The chunks the run situates, embeds and writes."""
+        return sum(self.process.values())
 
 
-def plan_ingest(documents: Iterable[Document], existing: dict[str, dict[str, str]], pipeline: str,
+def is_unchanged(scanned: ScannedDocument, stored: StoredDocument, pipeline: str) -> bool:
+    """A document whose rows were built from the same text by the same pipeline, with the same
+    chunks: nothing to do for it (a comparison per document, none per chunk)."""
+    return (not stored.other and stored.indexes == scanned.indexes
+            and stored.fingerprint == fingerprint_of(scanned.hash, scanned.cut, pipeline))
+
+
+def plan_corpus(scan: CorpusScan, stored: Mapping[str, StoredDocument], pipeline: str,
                 force: bool) -> Plan:
-    """Compare documents with the rows already stored for them (doc_id -> {chunk id:
-    fingerprint}). Pruning is planned once the corpus is through."""
+    """The plan of a run over the scanned corpus against what the collection holds."""
     plan = Plan()
-    for doc in documents:
-        rows = existing.get(doc.id)
-        fp = fingerprint(doc, pipeline)
-        wanted = {c.id for c in doc.chunks}
-        if rows is None:
+    for doc_id, scanned in scan.scanned.items():
+        held = stored.get(doc_id)
+        if held is None:
             plan.new += 1
-            plan.new_ids.add(doc.id)
-        elif not force and set(rows) == wanted and set(rows.values()) == {fp}:
+        elif not force and is_unchanged(scanned, held, pipeline):
             plan.unchanged += 1
             continue
         else:
             plan.changed += 1
-            plan.stale_ids.extend(sorted(set(rows) - wanted))
-        plan.process.append(doc)
+            plan.replaced_rows += held.rows
+            plan.stale_rows += len(_positions(held) - _positions_of(scanned.indexes))
+        plan.process[doc_id] = (scanned.indexes if isinstance(scanned.indexes, int)
+                                else len(scanned.indexes))
+    plan.gone = sorted(set(stored) - set(scan.scanned))
+    plan.gone_rows = sum(stored[d].rows for d in plan.gone)
     return plan
+
+
+def _positions(held: StoredDocument) -> set[tuple[int, str | None]]:
+    return set(held.positions())
+
+
+def _positions_of(indexes: Indexes) -> set[tuple[int, str | None]]:
+    return {(i, None) for i in (range(indexes) if isinstance(indexes, int) else indexes)}
 
 
 def windows(documents: Iterable[Document], size: int) -> Iterator[list[Document]]:
@@ -130,19 +153,32 @@ def windows(documents: Iterable[Document], size: int) -> Iterator[list[Document]
 
 @dataclass
 class Setup:
-    """What a run and its dry run start from: the checked corpus, the embedder's id, and the
-    store with whether the collection exists (None: a Milvus Lite file that does not exist,
-    which a dry run does not create)."""
+    """What a run and its dry run start from: the checked corpus, the embedder's id, the store
+    with whether the collection exists (None: a Milvus Lite file that does not exist, which a
+    dry run does not create), and what the collection holds (`Held`)."""
 
     scan: CorpusScan
     embedder_id: str
     store: ChunkStore | None
     existed: bool
+    held: Held = field(default_factory=lambda: Held({}, "none", 0))
+
+
+@dataclass
+class Held:
+    """What the collection holds before the run, per document, and where that was read from:
+    "manifest" (the local copy, its token and row count checked against the store), "store"
+    (one pass over the collection's rows) or "none" (no collection)."""
+
+    documents: dict[str, StoredDocument]
+    source: str
+    rows: int
 
 
 def prepare(options: IngestOptions, resources: Resources, dry_run: bool = False) -> Setup:
-    """The corpus checked (or the command's check taken), the embedder checked, the store opened
-    and an existing collection checked against the embedder (no model is loaded for it)."""
+    """The corpus checked (or the command's check taken), the embedder checked, the store opened,
+    an existing collection checked against the embedder (no model is loaded for it) and what it
+    holds read (`read_held`)."""
     scan = resources.scan or scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
                                          code_chunks=options.code_chunks,
                                          follow_links=options.follow_links)
@@ -154,10 +190,27 @@ def prepare(options: IngestOptions, resources: Resources, dry_run: bool = False)
     if store is not None and not dry_run:
         store.tidy(options.collection)  # a rebuild stopped half-way: finished or undone
     existed = store is not None and store.exists(options.collection)
+    setup = Setup(scan, embedder_id, store, existed)
     if existed:
         assert store is not None
         store.check_embedder(options.collection, embedder_id)
-    return Setup(scan, embedder_id, store, existed)
+        setup.held = read_held(store, options.collection, options.cache_dir)
+    return setup
+
+
+def manifest_of(store: ChunkStore, collection: str, cache_dir: str) -> Manifest:
+    return Manifest(cache_dir, store.uri, collection)
+
+
+def read_held(store: ChunkStore, collection: str, cache_dir: str) -> Held:
+    """What an existing collection holds: the local manifest when its token and row count agree
+    with the store's, else one streaming pass over the collection."""
+    rows = store.count(collection)
+    documents = manifest_of(store, collection, cache_dir).load(store.manifest_token(collection),
+                                                               rows)
+    if documents is not None:
+        return Held(documents, "manifest", rows)
+    return Held(store.stored_documents(collection), "store", rows)
 
 
 # --- the plan of a run, made without running it (`situate ingest --dry-run`) ---------------------
@@ -167,11 +220,8 @@ class _ModeTally:
     """One cost model's view of the corpus: its plan against the collection, and its bill."""
 
     model: CostModel
-    pipeline: str
-    counts: Plan = field(default_factory=Plan)
+    plan: Plan
     estimate: Estimate = field(default_factory=Estimate)
-    written: int = 0
-    rows_delta: int = 0  # rows after the run minus rows before, over the documents processed
     to_situate: int = 0
 
     def bill(self, waves: int) -> dict[str, int | float]:
@@ -181,30 +231,23 @@ class _ModeTally:
         return {**Bill.of(u),
                 "estimated_seconds": round(self.model.seconds(self.estimate, waves), 1)}
 
-    def add_window(self, docs: list[Document], existing: dict[str, dict[str, str]], force: bool,
-                   cache: ContextCache | None) -> None:
-        """One window of documents planned as the ingest flow plans it, and priced."""
-        plan = plan_ingest(docs, existing, self.pipeline, force)
-        self.counts.add(plan)
-        identity = self.model.cache_identity()
-        for doc in plan.process:
-            cached, missing = cached_split(identity, doc, cache)
-            estimate = self.model.estimate(doc, missing)
-            estimate.usage.contexts_from_cache += cached
-            self.estimate.add(estimate)
-            self.written += len(doc.chunks)
-            self.rows_delta += len(doc.chunks) - len(existing.get(doc.id, {}))
-            self.to_situate += len(missing)
+    def add(self, doc: Document, cache: ContextCache | None) -> None:
+        """A document the plan processes, priced as the ingest flow would situate it."""
+        cached, missing = cached_split(self.model.cache_identity(), doc, cache)
+        estimate = self.model.estimate(doc, missing)
+        estimate.usage.contexts_from_cache += cached
+        self.estimate.add(estimate)
+        self.to_situate += len(missing)
 
 
 def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
     """What the ingest flow with the same options would do and cost, worked out without doing it.
 
-    The same loader and windows, the same plan against the collection (its stored fingerprints:
-    new, changed, unchanged, and with `prune` deleted), the same disk cache (a cached context
-    costs nothing) and the same requests (`get_cost_models`: the contextualizer's own planner).
-    Writes nothing and calls nothing: a Milvus Lite file that does not exist is not created (it
-    holds nothing: every document is new), nor is a cache; no model is loaded, no provider asked.
+    The same plan against the collection (what it holds per document: new, changed, unchanged,
+    and with `prune` deleted), the same disk cache (a cached context costs nothing) and the same
+    requests (`get_cost_models`: the contextualizer's own planner). Writes nothing and calls
+    nothing: a Milvus Lite file that does not exist is not created (it holds nothing: every
+    document is new), nor is a cache or a manifest; no model is loaded, no provider asked.
     """
     config = context_config(options)
     assumptions = Assumptions(chars_per_token=options.chars_per_token,
@@ -212,13 +255,15 @@ def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
     t = time.perf_counter()
     setup = prepare(options, resources, dry_run=True)
     models = get_cost_models(config, assumptions)
-    seconds = {"scan": time.perf_counter() - t}
+    seconds = {"scan": setup.scan.seconds, "plan": time.perf_counter() - t}
     t = time.perf_counter()
-    tallies = [_ModeTally(m, pipeline_id(m, options.chunk_size, options.chunk_overlap))
+    tallies = [_ModeTally(m, plan_corpus(setup.scan, setup.held.documents,
+                                         pipeline_id(m, options.chunk_size, options.chunk_overlap),
+                                         options.force))
                for m in models]
     sizes = RowSizes()
-    gone, pruned_rows, count = _tally(options, setup, tallies, sizes)
-    seconds["plan"] = time.perf_counter() - t
+    _tally(options, setup.scan, tallies, sizes)
+    seconds["read"] = time.perf_counter() - t
 
     batch_window = get_settings().window * BATCH_WINDOW_FACTOR
 
@@ -226,20 +271,23 @@ def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
         return math.ceil(math.ceil(tally.to_situate / batch_window) / IN_FLIGHT)
 
     chosen = tallies[0]
+    plan = chosen.plan
     scan = setup.scan
+    pruned_rows = plan.gone_rows if options.prune else 0
+    rows = setup.held.rows + plan.chunks - plan.replaced_rows - pruned_rows
     return IngestPlan(
         collection=options.collection, corpus=options.corpus, context=config.name,
         embedder=setup.embedder_id, mode=chosen.model.mode, documents=scan.documents,
-        new=chosen.counts.new, changed=chosen.counts.changed, unchanged=chosen.counts.unchanged,
-        deleted_documents=len(gone), skipped_empty=scan.skipped_empty,
+        new=plan.new, changed=plan.changed, unchanged=plan.unchanged,
+        deleted_documents=len(plan.gone) if options.prune else 0,
+        skipped_empty=scan.skipped_empty,
         skipped_large_files=scan.skipped_large_files, skipped_chunks=scan.skipped_chunks,
         cleaned_chars=scan.cleaned_chars, formats=dict(scan.formats),
-        units=dict(scan.units), skipped=dict(scan.skipped), chunks_written=chosen.written,
-        chunks_deleted=len(chosen.counts.stale_ids) + pruned_rows,
-        rows=count + chosen.rows_delta - pruned_rows,
-        **_drift(options, setup, chosen, pruned_rows, count + chosen.rows_delta - pruned_rows),
+        units=dict(scan.units), skipped=dict(scan.skipped), chunks_written=plan.chunks,
+        chunks_deleted=plan.stale_rows + pruned_rows, rows=rows,
+        **_drift(options, setup, plan, pruned_rows, rows),
         **chosen.bill(waves(chosen)),
-        alternatives={t.model.mode: Alternative(flags=t.model.flags, changed=t.counts.changed,
+        alternatives={t.model.mode: Alternative(flags=t.model.flags, changed=t.plan.changed,
                                                 **t.bill(waves(t)))
                       for t in tallies[1:]},
         assumptions=PlanAssumptions(
@@ -249,7 +297,7 @@ def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
             batch_round_seconds=assumptions.batch_round_seconds, concurrency=config.concurrency),
         seconds={k: round(v, 3) for k, v in seconds.items()},
         store_memory=store_capacity(
-            options.milvus_uri, count + chosen.rows_delta - pruned_rows,
+            options.milvus_uri, rows,
             embedder_dim(setup.embedder_id, _stored_dim(setup, options.collection)), sizes,
             context_bytes(config.name, assumptions.context_tokens, chosen.model.chars_per_token)))
 
@@ -262,47 +310,50 @@ def _stored_dim(setup: Setup, collection: str) -> int | None:
 
 
 def should_rebuild(options: IngestOptions, drift: int, rows: int) -> bool:
-    """Whether a run ends by rebuilding the collection: asked to, or its drift reached
-    `rebuild_at` of its rows (the one rule of the run and its dry run)."""
-    return options.rebuild or (drift > 0 and drift >= options.rebuild_at * rows)
+    """Whether a run ends by rebuilding the collection (the one rule of the run and its dry run):
+    asked to; or, with rows written or deleted since it was built, its drift reached
+    `rebuild_at` of its rows, or it is small enough (`rebuild_below` rows) that a rebuild costs
+    seconds. `rebuild_at` inf: never by itself.
+
+    Why a size and not a share alone: on Milvus Lite each stored segment scores BM25 with its own
+    statistics, so the few rows an update writes are scored apart from the rest, and on the
+    codebase benchmark Pass@k moved by up to 3 points at any drift from 0.4% to 25%
+    (BENCHMARKS.md, issue 35): no share short of 0 bounds that; a small collection is kept exact
+    at the cost of seconds, a large one is rebuilt when its drift has paid for it."""
+    if options.rebuild:
+        return True
+    if drift <= 0 or not math.isfinite(options.rebuild_at):
+        return False
+    return drift >= options.rebuild_at * rows or rows <= options.rebuild_below
 
 
-def _drift(options: IngestOptions, setup: Setup, chosen: _ModeTally, pruned_rows: int,
+def _drift(options: IngestOptions, setup: Setup, plan: Plan, pruned_rows: int,
            rows: int) -> dict[str, int | float | bool]:
     """The drift the run would leave (what it writes or deletes in a collection that held rows
     before it, on top of the drift already there), and whether the run would rebuild."""
     drift = 0
     if setup.existed and setup.store is not None:
-        drift = (setup.store.drift(options.collection) + chosen.written
-                 + len(chosen.counts.stale_ids) + pruned_rows)
+        drift = (setup.store.drift(options.collection) + plan.chunks + plan.stale_rows
+                 + pruned_rows)
     rebuilt = rows > 0 and should_rebuild(options, drift, rows)
     return {"drift_rows": drift, "drift_share": round(drift / max(rows, 1), 4), "rebuilt": rebuilt}
 
 
-def _tally(options: IngestOptions, setup: Setup, tallies: list[_ModeTally],
-           sizes: RowSizes | None = None) -> tuple[list[str], int, int]:
-    """Every window through every mode's tally (and each chunk's bytes into `sizes`, for the
-    store's estimate); (documents pruning would delete, their rows, the collection's rows now)."""
-    store, collection = setup.store, options.collection
+def _tally(options: IngestOptions, scan: CorpusScan, tallies: list[_ModeTally],
+           sizes: RowSizes) -> None:
+    """Every document through the store's estimate (`sizes`: what each chunk would weigh), and
+    each document a mode's plan processes priced by that mode."""
     cache_file = Path(options.cache_dir) / _CACHE_FILE
     cache = ContextCache(options.cache_dir) if cache_file.is_file() else None
     try:
-        for docs in windows(stream_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
-                                         code_chunks=options.code_chunks,
-                                         follow_links=options.follow_links),
-                            window_size(options)):
-            existing = (store.fingerprints(collection, [d.id for d in docs])
-                        if setup.existed and store is not None else {})
+        for doc in stream_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
+                                 code_chunks=options.code_chunks,
+                                 follow_links=options.follow_links,
+                                 wanted=scan.order if scan.kept else None, kept=scan.kept):
+            sizes.add_document(doc)
             for tally in tallies:
-                tally.add_window(docs, existing, options.force, cache)
-            if sizes is not None:
-                for doc in docs:
-                    sizes.add_document(doc)
+                if doc.id in tally.plan.process:
+                    tally.add(doc, cache)
     finally:
         if cache is not None:
             cache.close()
-    if not setup.existed or store is None:
-        return [], 0, 0
-    gone = (sorted(set(store.document_ids(collection)) - setup.scan.ids) if options.prune else [])
-    pruned = sum(len(rows) for rows in (store.fingerprints(collection, gone) if gone else {}).values())
-    return gone, pruned, store.count(collection)

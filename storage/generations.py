@@ -30,13 +30,15 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from situate.core.errors import CollectionNotFound, StoreError
-from situate.core.records import batched
+from situate.core.records import StoredDocument, batched
+from situate.storage.manifest import FIELDS as STORED_FIELDS
+from situate.storage.manifest import TOKEN, from_rows
 from situate.storage.rows import INPUT_FIELDS
 
 if TYPE_CHECKING:
@@ -44,8 +46,7 @@ if TYPE_CHECKING:
 
 DRIFT = "situate.drift"
 GENERATION = re.compile(r"^(?P<name>.+)__g(?P<n>\d+)$")
-SCAN_PAGE = 16384  # rows per page of the first pass (ids and positions only)
-COPY_BATCH = 1000  # rows fetched by id and inserted per step of the second pass
+COPY_BATCH = 1000  # rows fetched by id and inserted per step of the copy
 
 
 def generation_name(name: str, n: int) -> str:
@@ -111,38 +112,53 @@ class Generations:
 
     # --- drift -------------------------------------------------------------------------------
 
-    def _drift(self, name: str) -> tuple[int, str]:
-        """(drift, the physical collection) from one description of the collection."""
+    def _described(self, name: str) -> tuple[dict[str, str], str]:
+        """(the collection's properties, the physical collection) from one description."""
         info = self._call(f"describing collection {name!r}",
                           lambda: self.client.describe_collection(name))
-        physical = str(info.get("collection_name") or name)
-        try:
-            return int((info.get("properties") or {}).get(DRIFT, 0)), physical
-        except (TypeError, ValueError):
-            return 0, physical
+        properties = {str(k): str(v) for k, v in (info.get("properties") or {}).items()}
+        return properties, str(info.get("collection_name") or name)
+
+    def properties(self, name: str) -> dict[str, str]:
+        return self._described(name)[0]
+
+    def set_properties(self, name: str, properties: dict[str, str]) -> None:
+        physical = self._described(name)[1]
+        self._call(f"recording properties of {name!r}", lambda: self.client.
+                   alter_collection_properties(physical, properties=properties), write=True)
 
     def drift(self, name: str) -> int:
         """Rows written or deleted since the collection was built or last rebuilt."""
-        return self._drift(name)[0]
+        return _int(self.properties(name).get(DRIFT))
 
     def add_drift(self, name: str, rows: int) -> int:
-        """Count `rows` more written or deleted; returns the collection's drift now."""
-        drift, physical = self._drift(name)
-        total = drift + rows
+        """Count `rows` more written or deleted; returns the collection's drift now. The same
+        call clears the token of the local manifest (`situate.storage.manifest`): the rows are
+        about to change, so no copy of them kept elsewhere may be trusted until one is written
+        anew."""
+        properties, physical = self._described(name)
+        total = _int(properties.get(DRIFT)) + rows
         if rows:
             self._call(f"recording the drift of {name!r}", lambda: self.client.
-                       alter_collection_properties(physical, properties={DRIFT: str(total)}),
+                       alter_collection_properties(physical, properties={DRIFT: str(total),
+                                                                         TOKEN: ""}),
                        write=True)
         return total
 
     # --- rebuild -----------------------------------------------------------------------------
 
-    def rebuild(self, name: str, order: Iterable[str], batch_size: int = COPY_BATCH) -> Rebuilt:
+    def rebuild(self, name: str, order: Iterable[str], batch_size: int = COPY_BATCH,
+                stored: Mapping[str, StoredDocument] | None = None) -> Rebuilt:
         """Copy every row of `name` into a new generation, the documents in `order` first (the
         corpus's order: the order a fresh ingest inserts them), then any other document the
         collection holds (by id), each document's chunks by index; check the copy's row count;
         then point the name at it and drop the old generation. Rows are inserted `batch_size` per
-        call."""
+        call.
+
+        What the collection holds per document (`stored`, else read in one pass over ids,
+        document ids and indexes) gives every row's id in that order, a document at a time: the
+        rows are fetched by primary key, COPY_BATCH at a time, and no list of every row id is
+        held (a million rows are a few tens of MB of per-document entries, not of ids)."""
         started = time.monotonic()
         store = self.store
         old = self.tidy(name)
@@ -158,7 +174,9 @@ class Generations:
             new, schema=schema, consistency_level="Strong", properties=properties), write=True)
         store.index_and_load(new)
         expected = store.count(old)
-        copied = self._copy(old, new, order, batch_size)
+        if stored is None:
+            stored = from_rows(store.rows(old, fields=STORED_FIELDS))
+        copied = self._copy(old, new, _in_order(stored, order), batch_size)
         self._call(f"flushing {new!r}", lambda: self.client.flush(new), write=True)
         held = store.count(new)
         if copied != expected or held != expected:
@@ -173,22 +191,12 @@ class Generations:
         store.load(name)
         return Rebuilt(copied, new, time.monotonic() - started)
 
-    def _ordered_ids(self, collection: str, order: Iterable[str]) -> list[str]:
-        """Every row id of `collection`, in rebuild order: (document's place in `order`, or after
-        all of them by id; chunk index). The first pass reads ids and positions only."""
-        place = {d: i for i, d in enumerate(dict.fromkeys(order))}
-        after = len(place)
-        keyed = [((place.get(r["doc_id"], after), "" if r["doc_id"] in place else r["doc_id"],
-                   int(r["chunk_index"])), str(r["id"]))
-                 for r in self._scan(collection, ("id", "doc_id", "chunk_index"))]
-        keyed.sort()
-        return [row_id for _, row_id in keyed]
-
-    def _copy(self, old: str, new: str, order: Iterable[str], batch_size: int) -> int:
-        """The rows of `old` inserted into `new` in rebuild order, `COPY_BATCH` at a time."""
+    def _copy(self, old: str, new: str, ids: Iterable[str], batch_size: int) -> int:
+        """The rows of `old` with `ids` inserted into `new` in that order, `COPY_BATCH` at a
+        time (each a lookup by primary key)."""
         copied = 0
-        for ids in batched(self._ordered_ids(old, order), COPY_BATCH):
-            wanted = list(ids)
+        for batch in batched(ids, COPY_BATCH):
+            wanted = list(batch)
             rows = self._call(f"reading rows of {old!r}", partial(
                 self.client.get, old, ids=wanted, output_fields=list(INPUT_FIELDS)))
             position = {row_id: i for i, row_id in enumerate(wanted)}
@@ -196,18 +204,6 @@ class Generations:
             copied += self.store.upsert(new, [{k: r[k] for k in INPUT_FIELDS} for r in rows],
                                         batch_size)
         return copied
-
-    def _scan(self, collection: str, fields: tuple[str, ...]) -> Iterator[dict[str, Any]]:
-        """Every row of the collection (selected fields) through Milvus's query iterator, each
-        page retried on its own; linear in the rows on Lite too (offset paging is not)."""
-        what = f"reading rows of {collection!r}"
-        it = self._call(what, lambda: self.client.query_iterator(
-            collection, batch_size=SCAN_PAGE, filter="", output_fields=list(fields)))
-        try:
-            while batch := self._call(what, it.next):
-                yield from batch
-        finally:
-            it.close()
 
     def _swap(self, name: str, old: str, new: str) -> str:
         """Point `name` at `new` in one call; returns the collection it stood for. A collection
@@ -266,3 +262,22 @@ class Generations:
         """The highest generation number of `name` in use (0 for a collection before aliases)."""
         return max((int(m.group("n")) for c in self._generations(name)
                     if (m := GENERATION.match(c))), default=0)
+
+
+def _int(value: str | None) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _in_order(stored: Mapping[str, StoredDocument], order: Iterable[str]) -> Iterator[str]:
+    """Every row id of `stored`, lazily, in rebuild order: the documents in `order` (once each),
+    then the others by id; each document's rows by chunk index."""
+    placed: set[str] = set()
+    for doc_id in order:
+        if doc_id in stored and doc_id not in placed:
+            placed.add(doc_id)
+            yield from stored[doc_id].ids(doc_id)
+    for doc_id in sorted(set(stored) - placed):
+        yield from stored[doc_id].ids(doc_id)

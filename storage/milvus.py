@@ -11,17 +11,19 @@ next run after a failed one, never duplicates a row.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
 from situate.core.errors import CollectionNotFound, EmbedderMismatch, StoreError
 from situate.core.protocols import LEGS
-from situate.core.records import CollectionInfo, EmbeddedDocument, Hit, batched
+from situate.core.records import CollectionInfo, EmbeddedDocument, Hit, StoredDocument, batched
 from situate.core.uri import is_missing_lite_file
 from situate.storage.client import RETRY_ATTEMPTS, RETRY_BASE, RETRY_CAP, Connection
 from situate.storage.faults import is_not_loaded, writing
 from situate.storage.generations import Generations
+from situate.storage.manifest import FIELDS as STORED_FIELDS
+from situate.storage.manifest import TOKEN, from_rows
 from situate.storage.rows import (
     collection_schema,
     dense_search_params,
@@ -35,6 +37,11 @@ from situate.storage.rows import (
 
 # Per-request cap well under Milvus's 256 MiB gRPC limit; rows carry texts of a few KiB at most.
 WRITE_BATCH = 512
+DELETE_BATCH = 4096  # primary keys per delete call
+# Rows per page of a read: the query iterator's most when the fields are narrow, else fewer.
+SCAN_PAGE = 16384
+WIDE_PAGE = 1000
+NARROW_FIELDS = frozenset({"id", "doc_id", "chunk_index", "doc_hash", "chunk_hash"})
 HIT_FIELDS = ["doc_id", "chunk_index", "text", "context", "metadata"]
 # Hits asked for beyond a search's limit, so that chunks tying with the last one kept are seen
 # and the cut between equal scores is made by id (`MilvusStore.search`); Milvus's top-k ceiling.
@@ -159,11 +166,12 @@ class MilvusStore(Connection):
         return self.generations.add_drift(collection, rows)
 
     def rebuild(self, collection: str, order: Iterable[str] = (),
-                batch_size: int = WRITE_BATCH) -> int:
+                batch_size: int = WRITE_BATCH,
+                stored: Mapping[str, StoredDocument] | None = None) -> int:
         """The collection rewritten from its own rows, in `order` of documents, and put in the
         place of the old one in one step (see `Generations.rebuild`); returns the rows copied."""
         return self.generations.rebuild(validate_collection_name(collection), order,
-                                        batch_size).rows
+                                        batch_size, stored).rows
 
     def tidy(self, collection: str) -> None:
         """Whatever a stopped rebuild left, finished or undone (`Generations.tidy`)."""
@@ -172,7 +180,8 @@ class MilvusStore(Connection):
     # --- writes ----------------------------------------------------------------------------------
 
     def write(self, collection: str, documents: Iterable[EmbeddedDocument],
-              batch_size: int = WRITE_BATCH, absent: Collection[str] = ()) -> int:
+              batch_size: int = WRITE_BATCH, absent: Collection[str] = (),
+              stored: Mapping[str, Collection[str]] | None = None) -> int:
         """Write whole documents: each one's rows replace whatever the collection held for it.
 
         Documents are grouped into upserts of about `batch_size` rows, never split unless one alone
@@ -183,17 +192,21 @@ class MilvusStore(Connection):
         stops in between leaves stale rows next to the new ones, which a fingerprint comparison
         sees as a changed document. Returns the rows written.
 
-        `absent` names documents the caller has just found to have no rows stored (new ones of an
-        incremental plan): nothing is read back for them.
+        What the caller knows is not read back: `absent` names documents with no rows stored
+        (new ones of an incremental plan), and `stored` gives the ids stored for each document it
+        names (a plan's `StoredDocument.ids`), any document it does not name having none.
         """
         written = 0
         with writing():
             for group in groups_of_documents(documents, batch_size):
                 rows = [row for doc in group for row in document_rows(doc)]
-                stored = self._stored_ids(collection,
-                                          [d.doc.id for d in group if d.doc.id not in absent])
+                if stored is None:
+                    held = self._stored_ids(collection,
+                                            [d.doc.id for d in group if d.doc.id not in absent])
+                else:
+                    held = {i for d in group for i in stored.get(d.doc.id, ())}
                 written += self.upsert(collection, rows, batch_size)
-                self.delete_ids(collection, sorted(stored - {r["id"] for r in rows}))
+                self.delete_ids(collection, sorted(held - {r["id"] for r in rows}))
         return written
 
     def upsert(self, collection: str, rows: Iterable[dict[str, Any]],
@@ -223,12 +236,15 @@ class MilvusStore(Connection):
             deleted += _deleted_count(res)
         return deleted
 
-    def delete_ids(self, collection: str, ids: Sequence[str]) -> int:
-        if not ids:
-            return 0
-        return _deleted_count(self._call(f"deleting stale chunks from {collection!r}",
-                                         lambda: self.client.delete(collection, ids=list(ids)),
-                                         write=True))
+    def delete_ids(self, collection: str, ids: Iterable[str]) -> int:
+        """Delete rows by primary key, DELETE_BATCH a call (each call a lookup of those keys, on
+        Milvus Lite too: no pass over the collection); returns the rows deleted."""
+        deleted = 0
+        for batch in batched(ids, DELETE_BATCH):
+            deleted += _deleted_count(self._call(
+                f"deleting rows from {collection!r}",
+                partial(self.client.delete, collection, ids=list(batch)), write=True))
+        return deleted
 
     # --- reads -----------------------------------------------------------------------------------
 
@@ -238,44 +254,40 @@ class MilvusStore(Connection):
             collection, filter="", output_fields=["count(*)"]))
         return int(res[0]["count(*)"]) if res else 0
 
+    def stored_documents(self, collection: str) -> dict[str, StoredDocument]:
+        """doc id -> what the collection holds for it (fingerprint, chunk indexes), in one
+        streaming pass over four narrow fields: what an incremental ingest plans with."""
+        return from_rows(self.rows(collection, fields=STORED_FIELDS))
+
     def fingerprints(self, collection: str,
                      doc_ids: Sequence[str] | None = None) -> dict[str, dict[str, str]]:
         """doc id -> {chunk id: fingerprint} of the stored rows of `doc_ids` (of every document
-        when None): what an incremental ingest compares a window of its corpus with (a document
-        is unchanged when both its ids and fingerprint are)."""
-        out: dict[str, dict[str, str]] = {}
-        for expr in [""] if doc_ids is None else _doc_filters(doc_ids):
-            for row in self.rows(collection, fields=("id", "doc_id", "doc_hash"), filter=expr):
-                out.setdefault(row["doc_id"], {})[row["id"]] = row["doc_hash"]
-        return out
+        when None), from one pass over the collection (`stored_documents`)."""
+        wanted = None if doc_ids is None else set(doc_ids)
+        return {d: dict.fromkeys(s.ids(d), s.fingerprint or "")
+                for d, s in self.stored_documents(collection).items()
+                if wanted is None or d in wanted}
 
     def document_ids(self, collection: str) -> set[str]:
-        """The ids of every document with rows in the collection (what pruning compares the
-        corpus with); read row by row, kept once per document."""
-        return {row["doc_id"] for row in self.rows(collection, fields=("doc_id",))}
+        """The ids of every document with rows in the collection."""
+        return set(self.stored_documents(collection))
 
     def rows(self, collection: str, fields: Sequence[str] = ("id", "doc_id", "chunk_index", "text",
                                                               "context", "doc_hash", "chunk_hash"),
-             filter: str = "", page: int = 1000) -> Iterator[dict[str, Any]]:
-        """Every row (selected fields), page by page.
+             filter: str = "", page: int | None = None) -> Iterator[dict[str, Any]]:
+        """Every row (selected fields) through Milvus's query iterator, page by page, on every
+        deployment: its cursor is the primary key, so a read is linear in the rows (offset
+        paging is not), and each page is retried on its own (the cursor moves only once a page
+        has arrived), so a restart of the server mid-read neither repeats nor skips rows.
 
-        A server gets Milvus's query iterator (no offset cap); each page is retried on its own
-        (the iterator moves its cursor only once a page has arrived), so a restart of the server
-        mid-read neither repeats nor skips rows. Milvus Lite has no timestamp service for the
-        iterator, so it is paged by offset, which Lite does not cap.
+        Pages hold `page` rows: by default the iterator's most (16,384) when every field is
+        narrow (ids, indexes, hashes), else 1,000 (texts and vectors: a page stays far under
+        gRPC's 256 MiB).
         """
         self.load(collection)
+        if page is None:
+            page = SCAN_PAGE if set(fields) <= NARROW_FIELDS else WIDE_PAGE
         what = f"reading rows of {collection!r}"
-        if self.is_local:
-            offset = 0
-            while True:
-                batch = self._call(what, partial(
-                    self.client.query, collection, filter=filter, output_fields=list(fields),
-                    limit=page, offset=offset))
-                yield from batch
-                if len(batch) < page:
-                    return
-                offset += page
         it = self._call(what, lambda: self.client.query_iterator(
             collection, batch_size=page, filter=filter, output_fields=list(fields)))
         try:
@@ -283,6 +295,13 @@ class MilvusStore(Connection):
                 yield from batch
         finally:
             it.close()
+
+    def manifest_token(self, collection: str) -> str:
+        """The token of the local manifest written for the collection as it is (`manifest`)."""
+        return self.generations.properties(collection).get(TOKEN, "")
+
+    def set_manifest_token(self, collection: str, token: str) -> None:
+        self.generations.set_properties(collection, {TOKEN: token})
 
     def flush(self, collection: str) -> None:
         """The rows written so far sealed into stored segments, as the end of a Milvus Lite

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,12 @@ class Tally:
     formats: Counter[str] = field(default_factory=Counter)
     units: Counter[str] = field(default_factory=Counter)
     reasons: Counter[str] = field(default_factory=Counter)
+    # A second pass that wants only these documents (those a plan processes): the loaders pass
+    # over the others without reading, cleaning or cutting them. None: every document.
+    wanted: Collection[str] | None = None
+
+    def passes_over(self, doc_id: str) -> bool:
+        return self.wanted is not None and doc_id not in self.wanted
 
     def large_file(self, f: Path, size: int | None, document: bool = False) -> None:
         """A file over its limit: by the size it claims, or (`size` None) by the bytes read."""

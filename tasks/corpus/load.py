@@ -21,13 +21,14 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, KeysView, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from situate.core.errors import InputError
-from situate.core.records import Chunk, Document
+from situate.core.records import Chunk, Document, Indexes, index_key
 from situate.core.settings import get_settings
 from situate.tasks.corpus.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, make_chunks
 from situate.tasks.corpus.clean import MAX_CHUNK_BYTES, Tally, clean_text, clean_value, id_problem
@@ -77,25 +78,47 @@ class Corpus:
         return sum(len(d.chunks) for d in self.documents)
 
 
+class ScannedDocument(NamedTuple):
+    """What the checking pass keeps of one document, without its text: what its fingerprint is
+    made of (the hash of its text, how it was cut when not as plain text) and its chunks'
+    indexes (`index_key`). A plan compares it with what the collection holds."""
+
+    hash: str
+    cut: str
+    indexes: Indexes
+
+
 @dataclass(frozen=True)
 class CorpusScan:
-    """What a checking pass over a corpus found, without its texts: counts, the document ids,
-    and what it skipped. The ingest flow plans with it and then streams the documents."""
+    """What a checking pass over a corpus found, without its texts: counts, each document's
+    `ScannedDocument` (in corpus order: the order a run writes them), and what it skipped. The
+    ingest flow plans with it, then reads again only the documents its plan processes."""
 
     path: str
     form: str
     documents: int
     chunks: int
-    ids: frozenset[str]
+    scanned: Mapping[str, ScannedDocument]
     skipped_empty: int = 0
     skipped_files: int = 0
     skipped_large_files: int = 0
     skipped_chunks: int = 0
     cleaned_chars: int = 0
-    order: tuple[str, ...] = ()  # the document ids in corpus order (the order a run writes them)
     formats: tuple[tuple[str, int], ...] = ()
     units: tuple[tuple[str, int], ...] = ()
     skipped: tuple[tuple[str, int], ...] = ()
+    seconds: float = 0.0  # how long the pass took
+    # Documents whose read was slow, kept whole (KEEP_SLOWER_THAN, KEEP_BYTES) for the run.
+    kept: Mapping[str, Document] = field(default_factory=dict, repr=False)
+
+    @property
+    def ids(self) -> KeysView[str]:
+        return self.scanned.keys()
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """The document ids in corpus order."""
+        return tuple(self.scanned)
 
 
 # --- loaders -------------------------------------------------------------------------------------
@@ -178,37 +201,91 @@ def load_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                   tally.large_files, tally.skipped_chunks, tally.cleaned_chars, *_counts(tally))
 
 
+# A document whose read (reading, cleaning, cutting) took this long is kept whole by the checking
+# pass, up to KEEP_BYTES of text in all, and handed to the run instead of being read again: a
+# slow file costs one read, not two. Ordinary files take milliseconds and are read again.
+KEEP_SLOWER_THAN = 1.0  # seconds
+KEEP_BYTES = 64 * 2**20
+
+
 def scan_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
                 max_file_bytes: int | None = None, code_chunks: str | None = None,
                 follow_links: bool | None = None) -> CorpusScan:
     """Check a whole corpus as `load_corpus` does (the same errors, the same log lines) while
-    keeping only counts and ids: memory grows with the number of documents, not their text."""
+    keeping, per document, only what a plan needs (`ScannedDocument`): memory grows with the
+    number of documents, not their text.
+
+    Every document is read in full here: its fingerprint is of the text its reader extracts (a
+    file's bytes would not tell a new reader's text from the old one's), and a corpus is checked
+    whole before anything is written. What the run then reads again is only what its plan
+    processes (`stream_corpus(wanted=...)`): an unchanged document is read once, and so is a
+    slow one (kept whole from here: `KEEP_SLOWER_THAN`)."""
+    started = time.perf_counter()
     tally = _tally(path, max_file_bytes, quiet=False, code_chunks=code_chunks,
                    follow_links=follow_links)
-    documents = chunks = 0
-    order: list[str] = []
-    for doc in iter_corpus(path, chunk_size, chunk_overlap, tally):
-        documents += 1
+    chunks = kept_bytes = 0
+    scanned: dict[str, ScannedDocument] = {}
+    kept: dict[str, Document] = {}
+    documents = iter_corpus(path, chunk_size, chunk_overlap, tally)
+    while True:
+        began = time.perf_counter()
+        doc = next(documents, None)
+        if doc is None:
+            break
         chunks += len(doc.chunks)
-        order.append(doc.id)
+        scanned[doc.id] = ScannedDocument(doc.hash, str(doc.metadata.get("chunks") or ""),
+                                          index_key(c.index for c in doc.chunks))
+        if time.perf_counter() - began >= KEEP_SLOWER_THAN:
+            size = len(doc.text) + sum(len(c.text) for c in doc.chunks)
+            if kept_bytes + size <= KEEP_BYTES:
+                kept[doc.id] = doc
+                kept_bytes += size
     tally.summarize()
-    return CorpusScan(str(path), tally.form, documents, chunks, frozenset(order), tally.empty,
+    formats, units, skipped = _counts(tally)
+    return CorpusScan(str(path), tally.form, len(scanned), chunks, scanned, tally.empty,
                       tally.skipped_files, tally.large_files, tally.skipped_chunks,
-                      tally.cleaned_chars, tuple(order), *_counts(tally))
+                      tally.cleaned_chars, formats, units, skipped,
+                      seconds=time.perf_counter() - started, kept=kept)
 
 
 def stream_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                   chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
                   max_file_bytes: int | None = None,
                   code_chunks: str | None = None,
-                  follow_links: bool | None = None) -> Iterator[Document]:
+                  follow_links: bool | None = None,
+                  wanted: Collection[str] | None = None,
+                  kept: Mapping[str, Document] | None = None) -> Iterator[Document]:
     """The documents of a corpus `scan_corpus` has checked, one at a time, in corpus order, saying
     nothing the scan said already. JSONL and directories are read lazily; a pre-chunked JSON is
-    parsed whole (its format is one JSON value)."""
-    return iter_corpus(path, chunk_size, chunk_overlap,
-                       _tally(path, max_file_bytes, quiet=True, code_chunks=code_chunks,
-                              follow_links=follow_links))
+    parsed whole (its format is one JSON value). With `wanted`, only those documents: the others
+    are passed over without being read (a directory's files are not opened), cleaned or cut.
+    `kept` (the scan's `kept`, with `wanted` in corpus order) are handed over, not read again."""
+    tally = _tally(path, max_file_bytes, quiet=True, code_chunks=code_chunks,
+                   follow_links=follow_links)
+    if not kept or wanted is None:
+        tally.wanted = wanted
+        documents = iter_corpus(path, chunk_size, chunk_overlap, tally)
+        return documents if wanted is None else (d for d in documents if d.id in wanted)
+    tally.wanted = {d for d in wanted if d not in kept}
+    read = (d for d in iter_corpus(path, chunk_size, chunk_overlap, tally) if d.id in tally.wanted)
+    return _merged(read, wanted, kept)
+
+
+def _merged(read: Iterator[Document], order: Iterable[str],
+            kept: Mapping[str, Document]) -> Iterator[Document]:
+    """The documents read and the kept ones, in `order` (the kept ones of `order` only)."""
+    position = {doc_id: i for i, doc_id in enumerate(order)}
+    waiting = sorted((position[d], d) for d in kept if d in position)
+    k = 0
+    for doc in read:
+        here = position.get(doc.id, -1)
+        while k < len(waiting) and waiting[k][0] < here:
+            yield kept[waiting[k][1]]
+            k += 1
+        yield doc
+    for _, doc_id in waiting[k:]:
+        yield kept[doc_id]
 
 
 def _tally(path: str | Path, max_file_bytes: int | None, quiet: bool,
@@ -335,6 +412,8 @@ def _iter_prechunked(p: Path, tally: Tally) -> Iterator[Document]:
         if doc_id in seen:
             raise InputError(f"{where}: duplicate doc_id {doc_id!r}; ids must be unique")
         seen.add(doc_id)
+        if tally.passes_over(doc_id):
+            continue
         pieces: list[tuple[int, str]] = []
         indexes: set[int] = set()
         for m, c in enumerate(chunks):
@@ -408,6 +487,9 @@ def _iter_jsonl(p: Path, size: int, overlap: int, tally: Tally) -> Iterator[Docu
             raise InputError(f"{p}: line {number}: duplicate id {doc_id!r} (first on line "
                              f"{seen[doc_id]}); ids must be unique")
         seen[doc_id] = number
+        if tally.passes_over(doc_id):
+            found += 1
+            continue
         title = str(metadata.get("title") or metadata.get("path") or doc_id)
         doc = _document(tally, f"{p}: line {number}", doc_id, body, title, metadata, None, size,
                         overlap)
@@ -545,6 +627,9 @@ def _iter_directory(root: Path, size: int, overlap: int, tally: Tally) -> Iterat
             tally.large_file(f, st.st_size, binary)
             continue
         rel = f.relative_to(root).as_posix()
+        if tally.passes_over(rel):
+            found += 1
+            continue
         where = f"{root}: file {rel!r}"
         if document:
             try:
