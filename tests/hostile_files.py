@@ -197,4 +197,21 @@ def hostile_folder(base: Path, *, bombs: bool = True, draws: tuple[int, ...] = (
             xobject_bomb_pdf(corpus / f"xobject-{n}.pdf", draws=n)
         page_tree_bomb_pdf(corpus / "page-tree.pdf")
         entity_xlsx(corpus / "entities.xlsx")
+        nested_menus_html(corpus / "menus.html")
+        too_deep_html(corpus / "deep.html")
     return corpus
+
+
+def nested_menus_html(path: Path, size: int = 10_800_000) -> Path:
+    """A page of nested menus (ul.menu > li.menu-item > a, 120 levels, repeated) around one
+    paragraph, `size` characters: the issue's 10.8 MB page that took 69 s to read."""
+    from benchmarks.bench_html_furniture import page
+
+    path.write_text(page(size, 120))
+    return path
+
+
+def too_deep_html(path: Path, depth: int = 100_000) -> Path:
+    """Elements nested `depth` deep (600 KB): past what the HTML reader walks, a counted skip."""
+    path.write_text("<html><body>" + "<div>x" * depth + "</div>" * depth + "</body></html>")
+    return path

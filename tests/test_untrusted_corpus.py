@@ -463,8 +463,9 @@ def test_a_launcher_planted_at_the_old_predictable_path_is_never_run(tmp_path, m
 def test_one_ingest_over_a_folder_of_every_hostile_file(tmp_path):
     """`situate ingest` (MiniLM, default limits), run from inside the folder, over three ordinary
     files beside links out of the folder (absolute, relative, /proc, a directory), a FIFO, a file
-    it may not read, the PDFs and the workbook, with a launcher planted at the old predictable
-    path and a `uvicorn.py` in the folder: exit 0, the ordinary files indexed, each hostile file a
+    it may not read, the PDFs, the workbook and two HTML pages (10.8 MB of nested menus, and one
+    nested too deep), with a launcher planted at the old predictable path and a `uvicorn.py` in
+    the folder: exit 0, the ordinary files indexed, each hostile file a
     counted skip or read, no byte of the linked file in the store, no traceback, nothing planted
     ever run, the command's process tree under 3 GiB."""
     from tests.helpers import open_store
@@ -501,13 +502,13 @@ def test_one_ingest_over_a_folder_of_every_hostile_file(tmp_path):
     assert not marker.exists(), f"a planted file was run: {marker.read_text()}"
     got = json.loads(summary.read_text())
     expected = {"link out of the corpus": 5, "too many pages": 1, "XML entities in XLSX": 1,
-                "read past 1 GiB": 1}
+                "read past 1 GiB": 1, "HTML nested too deep": 1}
     if locked:
         expected["cannot be read (Permission denied)"] = 1
     assert got["skipped"] == expected
     rows = list(open_store(str(tmp_path / "m.db")).rows("hostile"))
     assert {r["doc_id"] for r in rows} == {*ORDINARY, "uvicorn.py", "overlapping-runs.pdf",
-                                           "xobject-10000.pdf"}
+                                           "xobject-10000.pdf", "menus.html"}
     assert not any(SECRET_MARK in r["text"] or SECRET_MARK in r["context"] for r in rows)
     assert "skipped 5 links out of the corpus" in said
     assert f"skipped {corpus / 'xobject-1000000.pdf'}: read past 1 GiB (memory;" in said
