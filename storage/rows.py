@@ -120,9 +120,14 @@ INDEXES: dict[str, dict[str, Any]] = {
 # On a Milvus server, the dense index Milvus documents for collections held in memory at large
 # sizes: HNSW, built with M=16 links per node and efConstruction=200 (recall above 0.95 at a
 # million rows in Milvus's own tables); searched with ef = max(limit, HNSW_EF), as ef must be at
-# least the number of hits asked for.
+# least the number of hits asked for. HNSW_EF covers what a hybrid search asks each leg for (100,
+# and the store's 16 for ties), so that every ordinary search sends the same ef: `milvus-lite
+# server` sets ef on its shared faiss index before each unfiltered search, so two concurrent
+# searches with different ef could each run with the other's and rank the tail of their hits
+# differently from the same search made alone (seen: a hybrid query's ranks 6-20 changed while a
+# dense search ran beside it). A search of more than HNSW_EF hits still sends its own.
 HNSW_PARAMS = {"M": 16, "efConstruction": 200}
-HNSW_EF = 64
+HNSW_EF = 128
 SERVER_INDEXES: dict[str, dict[str, Any]] = {
     **INDEXES, "dense": {"index_type": "HNSW", "metric_type": "COSINE", "params": HNSW_PARAMS}}
 # Fields whose raw data a server memory-maps (Milvus "Use mmap": field-level `mmap.enabled`):
