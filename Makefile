@@ -23,7 +23,7 @@ demo: setup
 # The UI test drives Debian's headless Chromium against a local Prefect server: install it if missing.
 test: setup
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
-	$(BIN)/ruff check core flows tasks storage tests benchmarks
+	$(BIN)/ruff check core flows tasks storage api integrations tests benchmarks
 	$(BIN)/lint-imports
 	$(MAKE) typecheck
 	$(BIN)/pytest -q
