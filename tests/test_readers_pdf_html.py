@@ -589,17 +589,19 @@ def test_pdf_inline_code_drawn_in_pieces(tmp_path: Path) -> None:
 # A browser's print of prose with inline code, laid out here word by word: (code?, text) runs.
 FLOWED = [
     [(False, "A sentence that wraps keeps its printed lines at one pitch, and a browser may start a"
-             " line with inline code such as"), (True, "process.getActiveResourcesInfo()"), (False, "or"),
-     (True, "require('node:async_hooks')"), (False, "set smaller than the prose, which goes on in the same"
-                                                   " sentence to its end. A second sentence ends the paragraph,"
-                                                   " after a few more words to fill its line and the next.")],
+             " line with inline code such as"),
+     (True, "process.getActiveResourcesInfo()"), (False, "or"), (True, "require('node:async_hooks')"),
+     (False, "set smaller than the prose, which goes on in the same sentence to its end. A second"
+             " sentence ends the paragraph, after a few more words to fill its line and the next.")],
     [(False, "The next paragraph starts near the bottom of the first page and runs over the page break,"
              " so that its first sentence begins on one page and ends on the next one, where the reader"
              " must still find it whole. Its last sentence is on the second page.")],
     [(False, "A third paragraph on the second page says that"), (True, "--max-old-space-size"),
-     (False, "and"), (True, "NODE_OPTIONS"), (False, "are options, and it goes on for a while so that the"
-                                                     " page has lines enough to show its pitch. It ends here.")],
-    [(False, "A last paragraph closes the document with two sentences of plain prose. Nothing in it is code.")],
+     (False, "and"), (True, "NODE_OPTIONS"),
+     (False, "are options, and it goes on for a while so that the page has lines enough to show its"
+             " pitch. It ends here.")],
+    [(False, "A last paragraph closes the document with two sentences of plain prose. Nothing in it"
+             " is code.")],
 ]
 
 

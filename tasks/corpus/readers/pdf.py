@@ -6,7 +6,10 @@ without asking for every character's box (which would cost ~3x the time): each P
 where its runs leave a wide gap (table cells, a second column drawn on the same baseline), the
 pieces are regrouped into visual lines, a gutter free of text splits two- or three-column pages
 (column 1 is read before column 2), lines with several cells become table rows ("a | b | c"),
-and lines become paragraphs with end-of-line hyphens undone.
+and lines become paragraphs with end-of-line hyphens undone: a line that was wrapped (stopped
+mid-sentence where the next line's first word would not fit) goes on with its paragraph even when
+the next is set in another size (inline code), and a paragraph running over a page break is joined
+on the page it starts on.
 
 Running headers and footers are learnt from the first pages (a small window, kept in memory as
 extracted text only) and dropped on every page; lines set notably larger than the body text are
