@@ -45,6 +45,9 @@ _BULLET = re.compile(rf"^([{_BULLETS}]|\(?\d+[.)]|\(?[a-zA-Z][.)])(\s|$)")  # a 
 _MARKER = re.compile(rf"^([\(\[]?(\d+(\.\d+)*|[A-Za-z]|[ivxlcIVXLC]+)[.)\]]|[{_BULLETS}])$")
 _BREAK = re.compile("\r\n|[\r\n\ufffe]")  # PDFium's line ends
 _PAGE_NUMBER = re.compile(r"^[\W_]*(page\s*)?(\d+|[ivxlc]+)(\s*(of|/)\s*\d+)?[\W_]*$", re.IGNORECASE)
+# A line that stops inside a sentence, as a printed line wraps: after a word, a comma or a hyphen. One
+# ending in a sentence's end, a colon, or code's punctuation (";", "{", ")", "=") ends where its text does.
+_OPEN_END = re.compile(rf"[\w,{HYPHENS}]$")
 _SENTENCE_END = re.compile(r"[.!?:][\"'\u2019\u201d)\]]*$")  # a sentence's end, closing quotes after it
 _LEADER = re.compile(r"(\.\s?){4,}\s*\S*$|\u2026\s*\S*$")  # a table of contents' dot leader
 _JUNK_TITLES = {"untitled", "unknown", "title", "no title", "anonymous", "(anonymous)"}
@@ -218,12 +221,16 @@ def _carry_word(last: Section, first: Section) -> tuple[Section, Section]:
 def _continues(last: Section, end: _End | None, first: Section) -> bool:
     """Whether a page's last paragraph goes on at the next page's first: it stops mid-sentence on
     a line that was wrapped (the room left on it is less than the next page's first word and a
-    space, as `_wrapped` judges two lines of a page), and both are text."""
+    space, as `_wrapped` judges two lines of a page), the next page's first paragraph ends a
+    sentence (as a paragraph's end does: not a heading, a label or a line of code), and both are
+    text."""
     if end is None or last.kind != "text" or first.kind != "text" or not last.text \
-            or _SENTENCE_END.search(last.text):
+            or not _OPEN_END.search(last.text):
         return False
     words = first.text.split(None, 1)
-    return bool(words) and end.room <= end.advance * (len(words[0]) + 1) + end.size
+    head = first.text.partition("\n\n")[0]
+    return bool(words) and bool(_SENTENCE_END.search(head)) \
+        and end.room <= end.advance * (len(words[0]) + 1) + end.size
 
 
 def _take_paragraph(last: Section, first: Section) -> tuple[Section, Section | None]:
@@ -847,10 +854,11 @@ def _paragraph_break(prev: _Line, line: _Line, pitch: float, right: float, width
 
 def _wrapped(prev: _Line, line: _Line, right: float) -> bool:
     """Whether `prev` ends where it does only because `line`'s first word did not fit after it: it
-    stops mid-sentence, `line` sits below it (not beside it, as a table's cells may), and the room
-    left on it to the right edge is less than that word and a space (the edge known as far as the
-    longest line reaches and the word's width from its line's mean character: an em of slack)."""
-    if _SENTENCE_END.search(prev.text) or not line.text:
+    stops mid-sentence (`_OPEN_END`), `line` sits below it (not beside it, as a table's cells may),
+    and the room left on it to the right edge is less than that word and a space (the edge known as
+    far as the longest line reaches and the word's width from its line's mean character: an em of
+    slack)."""
+    if not _OPEN_END.search(prev.text) or not line.text:
         return False
     if line.top - prev.top < max(prev.bottom - prev.top, line.bottom - line.top):
         return False
