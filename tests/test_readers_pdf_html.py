@@ -584,3 +584,92 @@ def test_pdf_inline_code_drawn_in_pieces(tmp_path: Path) -> None:
     assert section.text == ("There is no semi-colon after NODE_MODULE as it is not a function, and the "
                             "module_name must match the file name of the binary, without the .node "
                             "suffix. Start it with --inspect to debug it.")
+
+
+# A browser's print of prose with inline code, laid out here word by word: (code?, text) runs.
+FLOWED = [
+    [(False, "A sentence that wraps keeps its printed lines at one pitch, and a browser may start a"
+             " line with inline code such as"),
+     (True, "process.getActiveResourcesInfo()"), (False, "or"), (True, "require('node:async_hooks')"),
+     (False, "set smaller than the prose, which goes on in the same sentence to its end. A second"
+             " sentence ends the paragraph, after a few more words to fill its line and the next.")],
+    [(False, "The next paragraph starts near the bottom of the first page and runs over the page break,"
+             " so that its first sentence begins on one page and ends on the next one, where the reader"
+             " must still find it whole. Its last sentence is on the second page.")],
+    [(False, "A third paragraph on the second page says that"), (True, "--max-old-space-size"),
+     (False, "and"), (True, "NODE_OPTIONS"),
+     (False, "are options, and it goes on for a while so that the page has lines enough to show its"
+             " pitch. It ends here.")],
+    [(False, "A last paragraph closes the document with two sentences of plain prose. Nothing in it"
+             " is code.")],
+]
+
+
+def _flowed(path: Path, paragraphs: list[list[tuple[bool, str]]], *, width: float = 380,
+            height: float = 235) -> Path:
+    """The paragraphs set as a browser prints them: Vera 12 pt prose with inline code in 10.2 pt,
+    each line filled with words while they fit (the next line 18 pt lower, the next paragraph 30),
+    on pages `height` high with a 40 pt margin, a paragraph going on at the next page's top."""
+    import reportlab
+    from reportlab.pdfbase import pdfmetrics
+    from reportlab.pdfbase.ttfonts import TTFont
+    from reportlab.pdfgen import canvas
+
+    pdfmetrics.registerFont(TTFont("Vera", str(Path(reportlab.__file__).parent / "fonts" / "Vera.ttf")))
+    fonts = {False: ("Vera", 12.0), True: ("Vera", 10.2)}
+    c = canvas.Canvas(str(path), pagesize=(width + 80, height))
+    y = height - 40
+
+    def draw(line: list[tuple[bool, str]]) -> None:
+        nonlocal y
+        if y < 40:
+            c.showPage()
+            y = height - 40
+        x = 40.0
+        for code, text in line:
+            c.setFont(*fonts[code])
+            c.drawString(x, y, text)
+            x += c.stringWidth(text, *fonts[code])
+        y -= 18
+
+    for paragraph in paragraphs:
+        line: list[tuple[bool, str]] = []
+        used = 0.0
+        for code, text in paragraph:
+            for word in text.split():
+                gap = c.stringWidth(" ", *fonts[False]) if line else 0.0
+                w = c.stringWidth(word, *fonts[code])
+                if line and used + gap + w > width:
+                    draw(line)
+                    line, used, gap = [], 0.0, 0.0
+                if gap:
+                    line.append((False, " "))
+                line.append((code, word))
+                used += gap + w
+        draw(line)
+        y -= 12
+    c.showPage()
+    c.save()
+    return path
+
+
+def test_pdf_sentence_wrapped_across_lines_and_pages_in_one_chunk(tmp_path: Path) -> None:
+    """A paragraph's printed lines are one paragraph of text even where a line starts with inline
+    code set smaller (once a paragraph break: a size change) and where the paragraph runs over a
+    page break (once two sections, the chunker cutting at the page edge inside a sentence): every
+    sentence is in one chunk, and the paragraph is on the page it starts on."""
+    from situate.tasks.corpus.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+    from situate.tasks.corpus.coverage import plain_sentences, sentence_coverage
+    from situate.tasks.corpus.sections import chunk_sections
+
+    path = _flowed(tmp_path / "flowed.pdf", FLOWED)
+    sections = _sections(path)
+    plain = [" ".join(text for _, text in paragraph) for paragraph in FLOWED]
+    assert [(s.where["page"], s.text) for s in sections] == [
+        (1, "\n\n".join(plain[:2])), (2, "\n\n".join(plain[2:]))]
+    sentences = plain_sentences("\n".join(plain))
+    assert len(sentences) == 7
+    _, pieces = chunk_sections(sections, DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP)
+    assert len(pieces) > 1
+    got = sentence_coverage(sentences, [p.text for p in pieces])
+    assert got.missing == []

@@ -6,7 +6,10 @@ without asking for every character's box (which would cost ~3x the time): each P
 where its runs leave a wide gap (table cells, a second column drawn on the same baseline), the
 pieces are regrouped into visual lines, a gutter free of text splits two- or three-column pages
 (column 1 is read before column 2), lines with several cells become table rows ("a | b | c"),
-and lines become paragraphs with end-of-line hyphens undone.
+and lines become paragraphs with end-of-line hyphens undone: a line that was wrapped (stopped
+mid-sentence where the next line's first word would not fit) goes on with its paragraph even when
+the next is set in another size (inline code), and a paragraph running over a page break is joined
+on the page it starts on.
 
 Running headers and footers are learnt from the first pages (a small window, kept in memory as
 extracted text only) and dropped on every page; lines set notably larger than the body text are
@@ -42,6 +45,10 @@ _BULLET = re.compile(rf"^([{_BULLETS}]|\(?\d+[.)]|\(?[a-zA-Z][.)])(\s|$)")  # a 
 _MARKER = re.compile(rf"^([\(\[]?(\d+(\.\d+)*|[A-Za-z]|[ivxlcIVXLC]+)[.)\]]|[{_BULLETS}])$")
 _BREAK = re.compile("\r\n|[\r\n\ufffe]")  # PDFium's line ends
 _PAGE_NUMBER = re.compile(r"^[\W_]*(page\s*)?(\d+|[ivxlc]+)(\s*(of|/)\s*\d+)?[\W_]*$", re.IGNORECASE)
+# A line that stops inside a sentence, as a printed line wraps: after a word, a comma or a hyphen. One
+# ending in a sentence's end, a colon, or code's punctuation (";", "{", ")", "=") ends where its text does.
+_OPEN_END = re.compile(rf"[\w,{HYPHENS}]$")
+_SENTENCE_END = re.compile(r"[.!?:][\"'\u2019\u201d)\]]*$")  # a sentence's end, closing quotes after it
 _LEADER = re.compile(r"(\.\s?){4,}\s*\S*$|\u2026\s*\S*$")  # a table of contents' dot leader
 _JUNK_TITLES = {"untitled", "unknown", "title", "no title", "anonymous", "(anonymous)"}
 _FPDF_ERR_PASSWORD = 4
@@ -89,6 +96,16 @@ class _Page:
     height: float
     frags: list[_Frag]
     images: bool  # checked only when the page has no text
+
+
+@dataclass(slots=True)
+class _End:
+    """How a page's text ends when its last block is a paragraph: the room left on its last line
+    to the right edge of its column, and that line's mean character width and size."""
+
+    room: float
+    advance: float
+    size: float
 
 
 @dataclass
@@ -156,18 +173,30 @@ def _sections(pdf: Any, window: list[_Page], count: int, style: _Style) -> Itera
     """Every page's sections: the window's pages first (already read), then each further page
     loaded, read and closed in turn. Closes the document at the end."""
     held: Section | None = None  # a page's last section, held until the next page's first is known
+    end: _End | None = None  # how the held section's last line ends
+    absorbed = False  # whether the held section took in the whole of the next page already
     try:
         for i in range(count):
             page = window.pop(0) if window else _extract(pdf, i)
-            sections = list(_page_sections(page, style))
+            sections, page_end = _page_sections(page, style)
             if held is not None:
                 if sections:
                     held, sections[0] = _carry_word(held, sections[0])
+                    if not absorbed and _continues(held, end, sections[0]):
+                        held, rest = _take_paragraph(held, sections[0])
+                        if rest is not None:
+                            sections[0] = rest
+                        else:
+                            sections.pop(0)
+                            if not sections:  # the page was the paragraph's end: held one page more
+                                end, absorbed = page_end, True
+                                continue
                 if held.text:
                     yield _final(held)
                 held = None
             if sections:
                 held = sections.pop()
+                end, absorbed = page_end, False
                 yield from (_final(s) for s in sections)
         if held is not None:
             yield _final(held)
@@ -187,6 +216,30 @@ def _carry_word(last: Section, first: Section) -> tuple[Section, Section]:
     rest = text[:cut].rstrip()
     carried = Section(word + first.text, first.where, first.kind, first.level)
     return Section(rest, last.where, last.kind, last.level), carried
+
+
+def _continues(last: Section, end: _End | None, first: Section) -> bool:
+    """Whether a page's last paragraph goes on at the next page's first: it stops mid-sentence on
+    a line that was wrapped (the room left on it is less than the next page's first word and a
+    space, as `_wrapped` judges two lines of a page), the next page's first paragraph ends a
+    sentence (as a paragraph's end does: not a heading, a label or a line of code), and both are
+    text."""
+    if end is None or last.kind != "text" or first.kind != "text" or not last.text \
+            or not _OPEN_END.search(last.text):
+        return False
+    words = first.text.split(None, 1)
+    head = first.text.partition("\n\n")[0]
+    return bool(words) and bool(_SENTENCE_END.search(head)) \
+        and end.room <= end.advance * (len(words[0]) + 1) + end.size
+
+
+def _take_paragraph(last: Section, first: Section) -> tuple[Section, Section | None]:
+    """`last` with the first paragraph of `first` joined to it (a paragraph is read on the page
+    it starts on), and what is left of `first` (None when nothing is)."""
+    head, _, rest = first.text.partition("\n\n")
+    joined = Section(_join(last.text, head.strip()), last.where, last.kind, last.level)
+    rest = rest.strip()
+    return joined, (Section(rest, first.where, first.kind, first.level) if rest else None)
 
 
 def _final(section: Section) -> Section:
@@ -781,16 +834,37 @@ def _join(a: str, b: str) -> str:
 
 
 def _paragraph_break(prev: _Line, line: _Line, pitch: float, right: float, width: float) -> bool:
+    """Whether `line` starts a new paragraph after `prev`: a gap wider than the line pitch, a
+    table-of-contents entry, a list item, a sentence ending short of the right edge, or a change of
+    text size, unless `prev` was wrapped (a line of prose with inline code set smaller, or made of
+    it, goes on with the paragraph)."""
     if pitch and line.top - prev.top > 1.45 * pitch:
         return True
     if _LEADER.search(prev.text):
         return True  # one table-of-contents entry per line
-    if abs(line.size - prev.size) > 0.12 * max(line.size, prev.size, 1.0):
-        return True
     if _BULLET.match(line.text):
         return True
     text = prev.text
-    return bool(text) and text[-1] in ".!?:" and prev.x1 < right - 0.2 * width
+    if text and text[-1] in ".!?:" and prev.x1 < right - 0.2 * width:
+        return True
+    if abs(line.size - prev.size) > 0.12 * max(line.size, prev.size, 1.0):
+        return not _wrapped(prev, line, right)
+    return False
+
+
+def _wrapped(prev: _Line, line: _Line, right: float) -> bool:
+    """Whether `prev` ends where it does only because `line`'s first word did not fit after it: it
+    stops mid-sentence (`_OPEN_END`), `line` sits below it (not beside it, as a table's cells may),
+    and the room left on it to the right edge is less than that word and a space (the edge known as
+    far as the longest line reaches and the word's width from its line's mean character: an em of
+    slack)."""
+    if not _OPEN_END.search(prev.text) or not line.text:
+        return False
+    if line.top - prev.top < max(prev.bottom - prev.top, line.bottom - line.top):
+        return False
+    word = line.text.split(" ", 1)[0]
+    advance = (line.x1 - line.x0) / len(line.text)
+    return right - prev.x1 <= advance * (len(word) + 1) + max(prev.size, line.size)
 
 
 def _pitch(lines: list[_Line]) -> float:
@@ -799,18 +873,31 @@ def _pitch(lines: list[_Line]) -> float:
     return median(steps) if steps else 0.0
 
 
-def _page_sections(page: _Page, style: _Style) -> Iterator[Section]:
+def _page_sections(page: _Page, style: _Style) -> tuple[list[Section], _End | None]:
     """One page's sections in reading order: headings, text (paragraphs separated by blank lines)
-    and tables (one row per line, cells separated by " | ")."""
+    and tables (one row per line, cells separated by " | "); and how its last paragraph ends, when
+    the page ends with one."""
     frags = _drop_furniture(page, style)
     if not frags:
-        return
+        return [], None
     where = {"page": page.number}
     blocks: list[tuple[str, int, str]] = []  # (kind, level, text)
     starts = set()  # where each column's blocks start
+    end: _End | None = None
     for flow in _columns(frags):
         starts.add(len(blocks))
-        _flow_blocks(flow, style, blocks)
+        before = len(blocks)
+        tail, right = _flow_blocks(flow, style, blocks)
+        if len(blocks) > before:
+            end = None if tail is None else _End(right - tail.x1, (tail.x1 - tail.x0) / len(tail.text),
+                                                 tail.size)
+    return list(_sections_of(blocks, starts, where)), end
+
+
+def _sections_of(blocks: list[tuple[str, int, str]], starts: set[int],
+                 where: dict[str, int]) -> Iterator[Section]:
+    """A page's blocks as sections: consecutive paragraphs one text section, a sentence cut across
+    columns (`starts`: where each column's blocks begin) joined."""
     paragraphs: list[str] = []
     for k, (kind, level, text) in enumerate(blocks):
         first = k in starts
@@ -836,12 +923,15 @@ def _clean(text: str) -> str:
     return text.replace("\u00ad", "") + end
 
 
-def _flow_blocks(flow: list[_Line], style: _Style, blocks: list[tuple[str, int, str]]) -> None:
+def _flow_blocks(flow: list[_Line], style: _Style,
+                 blocks: list[tuple[str, int, str]]) -> tuple[_Line | None, float]:
     """A column's lines as blocks: a run of two or more lines of several cells whose cells line up
     a table, lines larger than the body text headings, the rest paragraphs. A line cut into
-    cells that does not line up with its neighbours (a justified line with wide spaces) is text."""
+    cells that does not line up with its neighbours (a justified line with wide spaces) is text.
+    Returns the last line of the column's last block when that block is a paragraph, and the
+    column's right edge."""
     if not flow:
-        return
+        return None, 0.0
     pitch = _pitch(flow)
     left = min(line.x0 for line in flow)
     right = max(line.x1 for line in flow)
@@ -850,13 +940,16 @@ def _flow_blocks(flow: list[_Line], style: _Style, blocks: list[tuple[str, int, 
     para = ""
     heading: tuple[int, str] | None = None
     last: _Line | None = None  # the line before, for paragraph breaks and multi-line headings
+    tail: _Line | None = None  # the last line of the last block, when that block is a paragraph
 
     def flush() -> None:
-        nonlocal para, heading
+        nonlocal para, heading, tail
         if para:
             blocks.append(("text", 0, para))
             para = ""
+            tail = last
         if heading:
+            tail = None
             level, text = heading
             if len(text) <= 200 and len(text.split()) <= 24:  # else large text, not a title
                 blocks.append(("heading", level, text))
@@ -889,8 +982,10 @@ def _flow_blocks(flow: list[_Line], style: _Style, blocks: list[tuple[str, int, 
             text_line(line)
 
     def end_rows() -> None:
+        nonlocal tail
         if len(rows) >= 2 and _aligned(rows):
             flush()
+            tail = None
             blocks.append(("table", 0, "\n".join(" | ".join(c.strip() for c in r.cells) for r in rows)))
         else:  # a numbered heading ("1   Introduction"), a justified line: cells read as one line
             for row in rows:
@@ -907,6 +1002,8 @@ def _flow_blocks(flow: list[_Line], style: _Style, blocks: list[tuple[str, int, 
     if rows:
         end_rows()
     flush()
+    # A column of one line does not show where its right edge is: no evidence the line was wrapped.
+    return (tail if len(flow) > 1 else None), right
 
 
 def _aligned(rows: list[_Line]) -> bool:
