@@ -150,6 +150,15 @@ BEFORE_PREFECT = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def prefect_logging_set_up_outside_capfd() -> None:
+    """Prefect sets up its logging (console handlers on the stream stderr is then) when it is
+    first imported. Imported first inside a test's `capfd` (`situate search` imports it), its
+    handlers would keep that test's stream, closed after it, and every later test of the worker
+    that logs through them would print `--- Logging error ---`: import it here, outside."""
+    import situate.flows.evaluate  # noqa: F401
+
+
 @pytest.fixture(scope="module")
 def bad_inputs(tmp_path_factory) -> Path:
     from tests.helpers import write_bad_inputs
@@ -346,9 +355,12 @@ def run_group(group: str, lite_template: Path, tmp_path: Path) -> None:
             spec.append({"name": exit_.name, "env": env,
                          "argv": [a.format(tmp=folder) for a in exit_.argv]})
         (tmp_path / "spec.json").write_text(json.dumps({"rounds": RUN_ROUNDS, "exits": spec}))
+        # tests/ is imported from ROOT by path: a command run in this process may have set
+        # PYTHONSAFEPATH (flows/launch.py), which keeps the working directory off sys.path.
+        env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         r = subprocess.run([sys.executable, "-m", "tests.exit_driver", str(tmp_path / "spec.json")],
-                           cwd=ROOT, env={k: v for k, v in os.environ.items()
-                                          if k != "ANTHROPIC_API_KEY"},
+                           cwd=ROOT, env=env,
                            capture_output=True, text=True,
                            timeout=300 + 20 * RUN_ROUNDS * len(spec))
     before, runs, after = _runs(r.stderr)
