@@ -26,7 +26,13 @@ test: setup
 	$(BIN)/ruff check core flows tasks storage api integrations tests benchmarks
 	$(BIN)/lint-imports
 	$(MAKE) typecheck
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not soak"
+
+# What `make test` leaves out to stay within CI's budget: the soak tier (pyproject.toml's
+# markers), and every error exit in a flow run 20 times instead of 4.
+test-soak: setup
+	$(BIN)/pytest -q -m soak
+	SITUATE_EXIT_ROUNDS=20 $(BIN)/pytest -q tests/test_error_exits.py tests/test_error_exits_b.py
 
 # mypy checks the package as it is installed (`situate.core`, ...): the folders (setup.py's
 # FOLDERS), linked under .typecheck/situate/. Strict on core/ and storage/ (pyproject.toml).

@@ -297,6 +297,7 @@ def test_evaluation_handles_and_times_each_query_alone(mode, embedders):
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # the soak tier (`make test-soak`): see README, Tests
 def test_cli_compares_comma_separated_collections(tmp_path):
     """`situate evaluate --collection a,b` through the real CLI: both evaluated, one chart; a
     repeated name is one line before anything runs."""

@@ -321,6 +321,7 @@ def test_cli_refuses_invalid_utf8_and_empty_queries_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # the soak tier (`make test-soak`): see README, Tests
 def test_cli_hostile_corpus_then_100kb_queries(tmp_path):
     """One real ingest (MiniLM): an oversize file skipped and named, NUL bytes and lone surrogates
     cleaned; then a 100 kB query through `search` and in an evaluation set."""

@@ -91,12 +91,14 @@ def test_kept_up_to_date_on_milvus_lite_searches_like_fresh(prefect_harness, sta
     check_like_fresh(scenario(tmp_path, counting, state["milvus_uri"]))
 
 
+@pytest.mark.soak  # the soak tier (`make test-soak`): see README, Tests
 def test_kept_up_to_date_on_a_milvus_server_searches_like_fresh(prefect_harness, state, tmp_path,
                                                                counting):
     with milvus_server(tmp_path / "server") as uri:
         check_like_fresh(scenario(tmp_path, counting, uri))
 
 
+@pytest.mark.soak  # the soak tier (`make test-soak`): see README, Tests
 def test_without_the_rebuild_bm25_differs_and_the_summary_says_so(prefect_harness, state,
                                                                   tmp_path, counting):
     result = scenario(tmp_path, counting, state["milvus_uri"], rebuild_at=math.inf)

@@ -167,6 +167,7 @@ def test_a_second_situate_process_on_a_held_lite_file_gets_one_line(api, tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.soak  # the soak tier (`make test-soak`): see README, Tests
 def test_ingest_and_evaluate_due_at_once_on_a_lite_file_both_complete(api, tmp_path):
     name = "due-at-once"
     corpus = tmp_path / "corpus.jsonl"

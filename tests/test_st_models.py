@@ -133,6 +133,7 @@ def _one_error_line(r: subprocess.CompletedProcess) -> str:
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@pytest.mark.soak  # the soak tier (`make test-soak`): see README, Tests
 def test_cli_ingests_evaluates_and_searches_with_a_saved_model(models, tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()

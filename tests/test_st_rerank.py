@@ -175,6 +175,7 @@ def test_evaluate_flow_reranks_with_a_cross_encoder(prefect_harness, state, enco
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@pytest.mark.soak  # the soak tier (`make test-soak`): see README, Tests
 def test_cli_evaluate_and_search_rerank_st(encoder, tmp_path):
     """`situate evaluate --rerank st:DIR` runs the rerank mode with no Cohere key."""
     import json

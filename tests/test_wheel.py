@@ -112,6 +112,7 @@ def install(python: Path, wheel: Path, full: bool) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # the soak tier (`make test-soak`): see README, Tests
 def test_the_wheel_installed_alone_ingests_and_searches(tmp_path):
     """The wheel, installed without -e into a fresh venv, run outside the repository: the CLI,
     an ingest of the sample corpus, a search through `Retriever`, from the installed copy.
