@@ -70,7 +70,7 @@ def create_app(retriever: Retriever, token: str = "") -> FastAPI:
     `token`, /search and /collection need `Authorization: Bearer TOKEN`."""
     from fastapi import Depends, FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
     from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
     @contextlib.asynccontextmanager
@@ -86,7 +86,7 @@ def create_app(retriever: Retriever, token: str = "") -> FastAPI:
     bearer = Depends(HTTPBearer(auto_error=False,
                                 description="SITUATE_API_TOKEN, when the server has one"))
 
-    def authorized(credentials: HTTPAuthorizationCredentials | None = bearer) -> None:
+    async def authorized(credentials: HTTPAuthorizationCredentials | None = bearer) -> None:
         if not token:
             return
         given = credentials.credentials if credentials is not None else ""
@@ -120,14 +120,17 @@ def create_app(retriever: Retriever, token: str = "") -> FastAPI:
         503: {"description": "Milvus did not answer: try again shortly"}}
 
     @app.post("/search", response_model=SearchResponse, dependencies=guarded, responses=errors)
-    def search(request: SearchRequest) -> SearchResponse:
+    async def search(request: SearchRequest) -> Response:
         """The top `k` chunks for `query`, best first, ranked exactly as `situate evaluate`
         ranks them in `mode`."""
         other_collection(request.collection, retriever.collection)
         started = time.perf_counter()
-        hits = retriever.search(request.query, request.k, request.mode)
-        return SearchResponse(hits=[SearchHit.of(h) for h in hits],
-                              took_ms=round((time.perf_counter() - started) * 1000, 3))
+        hits = await retriever.asearch(request.query, request.k, request.mode)
+        answer = SearchResponse(hits=[SearchHit.of(h) for h in hits],
+                                took_ms=round((time.perf_counter() - started) * 1000, 3))
+        # Serialized once, here: returned as a model, FastAPI would validate it again against
+        # response_model (which stays, for the OpenAPI page) and encode it a second time.
+        return Response(answer.model_dump_json(), media_type="application/json")
 
     @app.get("/collection", response_model=CollectionInfo, dependencies=guarded,
              responses=errors)
@@ -151,8 +154,11 @@ def listen(host: str, port: int) -> socket.socket:
     """A socket listening on host:port, or one InputError saying why not (taken, not here)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        family, *_, address = infos[0]
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        family, kind, proto, _, address = infos[0]
+        # The protocol number matters: asyncio turns Nagle off (TCP_NODELAY) only on accepted
+        # sockets whose proto is IPPROTO_TCP; with proto 0 every keep-alive response whose
+        # headers and body go out in two writes waited ~40 ms for the client's delayed ACK.
+        sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
         sock.listen(2048)
