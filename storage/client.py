@@ -37,9 +37,18 @@ RETRY_BASE = 0.5
 RETRY_CAP = 10.0
 # gRPC backs off reconnecting to a refused address up to 120 s, so a server that came back would
 # wait that long for the client to try again; keep its reconnect backoff short instead.
+# gRPC's own server default refuses pings from an idle client more often than every 5 minutes
+# (two strikes, then GOAWAY "too_many_pings", which gRPC prints to stderr as an E-line), and so do
+# Milvus Lite's embedded server and `milvus-lite server`; pymilvus pings every 10 s, idle or not.
+# Ping only while a call is in flight, at most every 5 minutes: a long-lived client (`situate api`,
+# `situate mcp`, a deployment's worker) then stays quiet between queries. A connection that died
+# meanwhile fails its next call, which the store's retries reconnect.
+_QUIET_KEEPALIVE = {"grpc.keepalive_permit_without_calls": False,
+                    "grpc.keepalive_time_ms": 300_000}
 _SERVER_GRPC_OPTIONS = {"grpc.initial_reconnect_backoff_ms": 250,
                         "grpc.min_reconnect_backoff_ms": 250,
-                        "grpc.max_reconnect_backoff_ms": 2_000}
+                        "grpc.max_reconnect_backoff_ms": 2_000,
+                        **_QUIET_KEEPALIVE}
 
 T = TypeVar("T")
 log = logging.getLogger("situate.storage.milvus")
@@ -70,14 +79,7 @@ class Connection:
         if is_lite(uri):
             Path(uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
         kwargs: dict[str, Any] = {"uri": uri}
-        if is_lite(uri):
-            # Milvus Lite's embedded gRPC server keeps gRPC's default ping policy and answers
-            # pymilvus's idle keepalive pings (every 10 s) with GOAWAY "too_many_pings" after a
-            # few minutes; ping only while calls are in flight.
-            kwargs["grpc_options"] = {"grpc.keepalive_permit_without_calls": False,
-                                      "grpc.keepalive_time_ms": 300_000}
-        else:
-            kwargs["grpc_options"] = dict(_SERVER_GRPC_OPTIONS)
+        kwargs["grpc_options"] = dict(_QUIET_KEEPALIVE if is_lite(uri) else _SERVER_GRPC_OPTIONS)
         if token:
             kwargs["token"] = token
         if db_name:
