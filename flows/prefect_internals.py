@@ -67,6 +67,16 @@ def temporary_server() -> Any:
     return next((s for s in instances.values() if getattr(s, "running", False)), None)
 
 
+# The temporary server of a one-off run holds no automations, so it runs none of their services:
+# Prefect's ephemeral server would otherwise evaluate automations every 5 s and run every event
+# through its reactive triggers (reading and writing their tables in the same SQLite file as the
+# run's own writes), and cancel them wherever they are when it shuts down (issue 36). What the
+# run needs stays: the API, the task-run recorder and the event persister (`launch.settle`
+# waits for both). Only that server's process gets it: a `prefect server start` the user (or a
+# test) starts from the same environment keeps its automations.
+TEMPORARY_SERVER_ENV = {"PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false"}
+
+
 def start_temporary_server() -> None:
     """Start the temporary server now (the flow would start the same singleton on its first API
     call and wait for it; started here, its start overlaps the model's load), in a session of its
@@ -94,6 +104,9 @@ def start_temporary_server() -> None:
         @staticmethod
         def Popen(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:  # noqa: N802 - the name it replaces
             kwargs.setdefault("start_new_session", True)
+            if isinstance(kwargs.get("env"), dict):
+                for key, value in TEMPORARY_SERVER_ENV.items():
+                    kwargs["env"].setdefault(key, value)  # the user's own setting wins
             if _LIBC is not None:
                 kwargs.setdefault("preexec_fn", _stop_with_parent)
             return _ServerProcess(*args, **kwargs)

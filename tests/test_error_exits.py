@@ -379,27 +379,39 @@ def test_each_exit_in_a_flow_run_is_one_line_every_time_first_half(lite_template
     run_group("runs-a", lite_template, tmp_path)
 
 
-@pytest.mark.slow  # one command with a temporary Prefect server
-def test_a_server_caught_mid_commit_by_the_end_prints_nothing(lite_template, tmp_path):
+@pytest.mark.slow  # one command with a temporary Prefect server, each way
+@pytest.mark.parametrize("automations", ["default", "on"])
+def test_a_server_caught_mid_commit_by_the_end_prints_nothing(lite_template, tmp_path, automations):
     """The race of issue 36, set up on purpose: when the command ends, the server's periodic
     evaluation of automations (every 5 s, automations or not) is still returning the connection
     of its commit (tests/fakes/held_commit holds it there). A server asked to shut down cancels it
     there, and SQLAlchemy printed `Exception during reset or similar` and a traceback after the
-    command's line; killed once the command has seen its run recorded, it prints nothing."""
+    command's line; killed once the command has seen its run recorded, it prints nothing.
+
+    By default the temporary server runs no automation service at all
+    (`prefect_internals.TEMPORARY_SERVER_ENV`): the evaluation never runs, so the hold never
+    begins. A user who turns the service on (PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED=true) gets
+    it, and the race: the command's end still prints nothing."""
     import shutil
 
     shutil.copytree(lite_template, tmp_path / "m.db")
     held = tmp_path / "held.txt"
-    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ANTHROPIC_API_KEY", "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED")}
     env.update({"SITUATE_MILVUS_URI": str(tmp_path / "m.db"),
                 "SITUATE_CACHE_DIR": str(tmp_path / "cache"),
                 "SITUATE_RESULTS_DIR": str(tmp_path / "results"),
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(HELD_COMMIT),
                                                             env.get("PYTHONPATH")])),
                 "SITUATE_TEST_HELD_COMMIT": str(held)})
+    if automations == "on":
+        env["PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED"] = "true"
     r = subprocess.run([sys.executable, "-m", "situate.flows.cli", "evaluate", EVAL,
                         "--collection", "never_ingested"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
-    assert held.exists(), "the hold never began: the race was not set up"
+    if automations == "on":
+        assert held.exists(), "the hold never began: the race was not set up"
+    else:
+        assert not held.exists(), "the temporary server evaluated automations"
     assert r.returncode == 2, r.stderr
     one_clean_line(r.stderr, "evaluate", "collection 'never_ingested' not found")
