@@ -117,12 +117,26 @@ def _menus(size: int) -> str:
     return menu_page(size, 120)
 
 
-def _cpu_seconds(page: str) -> float:
-    start = time.process_time()
-    got = _texts(page)
-    elapsed = time.process_time() - start
-    assert got == [("heading", "Title"), ("text", "The page's own paragraph.\n\nThe closing paragraph.")]
-    return elapsed
+def _cpu_seconds(page: str, repeats: int = 3) -> float:
+    """The least CPU time of `repeats` reads of `page`, the cyclic collector off while each runs:
+    its full collections cost in proportion to every object alive (here, a whole parsed page), so
+    one landing in the larger page's read made it look superlinear (8.7x for 4x the page, once in
+    CI). What is measured is the reader's own walk."""
+    import gc
+
+    best = float("inf")
+    for _ in range(repeats):
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.process_time()
+            got = _texts(page)
+            best = min(best, time.process_time() - start)
+        finally:
+            gc.enable()
+        assert got == [("heading", "Title"),
+                       ("text", "The page's own paragraph.\n\nThe closing paragraph.")]
+    return best
 
 
 def test_furniture_removal_is_linear_in_the_page() -> None:
