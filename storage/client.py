@@ -35,8 +35,6 @@ from situate.storage.faults import (
 RETRY_ATTEMPTS = 8
 RETRY_BASE = 0.5
 RETRY_CAP = 10.0
-# gRPC backs off reconnecting to a refused address up to 120 s, so a server that came back would
-# wait that long for the client to try again; keep its reconnect backoff short instead.
 # gRPC's own server default refuses pings from an idle client more often than every 5 minutes
 # (two strikes, then GOAWAY "too_many_pings", which gRPC prints to stderr as an E-line), and so do
 # Milvus Lite's embedded server and `milvus-lite server`; pymilvus pings every 10 s, idle or not.
@@ -45,6 +43,9 @@ RETRY_CAP = 10.0
 # meanwhile fails its next call, which the store's retries reconnect.
 _QUIET_KEEPALIVE = {"grpc.keepalive_permit_without_calls": False,
                     "grpc.keepalive_time_ms": 300_000}
+# gRPC backs off reconnecting to a refused address up to 120 s, so a server that came back would
+# wait that long for the client to try again; keep its reconnect backoff short instead,
+# and ping as quietly as Milvus Lite's files.
 _SERVER_GRPC_OPTIONS = {"grpc.initial_reconnect_backoff_ms": 250,
                         "grpc.min_reconnect_backoff_ms": 250,
                         "grpc.max_reconnect_backoff_ms": 2_000,

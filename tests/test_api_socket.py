@@ -9,6 +9,8 @@ response written in two parts (headers, then body).
 import asyncio
 import socket
 
+import pytest
+
 from situate.api.http import listen
 
 
@@ -48,7 +50,5 @@ def test_accepted_connections_have_nagle_off_on_ipv6_too():
         probe.bind(("::1", 0))
         probe.close()
     except OSError:
-        import pytest
-
         pytest.skip("no IPv6 loopback on this machine")
     assert accepted_nodelay("::1") != 0

@@ -374,6 +374,8 @@ def run_group(group: str, lite_template: Path, tmp_path: Path) -> None:
         if exit_.command in ("ingest", "evaluate"):  # the run was recorded: the temporary
             assert killed == "True", f"{name}, round {n}: {err}"  # server is killed at exit
     assert all(_PREFECT_STOP.search(x) for x in after.splitlines() if x.strip()), after
+
+
 @pytest.mark.slow  # a temporary Prefect server, then RUN_ROUNDS flow runs of each exit
 # Quarantined in the soak tier while issue 36 is open: in 2 of 3 fresh-clone `make test` runs of
 # 2026-11-27 one run of this group (openai-window-too-small, then openai-key-refused) stalled 60 s
