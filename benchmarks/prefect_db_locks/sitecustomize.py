@@ -1,15 +1,15 @@
 """Who holds the write lock of Prefect's SQLite database (issue 36), seen from inside each process.
 
-Put this folder first on PYTHONPATH and set SITUATE_LOCKWATCH=DIR: every Python process started
+Put this folder first on PYTHONPATH and set LOCKWATCH_DIR=DIR: every Python process started
 so (the test workers, each `situate` command, each temporary Prefect server they start, which
 inherit both) then records, per SQLAlchemy connection, the first write of each transaction
 (INSERT, UPDATE, DELETE, REPLACE, BEGIN IMMEDIATE) and forgets it at its commit or rollback. A
 write left open longer than HOLD_SECONDS is written to DIR/hold-PID.txt: the statement, the
 coroutine chain of the asyncio task that made it (followed through `cr_await`), the chains of
 every other task, the stack of every thread, and the `/proc/locks` lines of the database in
-PREFECT_HOME. Without SITUATE_LOCKWATCH nothing is installed.
+PREFECT_HOME. Without LOCKWATCH_DIR nothing is installed.
 
-    SITUATE_LOCKWATCH=/tmp/holds PYTHONPATH=benchmarks/prefect_db_locks make test
+    LOCKWATCH_DIR=/tmp/holds PYTHONPATH=benchmarks/prefect_db_locks make test
 
 Only the task is kept (weakly), so a transaction's objects are collected as they would be.
 SQLAlchemy is hooked when it is first imported, not before: processes that never use it pay
@@ -167,5 +167,5 @@ class _OnSQLAlchemy(importlib.abc.MetaPathFinder):
         return spec
 
 
-if os.environ.get("SITUATE_LOCKWATCH"):
-    sys.meta_path.insert(0, _OnSQLAlchemy(_Holds(os.environ["SITUATE_LOCKWATCH"])))
+if os.environ.get("LOCKWATCH_DIR"):
+    sys.meta_path.insert(0, _OnSQLAlchemy(_Holds(os.environ["LOCKWATCH_DIR"])))
