@@ -382,7 +382,7 @@ def run_group(group: str, lite_template: Path, tmp_path: Path) -> None:
 # at its start on a write lock of the temporary server's SQLite file and Prefect's task-run
 # recorder printed `database is locked` with a traceback; the lock's holder is not found yet.
 # The second half (test_error_exits_b.py) and the held-commit test stay in `make test`.
-# benchmarks/prefect_db_locks/ records the holder when it happens (README, Tests).
+# Run beside it, benchmarks/prefect_db_locks/ names the holder when it happens (README, Tests).
 @pytest.mark.soak
 def test_each_exit_in_a_flow_run_is_one_line_every_time_first_half(lite_template, tmp_path):
     run_group("runs-a", lite_template, tmp_path)
