@@ -377,13 +377,6 @@ def run_group(group: str, lite_template: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # a temporary Prefect server, then RUN_ROUNDS flow runs of each exit
-# Quarantined in the soak tier while issue 36 is open: in 2 of 3 fresh-clone `make test` runs of
-# 2026-11-27 one run of this group (openai-window-too-small, then openai-key-refused) stalled 60 s
-# at its start on a write lock of the temporary server's SQLite file and Prefect's task-run
-# recorder printed `database is locked` with a traceback; the lock's holder is not found yet.
-# The second half (test_error_exits_b.py) and the held-commit test stay in `make test`.
-# Run beside it, benchmarks/prefect_db_locks/ names the holder when it happens (README, Tests).
-@pytest.mark.soak
 def test_each_exit_in_a_flow_run_is_one_line_every_time_first_half(lite_template, tmp_path):
     run_group("runs-a", lite_template, tmp_path)
 
