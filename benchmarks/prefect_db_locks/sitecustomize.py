@@ -29,6 +29,8 @@ import traceback
 import weakref
 from typing import Any
 
+import proc_locks  # this folder, first on PYTHONPATH
+
 HOLD_SECONDS = 5.0
 WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "BEGIN IMMEDIATE")
 
@@ -38,7 +40,6 @@ class _Holds:
         self.folder = folder
         self.open: dict[int, dict[str, Any]] = {}
         self.lock = threading.Lock()
-        self.reported: set[tuple[int, float]] = set()
 
     def install(self) -> None:
         import asyncio
@@ -65,7 +66,7 @@ class _Holds:
                     task = None
                 self.open[k] = {"start": time.time(), "statement": statement[:300],
                                 "task": weakref.ref(task) if task is not None else None,
-                                "thread": threading.current_thread().name}
+                                "thread": threading.current_thread().name, "reported": False}
 
         def end(conn: Any) -> None:
             with self.lock:
@@ -81,11 +82,11 @@ class _Holds:
             time.sleep(1.0)
             now = time.time()
             with self.lock:
-                items = list(self.open.items())
-            for k, held in items:
-                if now - held["start"] < HOLD_SECONDS or (k, held["start"]) in self.reported:
-                    continue
-                self.reported.add((k, held["start"]))
+                due = [h for h in self.open.values()
+                       if now - h["start"] >= HOLD_SECONDS and not h["reported"]]
+                for held in due:
+                    held["reported"] = True
+            for held in due:
                 self.report(held, now - held["start"])
 
     def report(self, held: dict[str, Any], age: float) -> None:
@@ -127,19 +128,11 @@ def _chain(coro: Any) -> str:
 
 def _proc_locks() -> str:
     home = os.environ.get("PREFECT_HOME", os.path.expanduser("~/.prefect"))
-    try:
-        with open("/proc/locks") as f:
-            locks = f.read().splitlines()
-    except OSError as e:
-        return repr(e)
+    locks = proc_locks.read()
     out = []
     for name in ("prefect.db-shm", "prefect.db"):
-        try:
-            inode = os.stat(os.path.join(home, name)).st_ino
-        except OSError:
-            continue
-        out.append(f"{name} (inode {inode}):")
-        out += [line for line in locks if f":{inode} " in line]
+        out.append(f"{name}:")
+        out += [" ".join(parts) for parts in proc_locks.on(os.path.join(home, name), locks)]
     return "\n".join(out)
 
 

@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+import proc_locks  # this folder: sys.path[0] when run as a script
+
 WAL_WRITE_LOCK_BYTE = "120"
 
 
@@ -51,14 +53,9 @@ def openers(databases: set[str]) -> dict[str, set[str]]:
 
 
 def writer(shm: str, locks: list[str]) -> str | None:
-    try:
-        inode = os.stat(shm).st_ino
-    except OSError:
-        return None
-    for line in locks:  # "1: POSIX  ADVISORY  WRITE 1234 00:2f:5678 120 120"
-        parts = line.split()
-        if (len(parts) >= 8 and parts[5].endswith(f":{inode}") and parts[6] == WAL_WRITE_LOCK_BYTE
-                and parts[3] == "WRITE"):
+    """The process holding SQLite's WAL write lock of the database whose -shm file is `shm`."""
+    for parts in proc_locks.on(shm, locks):  # "1: POSIX  ADVISORY  WRITE 1234 00:2f:5678 120 120"
+        if parts[1] != "->" and parts[3] == "WRITE" and parts[6] == WAL_WRITE_LOCK_BYTE:
             return parts[4]
     return None
 
@@ -71,8 +68,8 @@ def main() -> None:
     holds_log = open(os.path.join(folder, "holds.log"), "a", buffering=1)
     py_spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
     last: dict[str, set[str]] = {}
-    since: dict[tuple[str, str], float] = {}
-    dumped: set[tuple[str, str, float]] = set()
+    holder: dict[str, tuple[str, float]] = {}  # database -> (pid, since when) of its write lock
+    dumped: set[tuple[str, float]] = set()
     while True:
         databases = {os.path.realpath(p) for p in glob.glob(os.path.join(pattern, "prefect.db"))}
         now_open = openers(databases)
@@ -83,23 +80,20 @@ def main() -> None:
                 who = " ".join(f"{p}:{command(p)}" for p in sorted(pids))
                 opened_log.write(f"{stamp} {db} {len(pids)} {who}\n")
         last = now_open
-        try:
-            with open("/proc/locks") as f:
-                locks = f.read().splitlines()
-        except OSError:
-            locks = []
+        locks = proc_locks.read()
         for db in databases:
             pid = writer(db + "-shm", locks)
-            for key in [k for k in since if k[0] == db and k[1] != pid]:
-                del since[key]
             if pid is None:
+                holder.pop(db, None)
                 continue
-            start = since.setdefault((db, pid), time.time())
+            if holder.get(db, ("", 0.0))[0] != pid:
+                holder[db] = (pid, time.time())
+            start = holder[db][1]
             held = time.time() - start
             if held > 5:
                 holds_log.write(f"{stamp} {db} write lock held {held:.0f} s by {pid} {command(pid)}\n")
-            if held > 8 and (db, pid, start) not in dumped and os.path.exists(py_spy):
-                dumped.add((db, pid, start))
+            if held > 8 and (db, start) not in dumped and os.path.exists(py_spy):
+                dumped.add((db, start))
                 dump = subprocess.run([py_spy, "dump", "--pid", pid, "--locals"],
                                       capture_output=True, text=True).stdout
                 with open(os.path.join(folder, f"dump-{pid}-{int(start)}.txt"), "w") as f:
