@@ -3,40 +3,48 @@
     POST /search      {"query": str, "k": int, "mode": str} -> {"hits": [...], "took_ms": float}
     GET  /collection  what the collection served is (rows, embedder, contexts, last ingested)
     GET  /healthz     {"status": "ok", "collection": NAME}
-    GET  /docs        the OpenAPI page (/openapi.json)
+    GET  /docs        the OpenAPI page (/openapi.json), served from the package (offline)
 
-It listens on loopback unless told otherwise; any other address needs SITUATE_API_TOKEN, which
-clients then send as `Authorization: Bearer TOKEN` (a request without it is answered 401; with a
-token set, loopback clients send it too). Bad input is a 4xx whose JSON `detail` says what to
-send; a Milvus server that stops answering is a 503 (one log line, no traceback) and the next
-request after it is back succeeds, with no restart. FastAPI's lifespan owns the retriever: it is
-closed (the model's process ended) when the server stops.
+Every request passes `situate.api.guard.Guard` first: loopback names only in `Host` unless
+`--allowed-host` adds others (DNS rebinding), no other origin unless `--cors-origin` lets it,
+the token (SITUATE_API_TOKEN, `Authorization: Bearer TOKEN`) before the body is read, a bounded
+body, bounded requests in flight. It listens on loopback unless told otherwise; any other
+address needs a token of 32 characters or more and the names clients call it by. A request is
+checked as every face checks it (`situate.api.request.SearchRequest`); bad input is a 4xx whose
+JSON `detail` is one line saying what to send; a Milvus server that stops answering is a 503
+(one log line, no traceback) and the next request after it is back succeeds, with no restart.
+FastAPI's lifespan owns the retriever: it is closed (the model's process ended, the store let
+go) when the server stops.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import logging
-import secrets
+import os
 import signal
 import socket
+import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from fastapi import Request
+
+from situate.api.guard import Guard, Policy
+from situate.api.request import SearchRequest
 from situate.api.retriever import Retriever
 from situate.api.wire import (
     CollectionInfo,
     SearchHit,
-    SearchRequest,
     SearchResponse,
-    other_collection,
     status_of,
-    validation_message,
 )
 from situate.core.errors import InputError, SituateError
+from situate.core.secrets import redact
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -44,6 +52,8 @@ if TYPE_CHECKING:
 # Tries of each Milvus call while serving: one retry, so that a request during an outage is
 # answered 503 within about a second instead of after the CLI's 30 s of patience.
 SERVING_ATTEMPTS = 2
+# A token that anyone who can reach the port may try: long enough not to be guessed.
+MIN_PUBLIC_TOKEN = 32
 log = logging.getLogger("situate.api")
 
 
@@ -57,21 +67,42 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(host: str, token: str, command: str = "situate api") -> None:
-    """Refuse to listen beyond loopback without a token."""
-    if not token and not is_loopback(host):
+def check_bind(host: str, token: str, allowed_hosts: Sequence[str] = (),
+               command: str = "situate api") -> None:
+    """Refuse a token that could never match or be guessed, and a bind beyond loopback without
+    a token or without the names its clients use."""
+    if token != token.strip():
+        raise InputError("SITUATE_API_TOKEN starts or ends with whitespace: clients' header "
+                         "values are stripped, so no request could ever match it; remove the "
+                         "whitespace")
+    if is_loopback(host):
+        return
+    if not token:
         raise InputError(f"--host {host} is not a loopback address and SITUATE_API_TOKEN is not "
-                         f"set: set it (clients then send Authorization: Bearer TOKEN), or run "
-                         f"`{command}` on 127.0.0.1")
+                         f"set: set it (`{command} --new-token` makes one; clients then send "
+                         f"Authorization: Bearer <SITUATE_API_TOKEN>), or run `{command}` on 127.0.0.1")
+    if len(token) < MIN_PUBLIC_TOKEN:
+        raise InputError(f"SITUATE_API_TOKEN has {len(token)} characters: beyond loopback anyone "
+                         f"who reaches the port can try tokens, so it needs at least "
+                         f"{MIN_PUBLIC_TOKEN}; `{command} --new-token` makes one")
+    if not allowed_hosts:
+        raise InputError(f"--host {host} is not a loopback address: name the host clients call "
+                         "it by with --allowed-host NAME (SITUATE_ALLOWED_HOSTS; '*' for any, "
+                         "behind a proxy that checks it), so that requests under another name "
+                         "are refused")
 
 
-def create_app(retriever: Retriever, token: str = "") -> FastAPI:
-    """The HTTP face of `retriever`; it closes the retriever when the app shuts down. With
-    `token`, /search and /collection need `Authorization: Bearer TOKEN`."""
-    from fastapi import Depends, FastAPI, Request
+def create_app(retriever: Retriever, policy: Policy | None = None) -> Any:
+    """The HTTP face of `retriever` behind its `Guard`; it closes the retriever when the app shuts
+    down."""
+    from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, Response
-    from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse, JSONResponse, Response
+    from fastapi.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
+    policy = policy or Policy()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -80,26 +111,18 @@ def create_app(retriever: Retriever, token: str = "") -> FastAPI:
         finally:
             retriever.close()
 
-    app = FastAPI(title="situate", lifespan=lifespan, version=_version(),
-                  summary=f"Search collection {retriever.collection!r} as `situate evaluate` "
-                          "measured it")
-    bearer = Depends(HTTPBearer(auto_error=False,
-                                description="SITUATE_API_TOKEN, when the server has one"))
+    app = FastAPI(title="situate", lifespan=lifespan, version=_version(), docs_url=None,
+                  redoc_url=None, summary="Search a collection as `situate evaluate` measured it")
+    if policy.token:
+        app.openapi_schema = None  # built on first use, with the bearer scheme below
+    app.mount("/docs/assets", StaticFiles(directory=swagger_ui_path), name="docs-assets")
 
-    async def authorized(credentials: HTTPAuthorizationCredentials | None = bearer) -> None:
-        if not token:
-            return
-        given = credentials.credentials if credentials is not None else ""
-        if not secrets.compare_digest(given.encode(), token.encode()):
-            raise _Unauthorized()
-
-    guarded = [Depends(authorized)]
-
-    @app.exception_handler(_Unauthorized)
-    async def unauthorized(request: Request, exc: _Unauthorized) -> JSONResponse:
-        return JSONResponse({"detail": "missing or wrong token: send Authorization: Bearer "
-                                       "<SITUATE_API_TOKEN>"}, status_code=401,
-                            headers={"WWW-Authenticate": "Bearer"})
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="situate API",
+                                   swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs/assets/swagger-ui.css",
+                                   swagger_favicon_url="/docs/assets/favicon-32x32.png")
 
     @app.exception_handler(SituateError)
     async def situate_error(request: Request, exc: SituateError) -> JSONResponse:
@@ -111,31 +134,39 @@ def create_app(retriever: Retriever, token: str = "") -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": validation_message(list(exc.errors()))}, status_code=422)
+        return JSONResponse({"detail": redact(f"bad request: {exc.errors()[0].get('msg', '')}")},
+                            status_code=422)
 
     errors: dict[int | str, dict[str, Any]] = {
         401: {"description": "no token, or the wrong one"},
+        403: {"description": "a request from another origin (see --cors-origin)"},
         404: {"description": "another collection than the one served"},
-        422: {"description": "an empty query, k outside 1-1000, an unknown mode"},
-        503: {"description": "Milvus did not answer: try again shortly"}}
+        413: {"description": "a body over the server's limit"},
+        421: {"description": "a Host name the server does not answer to (see --allowed-host)"},
+        422: {"description": "an empty query, k not a whole number from 1 to 1000, an unknown "
+                             "field or mode, a mode this server cannot run"},
+        429: {"description": "too many requests in flight from this client"},
+        503: {"description": "Milvus did not answer, or the server is busy: try again shortly"}}
+    body = {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": SearchRequest.model_json_schema()}}}}
 
-    @app.post("/search", response_model=SearchResponse, dependencies=guarded, responses=errors)
-    async def search(request: SearchRequest) -> Response:
+    @app.post("/search", response_model=SearchResponse, responses=errors, openapi_extra=body)
+    async def search(request: Request) -> Response:
         """The top `k` chunks for `query`, best first, ranked exactly as `situate evaluate`
         ranks them in `mode`."""
-        other_collection(request.collection, retriever.collection)
+        asked = SearchRequest.of_json(await request.body())
         started = time.perf_counter()
-        hits = await retriever.asearch(request.query, request.k, request.mode)
+        hits = await asyncio.to_thread(retriever.run, asked)
         answer = SearchResponse(hits=[SearchHit.of(h) for h in hits],
                                 took_ms=round((time.perf_counter() - started) * 1000, 3))
         # Serialized once, here: returned as a model, FastAPI would validate it again against
         # response_model (which stays, for the OpenAPI page) and encode it a second time.
         return Response(answer.model_dump_json(), media_type="application/json")
 
-    @app.get("/collection", response_model=CollectionInfo, dependencies=guarded,
-             responses=errors)
+    @app.get("/collection", response_model=CollectionInfo, responses=errors)
     def collection() -> CollectionInfo:
-        """The collection served: rows, embedder, contexts, when it was last ingested."""
+        """The collection served: rows, embedder, contexts, when it was last ingested, and the
+        modes it can be searched in here."""
         return CollectionInfo.of(retriever.describe())
 
     @app.get("/healthz")
@@ -143,11 +174,29 @@ def create_app(retriever: Retriever, token: str = "") -> FastAPI:
         """The server is up (it says nothing of Milvus: /collection asks it)."""
         return {"status": "ok", "collection": retriever.collection}
 
-    return app
+    if policy.token:
+        _bearer_in_openapi(app)
+    return Guard(app, policy)
 
 
-class _Unauthorized(Exception):
-    pass
+def _bearer_in_openapi(app: Any) -> None:
+    """The OpenAPI page's "Authorize" button: the bearer scheme on the guarded operations."""
+    from fastapi.openapi.utils import get_openapi
+
+    def schema() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = get_openapi(title=app.title, version=app.version, summary=app.summary,
+                               routes=app.routes)
+            spec.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer",
+                           "description": "SITUATE_API_TOKEN"}}
+            for path in ("/search", "/collection"):
+                for operation in spec["paths"].get(path, {}).values():
+                    operation["security"] = [{"bearer": []}]
+            app.openapi_schema = spec
+        return app.openapi_schema  # type: ignore[no-any-return]
+
+    app.openapi = schema
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -170,7 +219,8 @@ def listen(host: str, port: int) -> socket.socket:
 
 def run_uvicorn(app: Any, sock: socket.socket) -> str | None:
     """Serve `app` on `sock` until SIGINT or SIGTERM; returns that signal's name (None if it
-    stopped otherwise). uvicorn shuts down gracefully (the lifespan closes the retriever)."""
+    stopped otherwise). uvicorn shuts down gracefully (the lifespan closes the retriever). Its
+    own access log is off: the guard writes one without query strings."""
     import uvicorn
 
     stopped: list[str] = []
@@ -180,8 +230,9 @@ def run_uvicorn(app: Any, sock: socket.socket) -> str | None:
         previous = {sig: signal.signal(sig, lambda s, f: stopped.append(signal.Signals(s).name))
                     for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        server = uvicorn.Server(uvicorn.Config(app, log_level="info", access_log=True,
-                                               lifespan="on", timeout_graceful_shutdown=10))
+        server = uvicorn.Server(uvicorn.Config(app, log_level="info", access_log=False,
+                                               lifespan="on", timeout_graceful_shutdown=10,
+                                               server_header=False))
         server.run(sockets=[sock])
     finally:
         for sig, handler in previous.items():
@@ -192,15 +243,17 @@ def run_uvicorn(app: Any, sock: socket.socket) -> str | None:
 
 def serve(collection: str, uri: str, *, host: str = "127.0.0.1", port: int = 8000,
           mode: str = "hybrid", fusion: str | None = None, reranker: str | None = None,
-          token: str = "") -> str | None:
+          policy: Policy | None = None) -> str | None:
     """`situate api`: check the address, open the retriever (warm), listen, serve until stopped;
     returns the signal it stopped on."""
-    check_bind(host, token)
+    policy = policy or Policy()
+    check_bind(host, policy.token, policy.allowed_hosts)
     configure_logging()
     sock = listen(host, port)
     try:
-        retriever = Retriever(collection, uri, mode=mode, fusion=fusion, reranker=reranker,
-                              retry_attempts=SERVING_ATTEMPTS)
+        with starting("situate api"):
+            retriever = Retriever(collection, uri, mode=mode, fusion=fusion, reranker=reranker,
+                                  retry_attempts=SERVING_ATTEMPTS)
     except BaseException:
         sock.close()
         raise
@@ -208,8 +261,35 @@ def serve(collection: str, uri: str, *, host: str = "127.0.0.1", port: int = 800
     shown = f"[{host}]" if ":" in host else host
     log.info(f"serving collection {collection!r} ({info.rows} rows, {info.embedder}, mode "
              f"{mode}) on http://{shown}:{sock.getsockname()[1]} (docs: /docs)"
-             + ("; clients send Authorization: Bearer SITUATE_API_TOKEN" if token else ""))
-    return run_uvicorn(create_app(retriever, token), sock)
+             + ("; clients send Authorization: Bearer <SITUATE_API_TOKEN>" if policy.token else ""))
+    return run_uvicorn(create_app(retriever, policy), sock)
+
+
+@contextlib.contextmanager
+def starting(command: str) -> Any:
+    """While a server opens its store and loads its model: SIGTERM or Ctrl-C says so in its own
+    line, ends every process the server started (the model's) and exits with 128 + the signal's
+    number at once. Nothing is saved or lost by it: the server had not begun to answer (and has
+    no resume hint to give, unlike an interrupted ingest)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        from situate.core.processes import stop_process_tree
+
+        sys.stderr.write(f"{command}: stopped ({signal.Signals(signum).name}) while starting, "
+                         "before serving\n")
+        sys.stderr.flush()
+        stop_process_tree(2.0)
+        os._exit(128 + signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def configure_logging() -> None:

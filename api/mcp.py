@@ -1,27 +1,37 @@
 """`situate mcp`: the warm `Retriever` as a Model Context Protocol server, on the official `mcp`
 SDK (2.x, `MCPServer`), over stdio (an agent starts it) or streamable HTTP.
 
-Two tools: `search` (`query`, `k`, `mode`), whose structured result is the same JSON as
-`POST /search` answers (`situate.api.wire.SearchResponse`), and `describe_collection` (rows,
-embedder, contexts, when it was last ingested). A bad argument or a failing store is a tool error
-with one line saying what to do, never a traceback. Over HTTP, the same address rule as
-`situate api`: loopback, or SITUATE_API_TOKEN sent as `Authorization: Bearer TOKEN`.
+Two tools: `search` (`query`, `k`, `mode`, `collection`), whose arguments are checked as every
+face checks a search (`situate.api.request.SearchRequest`: before the SDK's own, laxer, coercion)
+and whose structured result is the same JSON as `POST /search` answers
+(`situate.api.wire.SearchResponse`), and `describe_collection` (rows, embedder, contexts, when it
+was last ingested, the modes it can be searched in). A bad argument or a failing store is a tool
+error with one line saying what to do, never a traceback. Over HTTP, the same door as
+`situate api` (`situate.api.guard`: Host and Origin, token first, bounded bodies).
+
+An agent starts `situate mcp` from a directory of its own choosing: a relative Milvus Lite path is
+made absolute when the server starts (and named so in every error), and an error before the
+session begins is one line on stderr, which MCP clients show.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import secrets
+import os
 import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
-from situate.api.http import SERVING_ATTEMPTS, check_bind, listen, run_uvicorn
+from situate.api.guard import Guard, Policy
+from situate.api.http import SERVING_ATTEMPTS, check_bind, listen, run_uvicorn, starting
+from situate.api.request import SearchRequest
 from situate.api.retriever import Retriever
 from situate.api.wire import CollectionInfo, SearchHit, SearchResponse, message_of
 from situate.core.errors import SituateError
-from situate.tasks.retrieval.search import MAX_K, MODES
+from situate.core.uri import is_lite
+from situate.tasks.retrieval.search import MAX_K
 
 if TYPE_CHECKING:
     from mcp.server import MCPServer
@@ -36,16 +46,24 @@ def create_server(retriever: Retriever) -> MCPServer[Any]:
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.types import ToolAnnotations
 
+    class Server(MCPServer[Any]):
+        async def call_tool(self, name: str, arguments: dict[str, Any],
+                            context: Any = None) -> Any:
+            if name == "search":  # checked as every face checks it, before the SDK coerces
+                try:
+                    arguments = SearchRequest.of(arguments).model_dump(exclude_none=True)
+                except SituateError as e:
+                    raise ToolError(message_of(e)) from None
+            return await super().call_tool(name, arguments, context)
+
     name = retriever.collection
-    server: MCPServer[Any] = MCPServer(
+    server = Server(
         "situate", version=_version(), log_level="WARNING",
         instructions=f"Search the collection {name!r} (chunks of documents, each with a context "
                      "that situates it in its document) with `search`; `describe_collection` "
                      "says what it holds.")
     read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
-
-    def refused(e: SituateError) -> ToolError:
-        return ToolError(message_of(e))
+    modes = " | ".join(retriever.modes)
 
     @server.tool(name="search", annotations=read_only, description=(
         f"The chunks of collection {name!r} most relevant to `query`, best first, ranked as "
@@ -53,14 +71,19 @@ def create_server(retriever: Retriever) -> MCPServer[Any]:
         "metadata) and `took_ms`."))
     async def search(
             query: Annotated[str, Field(description="what to search for")],
-            k: Annotated[int, Field(description=f"number of hits, 1 to {MAX_K}")] = 10,
+            k: Annotated[int, Field(description=f"number of hits, 1 to {MAX_K}", ge=1,
+                                    le=MAX_K)] = 10,
             mode: Annotated[str | None, Field(description=(
-                f"{' | '.join(MODES)}; default: the server's"))] = None) -> SearchResponse:
+                f"{modes}; default: the server's ({retriever.mode})"))] = None,
+            collection: Annotated[str | None, Field(description=(
+                f"the collection served ({name!r}; optional: any other is refused)"))] = None,
+    ) -> SearchResponse:
         started = time.perf_counter()
+        request = SearchRequest(query=query, k=k, mode=mode, collection=collection)
         try:
-            hits = await retriever.asearch(query, k, mode)
+            hits = await asyncio.to_thread(retriever.run, request)
         except SituateError as e:
-            raise refused(e) from None
+            raise ToolError(message_of(e)) from None
         return SearchResponse(hits=[SearchHit.of(h) for h in hits],
                               took_ms=round((time.perf_counter() - started) * 1000, 3))
 
@@ -68,41 +91,23 @@ def create_server(retriever: Retriever) -> MCPServer[Any]:
         f"What collection {name!r} holds: rows, the embedder of its vectors, the contexts its "
         "chunks were given, when it was last ingested, and the search modes."))
     async def describe_collection() -> CollectionInfo:
-        import asyncio
-
         try:
             return CollectionInfo.of(await asyncio.to_thread(retriever.describe))
         except SituateError as e:
-            raise refused(e) from None
+            raise ToolError(message_of(e)) from None
 
     return server
 
 
-class BearerAuth:
-    """ASGI middleware: every HTTP request needs `Authorization: Bearer TOKEN` (401 otherwise)."""
-
-    def __init__(self, app: Any, token: str) -> None:
-        self.app = app
-        self.expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not secrets.compare_digest(given, self.expected):
-                from starlette.responses import JSONResponse
-
-                response = JSONResponse(
-                    {"detail": "missing or wrong token: send Authorization: Bearer "
-                               "<SITUATE_API_TOKEN>"},
-                    status_code=401, headers={"WWW-Authenticate": "Bearer"})
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+def absolute(uri: str) -> str:
+    """A Milvus Lite path made absolute against the directory the server starts in (an MCP
+    client starts it wherever it likes); a server URI as it is."""
+    return os.path.abspath(os.path.expanduser(uri)) if is_lite(uri) else uri
 
 
 def serve(collection: str, uri: str, *, transport: str = "stdio", host: str = "127.0.0.1",
           port: int = 8000, mode: str = "hybrid", fusion: str | None = None,
-          reranker: str | None = None, token: str = "") -> str | None:
+          reranker: str | None = None, policy: Policy | None = None) -> str | None:
     """`situate mcp`: open the retriever (warm), then serve MCP over `transport` until the client
     goes (stdio) or the server is stopped (streamable-http: returns the signal's name)."""
     from situate.api.http import configure_logging
@@ -111,14 +116,17 @@ def serve(collection: str, uri: str, *, transport: str = "stdio", host: str = "1
         from situate.core.errors import InputError
 
         raise InputError(f"unknown transport {transport!r}: use one of {', '.join(TRANSPORTS)}")
+    policy = policy or Policy()
+    uri = absolute(uri)
     sock = None
     if transport == "streamable-http":
-        check_bind(host, token, "situate mcp")
+        check_bind(host, policy.token, policy.allowed_hosts, "situate mcp")
         sock = listen(host, port)
     configure_logging()  # on stderr: stdout is the protocol's, over stdio
     try:
-        retriever = Retriever(collection, uri, mode=mode, fusion=fusion, reranker=reranker,
-                              retry_attempts=SERVING_ATTEMPTS)
+        with starting("situate mcp"):
+            retriever = Retriever(collection, uri, mode=mode, fusion=fusion, reranker=reranker,
+                                  retry_attempts=SERVING_ATTEMPTS)
     except BaseException:
         if sock is not None:
             sock.close()
@@ -126,15 +134,22 @@ def serve(collection: str, uri: str, *, transport: str = "stdio", host: str = "1
     try:
         server = create_server(retriever)
         if sock is None:
-            log.info(f"serving collection {collection!r} over MCP on stdio")
+            log.info(f"serving collection {collection!r} at {retriever.uri} over MCP on stdio")
             server.run("stdio")
             return None
-        app = server.streamable_http_app(host=host)
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        # The guard checks Host and Origin (with --allowed-host and --cors-origin), the token
+        # and the body's size for the whole app, as it does for `situate api`.
+        app = server.streamable_http_app(
+            host=host, max_request_body_size=policy.max_body,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
         shown = f"[{host}]" if ":" in host else host
         log.info(f"serving collection {collection!r} over MCP on "
                  f"http://{shown}:{sock.getsockname()[1]}/mcp"
-                 + ("; clients send Authorization: Bearer SITUATE_API_TOKEN" if token else ""))
-        return run_uvicorn(BearerAuth(app, token) if token else app, sock)
+                 + ("; clients send Authorization: Bearer <SITUATE_API_TOKEN>"
+                    if policy.token else ""))
+        return run_uvicorn(Guard(app, policy), sock)
     finally:
         retriever.close()
 

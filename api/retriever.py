@@ -15,7 +15,14 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from situate.core.errors import CollectionNotFound, InputError, SituateError, StoreError
+from situate.api.request import SearchRequest
+from situate.core.errors import (
+    CollectionNotFound,
+    CollectionNotServed,
+    InputError,
+    SituateError,
+    StoreError,
+)
 from situate.core.records import Hit
 from situate.core.settings import get_settings
 from situate.core.uri import is_missing_lite_file
@@ -25,11 +32,13 @@ from situate.tasks.embedders.base import Embedders
 from situate.tasks.rerankers.base import Reranker, get_reranker
 from situate.tasks.retrieval.search import (
     MODES,
+    SEARCH_MODES,
     answer,
+    can_rerank,
     check_fusion,
-    check_k,
     check_modes,
     clean_query,
+    unavailable,
 )
 
 if TYPE_CHECKING:
@@ -163,29 +172,40 @@ class Retriever:
 
     # --- searching ------------------------------------------------------------------------
 
-    def search(self, query: str, k: int = 10, mode: str | None = None) -> list[Hit]:
+    def search(self, query: str, k: int = 10, mode: str | None = None, *,
+               collection: str | None = None) -> list[Hit]:
         """The top `k` (1 to 1000) chunks for `query`, best first, in `mode` (default: the
-        retriever's): `dense`, `bm25`, `hybrid` or `rerank`. An InputError for an empty query, a
-        `k` out of range or an unknown mode; a StoreError when Milvus fails (StoreUnreachable
-        when it does not answer)."""
-        mode = self.mode if mode is None else mode
-        _check_mode(mode)
-        check_k(k)
-        if not isinstance(query, str):
-            raise InputError(f"query must be text, not {type(query).__name__}: give words to "
-                             "search for")
-        text = clean_query(query)
+        retriever's): `dense`, `bm25`, `hybrid` or `rerank` (where a reranker is configured:
+        `modes`). An InputError for an empty query, a `k` that is not a whole number from 1 to
+        1000, an unknown or unavailable mode, or a `collection` other than this one (the same
+        checks every face makes: `situate.api.request`); a StoreError when Milvus fails
+        (StoreUnreachable when it does not answer)."""
+        return self.run(SearchRequest.of({"query": query, "k": k, "mode": mode,
+                                          "collection": collection}))
+
+    async def asearch(self, query: str, k: int = 10, mode: str | None = None, *,
+                      collection: str | None = None) -> list[Hit]:
+        """`search`, run in a worker thread: the event loop goes on while the model and the
+        store work."""
+        request = SearchRequest.of({"query": query, "k": k, "mode": mode,
+                                    "collection": collection})
+        return await asyncio.to_thread(self.run, request)
+
+    def run(self, request: SearchRequest) -> list[Hit]:
+        """The hits of a request a face has checked (`SearchRequest.of`)."""
+        if request.collection is not None and request.collection != self.collection:
+            raise CollectionNotServed(request.collection, self.collection)
+        mode = self.mode if request.mode is None else request.mode
+        if mode not in self.modes:
+            raise InputError(unavailable(mode))
+        text = clean_query(request.query)
         if self._closed:
             raise SituateError(f"the retriever of collection {self.collection!r} is closed: "
                                "open another")
         encoder = self._embedder_loaded() if mode != "bm25" else None
         reranker = self._reranker_loaded() if mode == "rerank" else None
-        return answer(self._store, self.collection, text, mode, k, encoder, reranker, self.fusion)
-
-    async def asearch(self, query: str, k: int = 10, mode: str | None = None) -> list[Hit]:
-        """`search`, run in a worker thread: the event loop goes on while the model and the
-        store work."""
-        return await asyncio.to_thread(self.search, query, k, mode)
+        return answer(self._store, self.collection, text, mode, request.k, encoder, reranker,
+                      self.fusion)
 
     def describe(self) -> CollectionDescription:
         """The collection served: rows, embedder, contexts, when it was last ingested."""
@@ -197,8 +217,11 @@ class Retriever:
 
     @property
     def modes(self) -> tuple[str, ...]:
-        """The modes `search` takes."""
-        return MODES
+        """The modes `search` can run here: `rerank` only with a reranker that can run (a local
+        `st:` cross-encoder, or Cohere with COHERE_API_KEY)."""
+        if self._reranker is not None or can_rerank(self._reranker_spec):
+            return MODES
+        return SEARCH_MODES
 
     @property
     def uri(self) -> str:

@@ -1,19 +1,21 @@
 """What the servers send and take, shared by HTTP (`situate.api.http`) and MCP
-(`situate.api.mcp`): one search request, one response (the MCP tool's structured result is the
-same JSON as `POST /search`'s body), the collection's description, and each error as a status and
-one line that says what to do. No secret reaches a message: each is redacted
-(`situate.core.secrets.redact`: API keys, SITUATE_MILVUS_TOKEN, SITUATE_API_TOKEN).
+(`situate.api.mcp`): one search request (`situate.api.request`), one response (the MCP tool's
+structured result is the same JSON as `POST /search`'s body), the collection's description, and
+each error as a status and one line that says what to do. No secret reaches a message: each is
+redacted (`situate.core.secrets.redact`: keys, tokens, a URI's user information).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
+from situate.api.request import MODES_TEXT, SearchRequest
 from situate.api.retriever import CollectionDescription
 from situate.core.errors import (
     CollectionNotFound,
+    CollectionNotServed,
     InputError,
     ProviderError,
     SituateError,
@@ -22,25 +24,10 @@ from situate.core.errors import (
 )
 from situate.core.records import Hit
 from situate.core.secrets import redact
-from situate.tasks.retrieval.search import MAX_K, MODES
+from situate.tasks.retrieval.search import MAX_K
 
-MODES_TEXT = " | ".join(MODES)
 REQUEST_SHAPE = (f'send JSON {{"query": "words to search for", "k": 1-{MAX_K}, "mode": '
                  f'"{MODES_TEXT}"}}')
-
-
-class SearchRequest(BaseModel):
-    """One query. `k` and `mode` are checked by the retriever, so every face says the same."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    query: str = Field(description="what to search for", examples=["how is the retry delay computed?"])
-    k: int = Field(10, description=f"number of hits, 1 to {MAX_K}")
-    mode: str | None = Field(None, description=f"{MODES_TEXT}; default: the server's --mode "
-                                               "(rerank needs a reranker: COHERE_API_KEY or "
-                                               "SITUATE_RERANKER=st:...)")
-    collection: str | None = Field(None, description="the collection served (optional; a server "
-                                                     "serves one and refuses any other)")
 
 
 class SearchHit(BaseModel):
@@ -89,17 +76,6 @@ class CollectionInfo(BaseModel):
                    fusion=d.fusion)
 
 
-class Refused(InputError):
-    """A request for another collection than the one served."""
-
-
-def other_collection(asked: str | None, served: str) -> None:
-    """Refuse a request naming a collection this server does not serve."""
-    if asked is not None and asked != served:
-        raise Refused(f"collection {asked!r} is not served here: this server serves {served!r}; "
-                      f"leave collection out, or start `situate api --collection {asked}`")
-
-
 def status_of(error: SituateError) -> tuple[int, str]:
     """An error as an HTTP status and one line a client can act on (what to send, for a bad
     request)."""
@@ -118,7 +94,7 @@ def message_of(error: SituateError) -> str:
 
 
 def _status(error: SituateError) -> int:
-    if isinstance(error, Refused | CollectionNotFound):
+    if isinstance(error, CollectionNotServed | CollectionNotFound):
         return 404
     if isinstance(error, InputError):
         return 422
@@ -129,17 +105,5 @@ def _status(error: SituateError) -> int:
     return 500
 
 
-def validation_message(errors: list[Any]) -> str:
-    """pydantic's errors of a request body as one line: the first, where it is, what to send."""
-    if not errors:
-        return f"bad request: {REQUEST_SHAPE}"
-    first = errors[0]
-    where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
-    kind = first.get("type", "")
-    if kind == "json_invalid":
-        return f"the body is not JSON ({first.get('msg', '')}): {REQUEST_SHAPE}"
-    if kind == "missing":
-        return f"{where or 'body'} is missing: {REQUEST_SHAPE}"
-    if kind == "extra_forbidden":
-        return f"unknown field {where!r}: {REQUEST_SHAPE}"
-    return f"{where or 'body'}: {first.get('msg', 'invalid')}: {REQUEST_SHAPE}"
+__all__ = ["CollectionInfo", "SearchHit", "SearchRequest", "SearchResponse", "message_of",
+           "status_of"]

@@ -7,6 +7,8 @@ what to do in plain words; the CLI words the same advice as commands and flags
 
 from __future__ import annotations
 
+from situate.core.uri import shown
+
 
 class SituateError(Exception):
     """Base of all errors a user can act on; the CLI prints the message alone and exits 2."""
@@ -29,9 +31,18 @@ class CollectionNotFound(StoreError, InputError):
     store's answer, and a name the caller gave that does not exist (an InputError to an app)."""
 
     def __init__(self, collection: str, uri: str, detail: str = "") -> None:
-        self.collection, self.uri, self.detail = collection, uri, detail
-        super().__init__(f"collection {collection!r} not found at {uri}{detail}: ingest a corpus "
+        self.collection, self.uri, self.detail = collection, shown(uri), detail
+        super().__init__(f"collection {collection!r} not found at {self.uri}{detail}: ingest a corpus "
                          "into it first")
+
+
+class CollectionNotServed(InputError):
+    """A search for another collection than the one a retriever (a server) serves."""
+
+    def __init__(self, asked: str, served: str) -> None:
+        self.asked, self.served = asked, served
+        super().__init__(f"collection {asked!r} is not served here: this one serves {served!r}; "
+                         "leave collection out, or open (serve) that collection")
 
 
 class EmbedderMismatch(StoreError):
@@ -39,7 +50,7 @@ class EmbedderMismatch(StoreError):
 
     def __init__(self, collection: str, uri: str, stored: str, wanted: str,
                  stored_dim: int | None = None, wanted_dim: int | None = None) -> None:
-        self.collection, self.uri, self.stored, self.wanted = collection, uri, stored, wanted
+        self.collection, self.uri, self.stored, self.wanted = collection, shown(uri), stored, wanted
         self.stored_dim, self.wanted_dim = stored_dim, wanted_dim
         super().__init__(f"{self.holds()}: use another collection or the embedder it was built with")
 
@@ -57,7 +68,7 @@ class StoreUnreachable(StoreError):
 
     def __init__(self, uri: str, what: str, attempts: int, seconds: float, cause: str,
                  stopped: bool = False, wrote: bool = False) -> None:
-        self.uri, self.what, self.wrote = uri, what, wrote
+        self.uri, self.what, self.wrote = shown(uri), what, wrote
         self.attempts, self.seconds, self.cause, self.stopped = attempts, seconds, cause, stopped
         super().__init__(self.says("start it"))
 

@@ -1,9 +1,14 @@
 """API keys: the one place they are resolved (environment, else a Prefect Secret block) and the
-one function that keeps them out of every message, log line, artifact and cache."""
+one function that keeps secrets out of every message, reply, log line, artifact and cache
+(`redact`): the keys and tokens situate knows, the user information of a URI, credentials in a
+query string and an `Authorization` value, wherever they appear."""
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import threading
 from collections.abc import Callable
 
 from situate.core.errors import ProviderError
@@ -22,6 +27,17 @@ SECRET_VARIABLES = ("SITUATE_MILVUS_TOKEN", "SITUATE_API_TOKEN")
 # Prefect). None: environment variables only.
 _secret_loader: Callable[[str], str | None] | None = None
 _resolved: set[str] = set()
+# Shorter values are not searched for (they would mask ordinary words); every token situate
+# accepts is longer, and a URI's user information is masked by its shape whatever its length.
+MIN_SECRET = 4
+# scheme://USERINFO@host: the user information, whatever it holds.
+_USERINFO = re.compile(r"\b([a-z][a-z0-9+.-]*://)[^\s/@?#'\"<>]+@", re.IGNORECASE)
+# A query-string or form value whose name says it is a credential.
+_CREDENTIAL_PARAM = re.compile(
+    r"([?&;](?:[\w.-]*?)(?:token|key|secret|password|passwd|pwd|auth|signature|sig|credential)"
+    r"[\w.-]*=)[^&\s#'\"<>]+", re.IGNORECASE)
+# An HTTP Authorization value.
+_AUTHORIZATION = re.compile(r"\b(bearer)(\s+)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
 
 
 def set_secret_loader(loader: Callable[[str], str | None] | None) -> None:
@@ -49,7 +65,7 @@ def api_key(provider: str, *, required: bool = True, user: str = "") -> str:
         except Exception:  # noqa: BLE001 - any failure means "no usable block"
             value = ""
     if value:
-        _resolved.add(value)
+        remember(value)
         return value
     if required:
         raise ProviderError(f"{user or provider} needs an API key: set {env} (or store it in a "
@@ -57,13 +73,55 @@ def api_key(provider: str, *, required: bool = True, user: str = "") -> str:
     return ""
 
 
+def remember(*values: str) -> None:
+    """Add secrets that `redact` masks from now on in this process (a token given as a flag, the
+    password of a Milvus URI)."""
+    _resolved.update(v.strip() for v in values if v and len(v.strip()) >= MIN_SECRET)
+
+
 def redact(text: str, *secrets: str) -> str:
-    """`text` with every known secret replaced by ***: the ones given, every key resolved so far,
-    and the values of the key and token variables."""
+    """`text` with every secret replaced by ***: the ones given, every key and token resolved or
+    remembered so far, the values of the key and token variables, any URI's user information, a
+    credential-named query parameter's value and an Authorization value."""
     known = {*secrets, *_resolved,
              *(os.environ.get(env, "") for env, _ in KEYS.values()),
              *(os.environ.get(name, "") for name in SECRET_VARIABLES)}
-    for secret in sorted((s.strip() for s in known if s and len(s.strip()) >= 4), key=len,
-                         reverse=True):
+    for secret in sorted((s.strip() for s in known if s and len(s.strip()) >= MIN_SECRET),
+                         key=len, reverse=True):
         text = text.replace(secret, "***")
-    return text
+    text = _USERINFO.sub(r"\1***@", text)
+    text = _CREDENTIAL_PARAM.sub(r"\1***", text)
+    return _AUTHORIZATION.sub(r"\1\2***", text)
+
+
+class _Redacting:
+    """A log record factory that masks secrets in every record as it is made (its message and
+    its traceback), whichever library logs it and whichever handler writes it."""
+
+    def __init__(self, inner: Callable[..., logging.LogRecord]) -> None:
+        self.inner = inner
+
+    def __call__(self, *args: object, **kwargs: object) -> logging.LogRecord:
+        record = self.inner(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is logging's to report
+            return record
+        masked = redact(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            text = logging.Formatter().formatException(record.exc_info)
+            record.exc_text = redact(text)
+        return record
+
+
+_install_lock = threading.Lock()
+
+
+def install_log_redaction() -> None:
+    """Mask secrets in every log record of this process from now on (`redact`); idempotent."""
+    with _install_lock:
+        factory = logging.getLogRecordFactory()
+        if not isinstance(factory, _Redacting):
+            logging.setLogRecordFactory(_Redacting(factory))

@@ -16,7 +16,8 @@ from pydantic import ByteSize, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from situate.core.errors import InputError
-from situate.core.secrets import has_key
+from situate.core.secrets import has_key, remember
+from situate.core.uri import credentials
 
 
 class Settings(BaseSettings):
@@ -27,6 +28,19 @@ class Settings(BaseSettings):
     api_token: SecretStr = Field(SecretStr(""), description="token the clients of `situate api` "
                                  "and `situate mcp --transport streamable-http` send (Authorization: "
                                  "Bearer ...); needed to listen on an address other than loopback")
+    allowed_hosts: str = Field("", description="names (comma-separated) that clients of "
+                               "`situate api` and `situate mcp --transport streamable-http` call "
+                               "them by, beyond loopback ones; a request under any other Host is "
+                               "refused (DNS rebinding); needed beyond loopback; * for any "
+                               "(behind a proxy that checks Host)")
+    cors_origins: str = Field("", description="browser origins (comma-separated, "
+                              "scheme://host[:port]) whose pages may call `situate api` and "
+                              "`situate mcp` (CORS); empty: no other origin may")
+    api_max_body: ByteSize = Field("64KiB", validate_default=True, ge=1024, description="largest "
+                                   "request body `situate api` and `situate mcp` read (413 past "
+                                   "it); e.g. 64KiB, 1MiB")
+    api_client_limit: int = Field(64, ge=1, description="requests one client address may have in "
+                                  "flight at `situate api` or `situate mcp` (429 past it)")
     cache_dir: str = Field("data/cache", description="disk cache of generated contexts")
     results_dir: str = Field("data/results", description="evaluation JSON reports")
     context: str = Field("", description="structural | anthropic | openai | ollama | none "
@@ -114,7 +128,7 @@ def get_settings() -> Settings:
     """The settings in force; a `SITUATE_*` value that cannot be used is one InputError line
     naming the variable (secrets' values are never repeated)."""
     try:
-        return Settings(**_configured)  # type: ignore[arg-type]
+        settings = Settings(**_configured)  # type: ignore[arg-type]
     except ValidationError as e:
         first = e.errors()[0]
         name = str(first["loc"][0]) if first["loc"] else ""
@@ -123,6 +137,9 @@ def get_settings() -> Settings:
         given = "" if secret else f" {first.get('input')!r}"
         raise InputError(f"SITUATE_{name.upper()}{given}: {first['msg']}; fix or unset it "
                          "(environment or .env)") from None
+    remember(settings.milvus_token.get_secret_value(), settings.api_token.get_secret_value(),
+             *credentials(settings.milvus_uri))
+    return settings
 
 
 @contextmanager

@@ -74,7 +74,7 @@ examples:
   situate api --collection sample
   curl -s localhost:8000/search -H 'content-type: application/json' \\
        -d '{"query": "How is the retry delay computed?", "k": 5}'
-  # beyond loopback, only with a token (clients send Authorization: Bearer TOKEN)
+  # beyond loopback, only with a token (clients send Authorization: Bearer <TOKEN>)
   SITUATE_API_TOKEN=$(openssl rand -hex 32) situate api --collection sample --host 0.0.0.0""",
     "mcp": """\
 examples:
@@ -126,9 +126,23 @@ def _parser() -> argparse.ArgumentParser:
             sp.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                             help=verbose_help)
         add_options(sp, model)
+        if name in ("api", "mcp"):
+            sp.add_argument("--new-token", action=_NewToken, nargs=0,
+                            help="print a new random token for SITUATE_API_TOKEN and exit")
         sp.add_argument("--milvus-token", help="token for a Milvus server or Zilliz Cloud "
                         "[SITUATE_MILVUS_TOKEN]; prefer the variable, flags show in `ps`")
     return p
+
+
+class _NewToken(argparse.Action):
+    """`--new-token`: a token no one can guess (256 bits, URL-safe), printed alone, then exit."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        import secrets
+
+        print(secrets.token_urlsafe(32))
+        parser.exit(0)
 
 
 SUMMARIES = {
@@ -242,7 +256,7 @@ def cmd_api(options: ApiOptions) -> int:
 
     _said_stopped("api", serve(options.collection, options.milvus_uri, host=options.host,
                                port=options.port, mode=options.mode, fusion=options.fusion,
-                               reranker=options.reranker, token=_api_token()))
+                               reranker=options.reranker, policy=options.policy(_api_token())))
     return 0
 
 
@@ -252,7 +266,7 @@ def cmd_mcp(options: McpOptions) -> int:
     _said_stopped("mcp", serve(options.collection, options.milvus_uri,
                                transport=options.transport, host=options.host, port=options.port,
                                mode=options.mode, fusion=options.fusion,
-                               reranker=options.reranker, token=_api_token()))
+                               reranker=options.reranker, policy=options.policy(_api_token())))
     return 0
 
 
@@ -265,6 +279,17 @@ def _api_token() -> str:
 def _said_stopped(command: str, signal_name: str | None) -> None:
     if signal_name is not None:
         print(f"situate {command}: stopped ({signal_name})", file=sys.stderr)
+
+
+def _starting(command: str) -> Any:
+    """What hears SIGTERM and Ctrl-C while a server starts (`situate.api.http.starting`)."""
+    import contextlib
+
+    if command not in ("api", "mcp"):
+        return contextlib.nullcontext()
+    from situate.api.http import starting
+
+    return starting(f"situate {command}")
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -289,6 +314,9 @@ RUN: dict[str, Callable[[Any], int]] = {"ingest": cmd_ingest, "evaluate": cmd_ev
 
 
 def main(argv: list[str] | None = None) -> int:
+    from situate.core.secrets import install_log_redaction
+
+    install_log_redaction()  # no secret in any log line of this process, whoever writes it
     launch.prepare_process()
     args = _parser().parse_args(argv)
     from situate.core.errors import SituateError
@@ -296,17 +324,21 @@ def main(argv: list[str] | None = None) -> int:
     from situate.flows.options import COMMANDS
 
     logs.install_log_filter(verbose=args.verbose)
-    # `situate serve` stops on its own terms (flows.deploy.serve: cancels its runs, exits 0).
-    restore = signals.install_stop_handlers(args.command) if args.command != "serve" else None
+    # `situate serve` stops on its own terms (flows.deploy.serve: cancels its runs, exits 0);
+    # the servers until they serve (`situate.api.http.starting`), then as uvicorn or MCP does.
+    restore = (signals.install_stop_handlers(args.command)
+               if args.command not in ("serve", "api", "mcp") else None)
+    starting = _starting(args.command)
     try:
         values = {k: v for k, v in vars(args).items()
                   if k not in ("command", "verbose", "milvus_token")}
-        with configured(milvus_token=args.milvus_token):  # a secret: never a flow parameter
+        with starting, configured(milvus_token=args.milvus_token):  # a secret: no parameter
             return RUN[args.command](COMMANDS[args.command].build(**values))
     except SituateError as e:
+        from situate.core.secrets import redact
         from situate.flows.messages import user_message
 
-        print(f"situate {args.command}: error: {user_message(e)}", file=sys.stderr)
+        print(f"situate {args.command}: error: {redact(user_message(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"situate {args.command}: interrupted", file=sys.stderr)

@@ -320,7 +320,7 @@ async def _abandon(serving: Any) -> None:
 
 def _kill_children() -> None:
     """Whatever a run left behind (its process, a model process) ends with `situate serve`."""
-    from situate.flows.signals import stop_process_tree
+    from situate.core.processes import stop_process_tree
 
     stop_process_tree(2.0)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -28,7 +29,7 @@ from pydantic.fields import FieldInfo
 
 from situate.core.errors import InputError, SituateError, StoreError
 from situate.core.settings import Settings, get_settings
-from situate.core.uri import is_lite
+from situate.core.uri import is_lite, uri_problem
 
 DEFAULT_KS = (5, 10, 20)
 TASK_RUNNERS = ("threads", "dask")
@@ -165,8 +166,16 @@ def _one_line(model: type[Options], error: ValidationError) -> str:
 
 # --- the commands' options ------------------------------------------------------------------------
 
+def _milvus_uri(value: str) -> str:
+    problem = uri_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 Collection = Annotated[str, Flag(("--collection",))]
-MilvusUri = Annotated[str, Flag(("--milvus-uri",)), FromSetting("milvus_uri")]
+MilvusUri = Annotated[str, Flag(("--milvus-uri",)), FromSetting("milvus_uri"),
+                      AfterValidator(_milvus_uri)]
 JsonOut = Annotated[str | None, Flag(("--json",), metavar="OUT")]
 
 
@@ -382,11 +391,52 @@ class _ServingOptions(Options):
     fusion: Annotated[str, Flag(("--fusion",), choices=_fusion_names, strict=True),
                       FromSetting("fusion")] = from_settings(description="how hybrid search fuses "
                                                                        "dense and BM25")
+    allowed_hosts: Annotated[list[str], Flag(("--allowed-host",), metavar="NAMES"),
+                             FromSetting("allowed_hosts")] = from_settings(
+        description="names clients call the server by, beyond loopback ones (comma-separated; * "
+                    "for any, behind a proxy that checks Host): any other Host is refused; "
+                    "needed with a non-loopback --host")
+    cors_origins: Annotated[list[str], Flag(("--cors-origin",), metavar="ORIGINS"),
+                            FromSetting("cors_origins")] = from_settings(
+        description="browser origins (scheme://host[:port], comma-separated) whose pages may call "
+                    "the server; no other origin may")
+    max_body: Annotated[int, Flag(("--max-body",), metavar="BYTES"),
+                        FromSetting("api_max_body")] = from_settings(
+        description="largest request body read, in bytes (413 past it)", ge=1024)
+    client_limit: Annotated[int, Flag(("--client-limit",), metavar="N"),
+                            FromSetting("api_client_limit")] = from_settings(
+        description="requests one client address may have in flight (429 past it)", ge=1)
 
     @field_validator("fusion")
     @classmethod
     def _fusion(cls, value: str) -> str:
         return _check_fusion(value)
+
+    @field_validator("allowed_hosts", "cors_origins", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            scheme, sep, rest = origin.partition("://")
+            if origin == "*" or not sep or scheme not in ("http", "https") or not rest \
+                    or "/" in rest.rstrip("/"):
+                raise ValueError(f"{origin!r} is not an origin: give scheme://host[:port], e.g. "
+                                 "http://localhost:3000 (each origin by name; no wildcard)")
+        return [o.rstrip("/") for o in value]
+
+    def policy(self, token: str) -> Any:
+        """The door of the server these options start (`situate.api.guard.Policy`)."""
+        from situate.api.guard import Policy
+
+        return Policy(token=token, allowed_hosts=tuple(self.allowed_hosts),
+                      cors_origins=tuple(self.cors_origins), max_body=self.max_body,
+                      client_limit=self.client_limit)
 
     @model_validator(mode="after")
     def _check(self) -> _ServingOptions:

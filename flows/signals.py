@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from situate.core.processes import stop_process_tree
+
 # After SIGTERM or Ctrl-C: how long recording the run as Cancelled may take, and how long the
 # processes the command started get to be gone once killed.
 RECORD_SECONDS = 3.0
@@ -111,22 +113,3 @@ def _cancel(run_id: Any, message: str) -> None:
                 client.set_task_run_state(task.id, Cancelled(message=message), force=True)
     except Exception:  # noqa: BLE001 - the stop goes on: the record is a courtesy
         pass
-
-
-def stop_process_tree(grace: float) -> None:
-    """End every descendant of this process: SIGKILL, since a terminated Prefect server prints
-    tracebacks of the writes it was cut off in (its SQLite database survives a kill, as it must
-    survive a power cut), and a model process or Dask worker holds nothing to save. `grace`
-    bounds the wait for them to be gone."""
-    import psutil
-
-    try:
-        children = psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return
-    for child in children:
-        try:
-            child.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(children, timeout=grace)

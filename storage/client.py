@@ -12,6 +12,7 @@ When the budget runs out the call fails with one StoreError line saying what to 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +21,8 @@ from typing import Any, TypeVar
 
 from situate.core.errors import StoreError, StoreUnreachable
 from situate.core.retry import RetryPolicy
-from situate.core.uri import is_lite
+from situate.core.secrets import redact, remember
+from situate.core.uri import check_uri, credentials, is_lite, shown
 from situate.storage.faults import (
     IN_CALL,
     describe,
@@ -70,7 +72,10 @@ class Connection:
         from pymilvus import MilvusClient
 
         install_quiet_filter()
-        self.uri = uri
+        check_uri(uri)
+        remember(*credentials(uri))
+        self.uri = shown(uri)  # as messages and logs show it: without user information
+        self._uri = uri
         self._token = token
         self.copied = False  # a copy made in another process (see __setstate__)
         self.retry = RetryPolicy(RETRY_ATTEMPTS if retry_attempts is None else retry_attempts,
@@ -88,18 +93,22 @@ class Connection:
         try:
             self.client = self._call("connecting", lambda: MilvusClient(**kwargs),
                                      as_store_error=False)
+            self._closed = False
+            if is_lite(uri):
+                _lite_files.opened(uri)
         except StoreError:
             raise
         except Exception as e:  # pymilvus raises several unrelated types on connect
             hint = (" (Milvus Lite allows one process per file: stop the other process or run "
                     "`milvus-lite server` and use its http:// URI)" if is_lite(uri) else
                     " (is the server running and the token right?)")
-            raise StoreError(f"cannot open Milvus at {uri}: {getattr(e, 'message', e)}{hint}") from None
+            raise StoreError(f"cannot open Milvus at {self.uri}: "
+                             f"{redact(str(getattr(e, 'message', e)))}{hint}") from None
 
     # Sent to another process (a Dask worker): the URI, the token and the retry budget travel,
     # and the other side connects anew (and closes its copy when its task is done).
     def __getstate__(self) -> dict[str, Any]:
-        return {"uri": self.uri, "token": self._token, "retry": self.retry}
+        return {"uri": self._uri, "token": self._token, "retry": self.retry}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         retry = state["retry"]
@@ -152,10 +161,50 @@ class Connection:
         return is_lite(self.uri)
 
     def close(self) -> None:
+        """Close the client; the last one of a process on a Milvus Lite file also stops the
+        file's in-process server, so that another process can open the file at once (pymilvus's
+        own `close` leaves it running, holding the file's lock, until the process ends)."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
         try:
             self.client.close()
         except Exception:  # closing a dead connection is not worth an error
             pass
+        if self.is_local:
+            _lite_files.release(self._uri)
+
+
+class _LiteFiles:
+    """How many open connections of this process use each Milvus Lite file: pymilvus runs one
+    in-process server per file and shares it among them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[str, int] = {}
+
+    def opened(self, uri: str) -> None:
+        key = os.path.abspath(uri)  # as milvus-lite keys its servers
+        with self._lock:
+            self._open[key] = self._open.get(key, 0) + 1
+
+    def release(self, uri: str) -> None:
+        key = os.path.abspath(uri)
+        with self._lock:
+            left = self._open.get(key, 0) - 1
+            if left > 0:
+                self._open[key] = left
+                return
+            self._open.pop(key, None)
+            try:
+                from milvus_lite.server_manager import server_manager_instance
+            except ImportError:  # pragma: no cover - milvus-lite is a dependency
+                return
+            # Under the lock: a connection opening the file meanwhile waits for the stop.
+            server_manager_instance.release_server(uri)  # keyed as pymilvus opened it
+
+
+_lite_files = _LiteFiles()
 
 
 C = TypeVar("C", bound=Connection)

@@ -14,11 +14,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from situate.core.errors import StoreError
+from situate.core.secrets import redact
+from situate.core.uri import shown
 
 
 def translate(e: Exception, what: str, uri: str) -> StoreError:
     message = getattr(e, "message", None) or str(e)
-    return StoreError(f"Milvus at {uri}: {what} failed: {message}")
+    return StoreError(f"Milvus at {shown(uri)}: {what} failed: {redact(message)}")
 
 
 def is_transient(error: BaseException) -> bool:
@@ -71,9 +73,9 @@ def describe(error: BaseException | None) -> str:
     details = getattr(error, "details", None)
     code = getattr(error, "code", None)
     if callable(details) and callable(code):  # a gRPC error
-        return f"{code().name}: {details()}"
+        return redact(f"{code().name}: {details()}")
     message = str(getattr(error, "message", "") or error).splitlines()[0]
-    return message[:200]
+    return redact(message[:200])
 
 
 class _InCall(threading.local):

@@ -48,11 +48,24 @@ def clean_query(text: str) -> str:
     return text
 
 
+def can_rerank(reranker: str = "cohere") -> bool:
+    """Whether the rerank mode can run with this reranker: a local one (`st:`), or Cohere with
+    its key set."""
+    local = reranker.partition(":")[0].strip().lower() != "cohere"
+    return local or has_key("cohere")
+
+
+def unavailable(mode: str) -> str:
+    """Why `mode` cannot run here (the rerank mode without a reranker that can run)."""
+    return (f"retrieval mode {mode!r} is not available here: it needs a reranker (COHERE_API_KEY, "
+            f"or SITUATE_RERANKER=st:NAME_OR_PATH for a local cross-encoder); use one of "
+            f"{', '.join(SEARCH_MODES)}")
+
+
 def default_modes(reranker: str = "cohere") -> str:
     """Every mode this configuration can run: `rerank` joins when the reranker is local (`st:`)
     or a Cohere key is set."""
-    local = reranker.partition(":")[0].strip().lower() != "cohere"
-    return ",".join(MODES if local or has_key("cohere") else SEARCH_MODES)
+    return ",".join(MODES if can_rerank(reranker) else SEARCH_MODES)
 
 
 def check_modes(modes: Sequence[str]) -> list[str]:
