@@ -68,15 +68,16 @@ def create_server(retriever: Retriever) -> MCPServer[Any]:
     @server.tool(name="search", annotations=read_only, description=(
         f"The chunks of collection {name!r} most relevant to `query`, best first, ranked as "
         "situate's evaluation ranks them: `hits` (id, doc_id, index, text, context, score, "
-        "metadata) and `took_ms`."))
+        f"metadata) and `took_ms`. Modes here: {modes} (default {retriever.mode})."))
     async def search(
             query: Annotated[str, Field(description="what to search for")],
             k: Annotated[int, Field(description=f"number of hits, 1 to {MAX_K}", ge=1,
                                     le=MAX_K)] = 10,
             mode: Annotated[str | None, Field(description=(
-                f"{modes}; default: the server's ({retriever.mode})"))] = None,
+                "dense | bm25 | hybrid | rerank, as the server can run them (the tool's "
+                "description lists them); default: the server's"))] = None,
             collection: Annotated[str | None, Field(description=(
-                f"the collection served ({name!r}; optional: any other is refused)"))] = None,
+                "the collection served (optional: any other is refused)"))] = None,
     ) -> SearchResponse:
         started = time.perf_counter()
         request = SearchRequest(query=query, k=k, mode=mode, collection=collection)

@@ -138,12 +138,17 @@ def _evaluate_collection(options: EvaluateOptions, collection: str, queries: lis
     latency: dict[str, Latency] = {}
     ranks: dict[str, list[list[int | None]]] = {}
     firsts: dict[str, list[Hit | None]] = {}
+    ids: dict[str, list[list[str]]] = {}
     for mode in options.modes:
         mode_ranks: list[list[int | None]] = []
+        mode_ids: list[list[str]] = ids.setdefault(mode, [])
 
-        def keep(i: int, hs: list[Hit], mode_ranks: list[list[int | None]] = mode_ranks) -> list[Hit]:
-            """A query's golden ranks, as its hits arrive; its first hit kept (the failures')."""
+        def keep(i: int, hs: list[Hit], mode_ranks: list[list[int | None]] = mode_ranks,
+                 mode_ids: list[list[str]] = mode_ids) -> list[Hit]:
+            """A query's golden ranks and hit ids, as its hits arrive; its first hit kept (the
+            failures')."""
             mode_ranks.append(golden_ranks(queries[i].golden, [(h.doc_id, h.text) for h in hs]))
+            mode_ids.append([h.id for h in hs])
             return hs[:1]
 
         hits, seconds = retrieve_task(retriever, collection, texts, mode, limit, advance, keep)
@@ -155,7 +160,8 @@ def _evaluate_collection(options: EvaluateOptions, collection: str, queries: lis
         write_trec(options.trec_dir, collection, ranks, limit)
     per_query = [QueryRanks(query=q.query, golden=[g.doc_id or g.source for g in q.golden],
                             ranks={m: ranks[m][i] for m in options.modes},
-                            first={m: _doc_id(firsts[m][i]) for m in options.modes})
+                            first={m: _doc_id(firsts[m][i]) for m in options.modes},
+                            hits={m: ids[m][i] for m in options.modes})
                  for i, q in enumerate(queries)]
     return CollectionEvaluation(
         collection=collection, queries=len(queries), pass_at_k=scores, latency_ms=latency,

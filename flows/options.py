@@ -20,6 +20,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainSerializer,
     PrivateAttr,
     ValidationError,
     field_validator,
@@ -29,7 +30,7 @@ from pydantic.fields import FieldInfo
 
 from situate.core.errors import InputError, SituateError, StoreError
 from situate.core.settings import Settings, get_settings
-from situate.core.uri import is_lite, uri_problem
+from situate.core.uri import credentials, is_lite, shown, uri_problem
 
 DEFAULT_KS = (5, 10, 20)
 TASK_RUNNERS = ("threads", "dask")
@@ -174,8 +175,10 @@ def _milvus_uri(value: str) -> str:
 
 
 Collection = Annotated[str, Flag(("--collection",))]
+# A flow run's parameters are stored by Prefect (its database, the UI): a URI's user information
+# never goes there (the run in this process keeps it; a deployment refuses it: `situate serve`).
 MilvusUri = Annotated[str, Flag(("--milvus-uri",)), FromSetting("milvus_uri"),
-                      AfterValidator(_milvus_uri)]
+                      AfterValidator(_milvus_uri), PlainSerializer(shown, when_used="json")]
 JsonOut = Annotated[str | None, Flag(("--json",), metavar="OUT")]
 
 
@@ -488,6 +491,15 @@ class ServeOptions(Options):
         False, description="register the schedules paused (runs only when triggered)")
     name: Annotated[str, Flag(("--name",))] = Field(
         "situate", description="deployment name (ingest/NAME, evaluate/NAME)")
+
+    @field_validator("milvus_uri")
+    @classmethod
+    def _no_credentials(cls, value: str) -> str:
+        if credentials(value):
+            raise ValueError("a deployment's parameters are kept in Prefect's database: give "
+                             "the URI without user:password@ and the credentials as "
+                             "SITUATE_MILVUS_TOKEN (user:password) where the runs run")
+        return value
 
 
 SYNTH_GENERATORS = ("held-out", "anthropic", "openai", "ollama")

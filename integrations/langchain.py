@@ -20,8 +20,9 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
+from situate.api.request import SearchRequest
 from situate.api.retriever import Retriever, hit_metadata
 from situate.core.records import Hit
 
@@ -42,6 +43,13 @@ class SituateRetriever(BaseRetriever):
     retriever: Retriever | None = Field(None, exclude=True,
                                         description="a Retriever to share (opened if None)")
     _situate: Retriever = PrivateAttr()
+
+    @field_validator("k", mode="before")
+    @classmethod
+    def _k(cls, value: Any) -> Any:
+        """Checked as every face checks it (`true` or `"5"` is not a number of hits)."""
+        SearchRequest.of({"query": "k", "k": value})
+        return value
 
     def model_post_init(self, context: Any) -> None:
         self._situate = self.retriever or Retriever(self.collection, self.uri, mode=self.mode)

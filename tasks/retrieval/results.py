@@ -69,12 +69,14 @@ class Failures(_Record):
 
 class QueryRanks(_Record):
     """One query: its golden documents, each golden chunk's rank per mode (None: not in the top
-    of the largest k) and the document each mode ranked first."""
+    of the largest k), the document each mode ranked first, and the ids of the chunks each mode
+    returned, in order (what every face of search returns for the same query)."""
 
     query: str
     golden: list[str]
     ranks: dict[str, list[int | None]]
     first: dict[str, str | None]
+    hits: dict[str, list[str]] = {}
 
 
 class Comparison(_Record):

@@ -1,0 +1,585 @@
+"""A served collection is a door even on loopback: what `situate api` and `situate mcp
+--transport streamable-http` let through, and what they never let out.
+
+One small corpus is ingested once by `situate ingest` with the default settings into a Milvus
+Lite file; a copy of that file is then served by a `milvus-lite server`, and the servers reach
+it by a URI that carries a password (`http://situate:PASSWORD@127.0.0.1:PORT`), with
+SITUATE_MILVUS_TOKEN set too. Every test here drives the real commands as subprocesses; the last
+one reads every byte they wrote (stdout, stderr, logs, replies, the evaluation's files and the
+Prefect database of its run) for the password, the token and a token sent in a query string.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from tests.fakes.milvus_server import MilvusServer, free_port, stop_process
+
+pytestmark = pytest.mark.slow
+
+SITUATE = str(Path(sys.executable).with_name("situate"))
+PASSWORD = f"pw-{secrets.token_hex(10)}"
+MILVUS_TOKEN = f"mt-{secrets.token_hex(10)}"
+API_TOKEN = f"situate-door-{secrets.token_hex(16)}"
+QUERY_TOKEN = f"qs-{secrets.token_hex(10)}"
+SECRETS = (PASSWORD, MILVUS_TOKEN, API_TOKEN, QUERY_TOKEN)
+DOCS = {
+    "retry.md": "# Retries\n\n## Backoff\n\nThe retry delay doubles after each failed attempt, "
+                "from half a second up to ten seconds, with jitter.\n\n## Giving up\n\nAfter "
+                "eight attempts the call fails with one line saying what to do.\n",
+    "queue.md": "# Queues\n\nA dead letter queue keeps the messages no consumer could handle, "
+                "so that an operator can replay them once the bug is fixed.\n",
+    "cache.md": "# Cache\n\nEvery answer is cached on disk as it arrives, keyed by the model, the "
+                "prompt version and the document's hash.\n",
+}
+
+
+@dataclass
+class Door:
+    root: Path
+    lite: str  # the Milvus Lite file `situate ingest` wrote
+    server: MilvusServer
+    uri: str  # the server, with a password in the URI
+    env: dict[str, str]
+    written: list[Path] = field(default_factory=list)  # files whose every byte is checked
+    said: list[str] = field(default_factory=list)  # outputs and replies, checked the same way
+
+
+@pytest.fixture(scope="module")
+def door(tmp_path_factory) -> Iterator[Door]:
+    root = tmp_path_factory.mktemp("door")
+    corpus = root / "corpus"
+    corpus.mkdir()
+    for name, text in DOCS.items():
+        (corpus / name).write_text(text)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ANTHROPIC_API_KEY", "COHERE_API_KEY", "SITUATE_API_TOKEN")}
+    env.update(SITUATE_CACHE_DIR=str(root / "cache"), SITUATE_RESULTS_DIR=str(root / "results"))
+    lite = str(root / "door.db")
+    ingest = subprocess.run([SITUATE, "ingest", str(corpus), "--collection", "door",
+                             "--milvus-uri", lite], env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert ingest.returncode == 0, ingest.stderr
+    shutil.copytree(lite, root / "served")  # a Lite file's folder is a server's data dir
+    server = MilvusServer(root / "served", log=root / "milvus.log")
+    server.start()
+    uri = server.uri.replace("http://", f"http://situate:{PASSWORD}@")
+    env.update(SITUATE_MILVUS_URI=uri, SITUATE_MILVUS_TOKEN=MILVUS_TOKEN)
+    found = Door(root, lite, server, uri, env)
+    found.said += [ingest.stdout, ingest.stderr]
+    try:
+        yield found
+    finally:
+        server.stop()
+
+
+@dataclass
+class Served:
+    url: str
+    proc: subprocess.Popen
+    log: Path
+
+    def post(self, path: str, body: Any = None, headers: dict[str, str] | None = None,
+             **kw: Any) -> httpx.Response:
+        return httpx.post(f"{self.url}{path}", json=body, headers=headers or {}, timeout=60,
+                          **kw)
+
+
+def _serve(door: Door, command: list[str], name: str, token: str | None = API_TOKEN,
+           extra_env: dict[str, str] | None = None) -> Served:
+    port = free_port()
+    log = door.root / f"{name}.log"
+    env = {**door.env, **(extra_env or {})}
+    if token:
+        env["SITUATE_API_TOKEN"] = token
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([SITUATE, *command, "--collection", "door", "--port", str(port)],
+                                env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    door.written.append(log)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while True:
+        assert proc.poll() is None, log.read_text()
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.3)
+    return Served(url, proc, log)
+
+
+@pytest.fixture(scope="module")
+def api(door) -> Iterator[Served]:
+    served = _serve(door, ["api"], "api")
+    try:
+        yield served
+    finally:
+        stop_process(served.proc, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def mcp_http(door) -> Iterator[Served]:
+    served = _serve(door, ["mcp", "--transport", "streamable-http"], "mcp-http")
+    try:
+        yield served
+    finally:
+        stop_process(served.proc, timeout=30)
+
+
+def _auth(token: str = API_TOKEN, scheme: str = "Bearer") -> dict[str, str]:
+    return {"Authorization": f"{scheme} {token}"}
+
+
+MCP_INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "door-test", "version": "1"}}}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+
+
+def _ask(served: Served, kind: str, headers: dict[str, str]) -> httpx.Response:
+    """The same kind of request to either face: a search (api) or an MCP initialize."""
+    if kind == "api":
+        return served.post("/search", {"query": "retry delay", "k": 2}, headers)
+    return served.post("/mcp", MCP_INIT, {**MCP_HEADERS, **headers})
+
+
+# --- Host and Origin ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("face", ["api", "mcp"])
+def test_foreign_host_and_origin_are_refused(face, api, mcp_http, door):
+    served = api if face == "api" else mcp_http
+    port = served.url.rsplit(":", 1)[1]
+    ok = _ask(served, face, _auth())
+    assert ok.status_code == 200, ok.text
+    for host in ("localhost", f"localhost:{port}", f"[::1]:{port}", f"127.0.0.1:{port}"):
+        assert _ask(served, face, {**_auth(), "Host": host}).status_code == 200, host
+    # A page of http://rebind.example:PORT whose name now points at 127.0.0.1 (DNS rebinding):
+    # the browser sends its own name as Host, and its origin.
+    rebound = _ask(served, face, {**_auth(), "Host": f"rebind.example:{port}",
+                                  "Origin": f"http://rebind.example:{port}"})
+    assert rebound.status_code == 421, rebound.text
+    assert "not served here" in rebound.json()["detail"]
+    assert _ask(served, face, {**_auth(), "Host": "attacker.example"}).status_code == 421
+    # Loopback Host, foreign Origin (a page elsewhere calling 127.0.0.1 with CORS's help): 403.
+    foreign = _ask(served, face, {**_auth(), "Origin": "http://evil.example"})
+    assert foreign.status_code == 403 and "--cors-origin" in foreign.json()["detail"]
+    # No CORS by default: a preflight from another origin gets no allowance.
+    preflight = httpx.options(f"{served.url}/search", headers={
+        "Origin": "http://app.example:3000", "Access-Control-Request-Method": "POST"}, timeout=30)
+    assert preflight.status_code == 403
+    assert "access-control-allow-origin" not in preflight.headers
+    door.said += [rebound.text, foreign.text]
+
+
+def test_cors_is_per_origin_when_asked_for(door):
+    served = _serve(door, ["api", "--mode", "bm25", "--cors-origin", "http://app.example:3000",
+                           "--allowed-host", "search.internal"], "api-cors")
+    try:
+        preflight = httpx.options(f"{served.url}/search", headers={
+            "Origin": "http://app.example:3000", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"}, timeout=30)
+        assert preflight.status_code == 200, preflight.text
+        assert preflight.headers["access-control-allow-origin"] == "http://app.example:3000"
+        r = served.post("/search", {"query": "dead letter queue", "k": 1},
+                        {**_auth(), "Origin": "http://app.example:3000"})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == \
+            "http://app.example:3000"
+        assert r.json()["hits"][0]["doc_id"].endswith("queue.md")
+        other = served.post("/search", {"query": "x"}, {**_auth(), "Origin": "http://other.example"})
+        assert other.status_code == 403
+        # A name given with --allowed-host is served; others still are not.
+        assert served.post("/search", {"query": "cache", "k": 1},
+                           {**_auth(), "Host": "search.internal:80"}).status_code == 200
+        assert served.post("/search", {"query": "cache"},
+                           {**_auth(), "Host": "search.external"}).status_code == 421
+    finally:
+        stop_process(served.proc, timeout=30)
+
+
+# --- tokens ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("face", ["api", "mcp"])
+def test_the_bearer_scheme_is_read_in_any_case_on_both_faces(face, api, mcp_http):
+    served = api if face == "api" else mcp_http
+    for scheme in ("Bearer", "bearer", "BEARER"):
+        assert _ask(served, face, _auth(scheme=scheme)).status_code == 200, scheme
+    for headers in ({}, _auth("wrong-token-of-enough-length-000000")):
+        refused = _ask(served, face, headers)
+        assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize("command", [["api"], ["mcp", "--transport", "streamable-http"]])
+def test_tokens_that_would_misfire_are_refused_at_start(command, door):
+    name = command[0]
+    for token, host, says in (
+            (" spaced-token-of-plenty-characters-0000 ", "127.0.0.1", "whitespace"),
+            ("short-token", "0.0.0.0", "needs at least 32"),
+            ("", "0.0.0.0", "SITUATE_API_TOKEN is not set")):
+        env = {**door.env, "SITUATE_API_TOKEN": token}
+        refused = subprocess.run([SITUATE, *command, "--collection", "door", "--host", host,
+                                  "--port", str(free_port())], env=env, capture_output=True,
+                                 text=True, timeout=120)
+        lines = refused.stderr.strip().splitlines()
+        assert refused.returncode == 2 and len(lines) == 1, refused.stderr
+        assert lines[0].startswith(f"situate {name}: error: ") and says in lines[0], lines
+        door.said += [refused.stdout, refused.stderr]
+    # A public bind with a strong token still names its hosts.
+    strong = subprocess.run([SITUATE, *command, "--collection", "door", "--host", "0.0.0.0",
+                             "--port", str(free_port())],
+                            env={**door.env, "SITUATE_API_TOKEN": API_TOKEN},
+                            capture_output=True, text=True, timeout=120)
+    assert strong.returncode == 2 and "--allowed-host" in strong.stderr
+    made = subprocess.run([SITUATE, name, "--new-token"], capture_output=True, text=True,
+                          timeout=60)
+    assert made.returncode == 0 and len(made.stdout.strip()) >= 43 and made.stdout.strip() == \
+        made.stdout.strip().split()[0]
+
+
+# --- bodies ------------------------------------------------------------------------------------
+
+def _tree_rss(pid: int) -> int:
+    proc = psutil.Process(pid)
+    return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)])
+
+
+def _big_post(url: str, chunked: bool, total: int, headers: bytes = b"") -> tuple[bytes, int]:
+    """POST `total` bytes of body to /search (or as many as the server takes before it answers);
+    returns the status line and how many body bytes were sent."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    head = (f"POST /search HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            ).encode() + headers
+    head += b"Transfer-Encoding: chunked\r\n\r\n" if chunked else \
+        f"Content-Length: {total}\r\n\r\n".encode()
+    sock.sendall(head)
+    sock.setblocking(False)
+    piece = b"a" * 65536
+    if chunked:
+        piece = b"10000\r\n" + piece + b"\r\n"
+    got, sent, sending = b"", 0, True
+    try:
+        while b"\r\n" not in got:
+            if sending and sent < total:
+                try:
+                    sent += sock.send(piece)
+                except BlockingIOError:
+                    time.sleep(0.001)
+                except OSError:  # the server answered and closed: nothing more is read
+                    sending = False
+            else:
+                time.sleep(0.001)
+            try:
+                got += sock.recv(4096)
+            except BlockingIOError:
+                pass
+    finally:
+        sock.close()
+    return got.split(b"\r\n")[0], sent
+
+
+def test_unauthenticated_big_bodies_are_refused_before_they_are_read(api):
+    """Ten 100 MB bodies at once without a token: each 401 before most of it was sent, and the
+    server's process tree grows by less than 20 MB."""
+    total = 100_000_000
+    before = _tree_rss(api.proc.pid)
+    peak = [before]
+    answers: list[tuple[bytes, int]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _tree_rss(api.proc.pid))
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    threads = [threading.Thread(target=lambda c=chunked: answers.append(
+        _big_post(api.url, c, total))) for chunked in [False] * 5 + [True] * 5]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    stop.set()
+    watcher.join()
+    assert [status for status, _ in answers] == [b"HTTP/1.1 401 Unauthorized"] * 10
+    assert max(sent for _, sent in answers) < total // 4  # answered long before the end
+    assert peak[0] - before < 20 * 2**20, (peak[0] - before) / 2**20
+
+
+def test_bodies_over_the_limit_are_413_with_or_without_a_length(api):
+    auth = f"Authorization: Bearer {API_TOKEN}\r\n".encode()
+    for chunked in (False, True):
+        status, _ = _big_post(api.url, chunked, 1_000_000, auth)
+        assert status == b"HTTP/1.1 413 Request Entity Too Large", status
+    near = api.post("/search", {"query": "retry " * 10_000, "k": 1}, _auth())  # ~60 KB: read
+    assert near.status_code == 200, near.text
+
+
+def test_requests_in_flight_per_client_are_bounded(door):
+    """With --client-limit 2, a third request while two bodies are still arriving is 429."""
+    served = _serve(door, ["api", "--mode", "bm25", "--client-limit", "2"], "api-limit")
+    host, port = served.url.removeprefix("http://").split(":")
+    held = []
+    try:
+        for _ in range(2):  # each holds its place: its body never finishes
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(f"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+                         f"{API_TOKEN}\r\nContent-Length: 100\r\n\r\n{{\"query\"".encode())
+            held.append(sock)
+        time.sleep(0.5)
+        r = served.post("/search", {"query": "cache"}, _auth())
+        assert r.status_code == 429 and r.headers["retry-after"] == "1", r.text
+        for sock in held:
+            sock.close()
+        deadline = time.monotonic() + 30
+        while served.post("/search", {"query": "cache"}, _auth()).status_code == 429:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        for sock in held:
+            sock.close()
+        stop_process(served.proc, timeout=30)
+
+
+# --- one validation ------------------------------------------------------------------------------
+
+BAD_INPUTS = [  # (name, arguments, error kind, what the line says)
+    ("k as bool", {"query": "cache", "k": True}, "input", "k=True is not a number of hits"),
+    ("k as string", {"query": "cache", "k": "5"}, "input", "k='5' is not a number of hits"),
+    ("k as float", {"query": "cache", "k": 5.0}, "input", "k=5.0 is not a number of hits"),
+    ("k zero", {"query": "cache", "k": 0}, "input", "k=0 is not a number of hits"),
+    ("k too big", {"query": "cache", "k": 1001}, "input", "k=1001 is not a number of hits"),
+    ("no query", {"k": 3}, "input", "query is missing"),
+    ("blank query", {"query": "  "}, "input", "empty query"),
+    ("unknown field", {"query": "cache", "top_k": 3}, "input", "unknown field 'top_k'"),
+    ("other collection", {"query": "cache", "collection": "other"}, "collection",
+     "collection 'other' is not served here"),
+    ("unusable mode", {"query": "cache", "mode": "rerank"}, "input",
+     "retrieval mode 'rerank' is not available here"),
+    ("unknown mode", {"query": "cache", "mode": "nope"}, "input", "unknown retrieval mode 'nope'"),
+]
+HTTP_STATUS = {"input": 422, "collection": 404}
+
+
+def _python_face(door: Door, args: dict[str, Any]) -> tuple[str, str]:
+    from situate.api import Retriever
+    from situate.core.errors import SituateError
+
+    with Retriever("door", door.lite, mode="bm25") as retriever:
+        try:
+            retriever.search(**args)
+        except TypeError as e:  # Python's own word for an unknown keyword
+            return "TypeError", str(e)
+        except SituateError as e:
+            return type(e).__name__, str(e)
+    return "ok", ""
+
+
+def test_every_face_refuses_the_same_bad_input_the_same_way(door, api):
+    """The table of bad inputs through Python (Retriever, LangChain, LlamaIndex), HTTP and MCP:
+    the same kind of error on each, one line, saying the same thing."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    from situate.api import Retriever
+    from situate.core.errors import CollectionNotServed, InputError
+    from situate.integrations.langchain import SituateRetriever as LangChain
+    from situate.integrations.llamaindex import SituateRetriever as LlamaIndex
+
+    async def over_mcp() -> dict[str, tuple[bool, str]]:
+        params = StdioServerParameters(command=SITUATE, args=["mcp", "--collection", "door",
+                                                              "--mode", "bm25"], env=door.env)
+        out = {}
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            for name, args, _, _ in BAD_INPUTS:
+                result = await session.call_tool("search", args)
+                out[name] = (result.is_error, result.content[0].text)
+        return out
+
+    mcp_said = asyncio.run(over_mcp())
+    with Retriever("door", door.lite, mode="bm25") as retriever:
+        for name, args, kind, says in BAD_INPUTS:
+            expected = CollectionNotServed if kind == "collection" else InputError
+            # Python, as an app calls it: its own TypeError for a keyword that is not there or
+            # an argument left out, as for any function.
+            if name in ("unknown field", "no query"):
+                with pytest.raises(TypeError, match="top_k|query"):
+                    retriever.search(**args)
+            else:
+                with pytest.raises(expected) as raised:
+                    retriever.search(**args)
+                python_line = str(raised.value)
+                assert says in python_line and "\n" not in python_line, (name, python_line)
+            # HTTP.
+            r = api.post("/search", args, _auth())
+            assert r.status_code == HTTP_STATUS[kind], (name, r.text)
+            detail = r.json()["detail"]
+            assert says in detail and "\n" not in detail, (name, detail)
+            # MCP (stdio): a tool error, the same line.
+            is_error, text = mcp_said[name]
+            assert is_error and says in text and "\n" not in text, (name, text)
+            door.said += [r.text, text]
+            # The framework retrievers, where they take the field.
+            if set(args) <= {"query", "k", "mode"} and "query" in args:
+                lc_args = {k: v for k, v in args.items() if k != "query"}
+                with pytest.raises(expected, match=says.split("'")[0]):
+                    LangChain(collection="door", retriever=retriever,
+                              **{"mode": "bm25", **lc_args}).invoke(args["query"])
+                li = LlamaIndex("door", retriever=retriever, **{"mode": "bm25", **lc_args})
+                with pytest.raises(expected, match=says.split("'")[0]):
+                    li.retrieve(args["query"])
+    # The collection describes only the modes it can run (no Cohere key here).
+    described = httpx.get(f"{api.url}/collection", headers=_auth(), timeout=30).json()
+    assert described["modes"] == ["dense", "bm25", "hybrid"]
+
+
+# --- MCP started elsewhere -----------------------------------------------------------------------
+
+def test_an_mcp_client_starting_the_server_elsewhere_gets_answers(door, tmp_path):
+    """As the README's client configuration does it: the command and an absolute --milvus-uri,
+    started in another directory with none of the SITUATE_* variables. Without a store there,
+    the client's stderr holds one line saying why."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    elsewhere = tmp_path / "agent-home"
+    elsewhere.mkdir()
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("SITUATE_")}
+
+    async def ask(uri: str, errlog: Any) -> Any:
+        params = StdioServerParameters(command=SITUATE, args=["mcp", "--collection", "door",
+                                                              "--milvus-uri", uri],
+                                       env=bare, cwd=str(elsewhere))
+        async with stdio_client(params, errlog=errlog) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            return await session.call_tool("search", {"query": "dead letter queue", "k": 1})
+
+    with open(tmp_path / "stderr-ok", "w") as errlog:
+        found = asyncio.run(ask(door.lite, errlog))
+    assert not found.is_error and found.structured_content["hits"][0]["doc_id"].endswith("queue.md")
+    missing = str(tmp_path / "nowhere" / "milvus.db")
+    with open(tmp_path / "stderr-missing", "w") as errlog, pytest.raises(Exception):  # noqa: B017
+        asyncio.run(asyncio.wait_for(ask(missing, errlog), 120))
+    lines = (tmp_path / "stderr-missing").read_text().strip().splitlines()
+    assert lines == [f"situate mcp: error: collection 'door' not found at {missing} (no Milvus "
+                     "Lite file there): run `situate ingest CORPUS --collection door` first"]
+    assert not (tmp_path / "nowhere").exists()
+
+
+# --- the store let go, and a start that is stopped ---------------------------------------------
+
+def test_a_closed_retriever_lets_another_process_open_the_lite_file(door):
+    from situate.api import Retriever
+
+    other = [sys.executable, "-c", "from pymilvus import MilvusClient; "
+             f"print(MilvusClient({door.lite!r}).has_collection('door'))"]
+    with Retriever("door", door.lite, mode="bm25") as retriever:
+        assert retriever.search("cache", 1)
+        held = subprocess.run(other, capture_output=True, text=True, timeout=120)
+        assert held.returncode != 0 and "Open local milvus failed" in held.stderr
+    opened = subprocess.run(other, capture_output=True, text=True, timeout=120)
+    assert opened.returncode == 0 and opened.stdout.strip() == "True", opened.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_server_stopped_while_starting_says_so_in_its_own_line(sig, door):
+    proc = subprocess.Popen([SITUATE, "api", "--collection", "door", "--port", str(free_port())],
+                            env=door.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (children := psutil.Process(proc.pid).children(recursive=True)):
+        assert proc.poll() is None and time.monotonic() < deadline  # the model starts loading
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    name = signal.Signals(sig).name
+    assert proc.returncode == 128 + sig
+    assert err.strip().splitlines()[-1] == f"situate api: stopped ({name}) while starting, " \
+                                            "before serving"
+    assert "run the same command again" not in err and "Traceback" not in err
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive
+
+
+# --- no secret leaves ----------------------------------------------------------------------------
+
+def test_no_secret_reaches_a_reply_a_log_or_a_file(door, api, mcp_http):
+    """Ordinary requests, bad ones and an outage, on every face, with the password in the Milvus
+    URI, SITUATE_MILVUS_TOKEN, SITUATE_API_TOKEN and a token in a query string; then every byte
+    written is searched for them (runs last: it stops the module's Milvus server)."""
+    query_url = f"/search?token={QUERY_TOKEN}&api_key={QUERY_TOKEN}"
+    for path in (query_url, "/search"):
+        r = api.post(path, {"query": "retry delay", "k": 3}, _auth())
+        assert r.status_code == 200
+        door.said.append(r.text)
+    door.said.append(api.post(query_url, {"query": "x"}).text)  # 401
+    evaluation = door.root / "eval.jsonl"
+    evaluation.write_text(json.dumps({"query": "how long is the retry delay?", "golden_quotes": [
+        {"doc_id": "retry.md", "quote": "The retry delay doubles"}]}) + "\n")
+    ran = subprocess.run([SITUATE, "evaluate", str(evaluation), "--collection", "door", "--json",
+                          str(door.root / "eval.json")], env=door.env, capture_output=True,
+                         text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    door.said += [ran.stdout, ran.stderr]
+    door.server.stop()  # the outage
+    try:
+        for served, kind in ((api, "api"), (mcp_http, "mcp")):
+            down = served.post("/search" if kind == "api" else "/mcp",
+                               {"query": "cache"} if kind == "api" else MCP_INIT,
+                               {**_auth(), **(MCP_HEADERS if kind == "mcp" else {})})
+            door.said.append(down.text)
+        down = api.post("/search", {"query": "cache"}, _auth())
+        assert down.status_code == 503 and "***@" in down.json()["detail"]
+        collection = httpx.get(f"{api.url}/collection", headers=_auth(), timeout=60)
+        assert collection.status_code == 503
+        door.said.append(collection.text)
+        for command in (["search", "cache"], ["evaluate", str(evaluation)], ["api"], ["mcp"]):
+            failed = subprocess.run([SITUATE, *command, "--collection", "door", "--port",
+                                     str(free_port())] if command[0] in ("api", "mcp") else
+                                    [SITUATE, *command, "--collection", "door"],
+                                    env=door.env, capture_output=True, text=True, timeout=600,
+                                    stdin=subprocess.DEVNULL)
+            assert failed.returncode == 2, failed.stderr
+            said = [line for line in failed.stderr.strip().splitlines()
+                    if "Stopping temporary server" not in line]  # Prefect's own last line
+            assert said[-1].startswith(f"situate {command[0]}: error: ") and \
+                "did not answer" in said[-1], failed.stderr
+            door.said += [failed.stdout, failed.stderr]
+    finally:
+        door.server.start()
+    for served in (api, mcp_http):
+        stop_process(served.proc, timeout=30)
+    written = [*door.written, door.server.log,
+               *[p for p in door.root.rglob("*") if p.is_file() and "served" not in p.parts
+                 and p.suffix != ".db"]]
+    prefect_home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect"))
+    written += [p for p in prefect_home.glob("prefect.db*") if p.is_file()]
+    assert len(door.said) > 40 and written
+    for secret in SECRETS:
+        for text in door.said:
+            assert secret not in text
+        for path in written:
+            assert secret.encode() not in path.read_bytes(), (secret, path)
