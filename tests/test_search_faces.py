@@ -1,10 +1,11 @@
-"""Every face of situate's search ranks as `situate evaluate` measured (issue 34).
+"""Every face of situate's search ranks as `situate evaluate` measured.
 
-One collection for the module: the codebase benchmark (737 chunks, structural contexts, MiniLM)
-ingested once into a `milvus-lite server`, so that the servers' processes and this one share it.
-`situate evaluate` runs over its 248 queries in dense, BM25 and hybrid, and the hits it ranked
-each query by are recorded as it goes (the flow's own per-query golden ranks are checked to come
-from them). Then every query of every mode goes through each face: `Retriever`, `situate api`
+One collection for the module: the codebase benchmark (737 chunks) ingested once by `situate
+ingest` with the default settings (structural contexts, MiniLM) into a `milvus-lite server`, so
+that the servers' processes and this one share it. `situate evaluate`, in a process of its own,
+runs its 248 queries in dense, BM25 and hybrid and writes the hits it ranked each query by into
+its JSON (the golden ranks it measured are checked to come from them).
+Then every query of every mode goes through each face: `Retriever`, `situate api`
 over HTTP (httpx), `situate mcp` over stdio (the SDK's own client), the LangChain retriever's
 `invoke` and the LlamaIndex retriever's `retrieve`; each query's hit ids, in order, must equal
 evaluate's. The same servers then answer bad input (4xx, tool errors, InputError), refuse a
@@ -54,52 +55,42 @@ class Codebase:
 
 
 @pytest.fixture(scope="module")
-def codebase(prefect_harness, tmp_path_factory) -> Iterator[Codebase]:
-    """The codebase ingested into a `milvus-lite server`, and `situate evaluate`'s hits."""
-    from situate.api.retriever import Retriever
-    from situate.core.settings import get_settings
+def codebase(tmp_path_factory) -> Iterator[Codebase]:
+    """The codebase ingested by `situate ingest` with the default settings into a
+    `milvus-lite server`, as a user's collection is made, and the hits `situate evaluate`, run in
+    a process of its own, ranked each query by (its JSON's `per_query[].hits`)."""
     from situate.tasks.retrieval.metrics import golden_ranks, load_eval_set
-    from tests.helpers import evaluate, ingest
 
     root = tmp_path_factory.mktemp("faces")
     server = MilvusServer(root / "milvus")
     uri = server.start()
     env = {"SITUATE_MILVUS_URI": uri, "SITUATE_CACHE_DIR": str(root / "cache"),
            "SITUATE_RESULTS_DIR": str(root / "results")}
+    user = {**{k: v for k, v in os.environ.items()
+               if k not in ("ANTHROPIC_API_KEY", "COHERE_API_KEY", "SITUATE_API_TOKEN")}, **env}
     try:
-        with pytest.MonkeyPatch.context() as mp:
-            for key, value in env.items():
-                mp.setenv(key, value)
-            mp.delenv("ANTHROPIC_API_KEY", raising=False)
-            mp.delenv("COHERE_API_KEY", raising=False)
-            get_settings.cache_clear()
-            ingest(corpus=str(CODEBASE / "codebase_chunks.json"), collection="codebase",
-                   context="structural", embedder="minilm")
-            evaluated: dict[str, list[list[str]]] = {m: [] for m in MODES}
-            search = Retriever.search
-
-            def recording(self: Retriever, query: str, k: int = 10, mode: str | None = None):
-                hits = search(self, query, k, mode)
-                evaluated[mode or self.mode].append([h.id for h in hits])
-                return hits
-
-            mp.setattr(Retriever, "search", recording)
-            result = evaluate(eval_set=str(CODEBASE / "evaluation_set.jsonl"),
-                              collection="codebase", modes=",".join(MODES)).only()
-        get_settings.cache_clear()
+        for command in (["ingest", str(CODEBASE / "codebase_chunks.json")],
+                        ["evaluate", str(CODEBASE / "evaluation_set.jsonl"), "--json",
+                         str(root / "evaluate.json")]):
+            ran = subprocess.run([SITUATE, *command, "--collection", "codebase"], env=user,
+                                 capture_output=True, text=True, timeout=1200)
+            assert ran.returncode == 0, ran.stderr
+        result = json.loads((root / "evaluate.json").read_text())
+        assert set(result["pass_at_k"]) == set(MODES)
+        evaluated = {m: [q["hits"][m] for q in result["per_query"]] for m in MODES}
         queries = load_eval_set(CODEBASE / "evaluation_set.jsonl")
         assert len(queries) == 248 and all(len(evaluated[m]) == 248 for m in MODES)
         # What was recorded is what evaluate measured: its golden ranks come from these hits.
         texts = _texts(uri)
         for mode in MODES:
-            for q, ids, measured in zip(queries, evaluated[mode], result.per_query, strict=True):
+            for q, ids, measured in zip(queries, evaluated[mode], result["per_query"],
+                                        strict=True):
                 assert 0 < len(ids) <= K  # BM25 returns only chunks sharing a term
-                assert golden_ranks(q.golden, [texts[i] for i in ids]) == measured.ranks[mode]
+                assert golden_ranks(q.golden, [texts[i] for i in ids]) == measured["ranks"][mode]
         yield Codebase(uri, [q.query for q in queries], evaluated, server,
-                       {**os.environ, **env, "SITUATE_API_TOKEN": TOKEN})
+                       {**user, "SITUATE_API_TOKEN": TOKEN})
     finally:
         server.stop()
-        get_settings.cache_clear()
 
 
 def _texts(uri: str) -> dict[str, tuple[str, str]]:
@@ -285,7 +276,7 @@ def test_bad_input_is_one_clear_answer_on_every_face(codebase, api):
             ({"query": "x", "k": 0}, 422, "give a whole number from 1 to 1000"),
             ({"query": "x", "k": 1001}, 422, "give a whole number from 1 to 1000"),
             ({"query": "x", "mode": "nope"}, 422, "unknown retrieval mode 'nope'"),
-            ({"query": "x", "k": "many"}, 422, "k: Input should be a valid integer"),
+            ({"query": "x", "k": "many"}, 422, "k='many' is not a number of hits"),
             ({"k": 5}, 422, "query is missing"),
             ({"query": "x", "collection": "other"}, 404, "collection 'other' is not served")):
         r = api.post(body)
@@ -336,8 +327,9 @@ def test_a_token_is_needed_and_loopback_is_the_default(codebase, api, tmp_path):
         assert refused.returncode == 2
         assert refused.stderr.strip().splitlines() == [
             f"situate {command[0]}: error: --host 0.0.0.0 is not a loopback address and "
-            "SITUATE_API_TOKEN is not set: set it (clients then send Authorization: Bearer "
-            f"TOKEN), or run `situate {command[0]}` on 127.0.0.1"]
+            f"SITUATE_API_TOKEN is not set: set it (`situate {command[0]} --new-token` makes "
+            "one; clients then send Authorization: Bearer <SITUATE_API_TOKEN>), or run "
+            f"`situate {command[0]}` on 127.0.0.1"]
 
 
 def test_mcp_over_streamable_http_needs_the_token_and_ranks_the_same(codebase):
@@ -348,11 +340,13 @@ def test_mcp_over_streamable_http_needs_the_token_and_ranks_the_same(codebase):
     from mcp.client.streamable_http import streamable_http_client
 
     from situate.api import Retriever
-    from situate.api.mcp import BearerAuth, create_server
+    from situate.api.guard import Guard, Policy
+    from situate.api.mcp import create_server
 
     port = free_port()
     with Retriever("codebase", codebase.uri) as retriever:
-        app = BearerAuth(create_server(retriever).streamable_http_app(host="127.0.0.1"), TOKEN)
+        app = Guard(create_server(retriever).streamable_http_app(host="127.0.0.1"),
+                    Policy(token=TOKEN))
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
