@@ -8,7 +8,8 @@ In order, for each HTTP request:
    are refused before they can read the collection.
 2. **Origin**: a browser's request from another origin is 403, unless that origin was given to
    `--cors-origin` (SITUATE_CORS_ORIGINS), which also answers its preflight (Starlette's
-   CORSMiddleware). An origin on an allowed host (the server's own /docs page) passes.
+   CORSMiddleware). The server's own origin (its /docs page: the origin's host is the `Host`)
+   passes.
 3. **Concurrency**: at most `client_limit` requests in flight per client address (429 past it)
    and `total_limit` in all (503), each with `Retry-After`.
 4. **Token**: with SITUATE_API_TOKEN, `Authorization: Bearer TOKEN` (scheme in any case, RFC
@@ -89,14 +90,15 @@ class Policy:
         return (is_loopback_name(name) or "*" in self.allowed_hosts
                 or name in (host_name(h) for h in self.allowed_hosts))
 
-    def origin_allowed(self, origin: str) -> bool:
-        """A browser origin ("scheme://host[:port]") that may call: one CORS allows, or one on
-        an allowed host (the server's own pages)."""
+    def origin_allowed(self, origin: str, host: str) -> bool:
+        """A browser origin ("scheme://host[:port]") that may call: one CORS allows, or the
+        server's own (its pages, /docs: the origin's host is the request's `Host`)."""
         origin = origin.strip().rstrip("/").lower()
         if origin in (o.rstrip("/").lower() for o in self.cors_origins):
             return True
         scheme, sep, authority = origin.partition("://")
-        return bool(sep) and scheme in ("http", "https") and self.host_allowed(authority)
+        return (bool(sep) and scheme in ("http", "https")
+                and host_name(authority) == host_name(host) != "")
 
     def authorized(self, header: bytes) -> bool:
         if not self.token:
@@ -155,7 +157,7 @@ class Guard:
                                      "--allowed-host NAME")
             return
         origin = headers.get(b"origin", b"").decode("latin-1")
-        if origin and not policy.origin_allowed(origin):
+        if origin and not policy.origin_allowed(origin, host):
             await _refuse(send, 403, "requests from another origin are refused: start the "
                                      "server with --cors-origin ORIGIN to let that page call it")
             return
