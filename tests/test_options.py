@@ -1,6 +1,6 @@
 """The options models are the one source of every command's flags, help, flow parameters and the
-configuration table of the docs (docs/reference/configuration.md): a field missing from any of them, or a provider missing from the
-help's choices, fails here."""
+configuration table of the docs (docs/reference/configuration.md): a field missing from any of
+them, or a provider missing from the help's choices, fails here."""
 
 from __future__ import annotations
 

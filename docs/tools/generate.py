@@ -214,7 +214,8 @@ def mcp_page() -> str:
            "one line saying what to do. How to connect a client: "
            "[Serving a collection to an app](../tutorials/serving.md#mcp).", ""]
     for tool in tools:
-        hints = tool.annotations.model_dump(exclude_none=True) if tool.annotations else {}
+        hints = (tool.annotations.model_dump(exclude_none=True, by_alias=True)
+                 if tool.annotations else {})
         out += [f"## {tool.name}", "", _cell(tool.description or ""), ""]
         if hints:
             out += ["Annotations: " + ", ".join(f"`{k}` {json.dumps(v)}" for k, v in
