@@ -61,6 +61,19 @@ def test_the_readme_is_a_front_page():
     assert "make docs-serve" in readme
 
 
+def test_the_readmes_headline_is_the_latest_measurement():
+    """The README's figures are the codebase benchmark's latest result file's (the benchmarks
+    page is generated from it)."""
+    import json
+
+    latest = json.loads((ROOT / "benchmarks" / "results" / "synth.json").read_text())
+    hybrid = latest["labelled"]["pass_at_k"]["hybrid"]
+    head = (ROOT / "README.md").read_text().split("## Set up")[0]
+    assert f"**{hybrid['10']:.2f}%**" in head
+    assert f"{hybrid['5']:.2f} at 5, {hybrid['20']:.2f} at 20" in head
+    assert latest["started"].split()[0] in (ROOT / "README.md").read_text()
+
+
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     """Where the blocks run: a copy of data/sample, the package's environment as `.venv`, and
