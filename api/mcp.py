@@ -102,7 +102,7 @@ class BearerAuth:
 
 def serve(collection: str, uri: str, *, transport: str = "stdio", host: str = "127.0.0.1",
           port: int = 8000, mode: str = "hybrid", fusion: str | None = None,
-          reranker: str | None = None, token: str = "") -> str | None:
+          reranker: str | None = None, token: str = "", workers: int = 1) -> str | None:
     """`situate mcp`: open the retriever (warm), then serve MCP over `transport` until the client
     goes (stdio) or the server is stopped (streamable-http: returns the signal's name)."""
     from situate.api.http import configure_logging
@@ -118,7 +118,7 @@ def serve(collection: str, uri: str, *, transport: str = "stdio", host: str = "1
     configure_logging()  # on stderr: stdout is the protocol's, over stdio
     try:
         retriever = Retriever(collection, uri, mode=mode, fusion=fusion, reranker=reranker,
-                              retry_attempts=SERVING_ATTEMPTS)
+                              retry_attempts=SERVING_ATTEMPTS, workers=workers)
     except BaseException:
         if sock is not None:
             sock.close()

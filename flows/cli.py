@@ -242,7 +242,8 @@ def cmd_api(options: ApiOptions) -> int:
 
     _said_stopped("api", serve(options.collection, options.milvus_uri, host=options.host,
                                port=options.port, mode=options.mode, fusion=options.fusion,
-                               reranker=options.reranker, token=_api_token()))
+                               reranker=options.reranker, token=_api_token(),
+                               workers=options.workers))
     return 0
 
 
@@ -252,7 +253,8 @@ def cmd_mcp(options: McpOptions) -> int:
     _said_stopped("mcp", serve(options.collection, options.milvus_uri,
                                transport=options.transport, host=options.host, port=options.port,
                                mode=options.mode, fusion=options.fusion,
-                               reranker=options.reranker, token=_api_token()))
+                               reranker=options.reranker, token=_api_token(),
+                               workers=options.workers))
     return 0
 
 
