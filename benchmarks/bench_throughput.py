@@ -70,6 +70,12 @@ def cpu_seconds(p: psutil.Process) -> float:
         return 0.0
 
 
+def machine_busy() -> float:
+    """CPU seconds the whole machine has spent on anything but idling, since boot."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
 def percentile(ordered: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)] if ordered else float("nan")
 
@@ -152,9 +158,15 @@ def run_cell(server: Server, milvus: psutil.Process, queries: list[str], mode: s
     latencies: list[float] = []
     errors: list[str] = []
     lock = threading.Lock()
-    go = threading.Barrier(clients + 1)
+    start_at = [0.0]
     stop_at = [0.0]
     last = [0.0]
+
+    def clock() -> None:  # run by one thread as the barrier opens, before any client goes on
+        start_at[0] = time.perf_counter()
+        stop_at[0] = start_at[0] + seconds
+
+    go = threading.Barrier(clients + 1, action=clock)
 
     def client(i: int) -> None:
         with httpx.Client(base_url=server.url, timeout=900) as c:
@@ -185,13 +197,14 @@ def run_cell(server: Server, milvus: psutil.Process, queries: list[str], mode: s
     procs = {**server.processes(), "milvus": [milvus], "bench_clients": [psutil.Process()]}
     load_before = load()
     cpu_before = {k: sum(cpu_seconds(p) for p in ps) for k, ps in procs.items()}
+    busy_before = machine_busy()
     go.wait()
-    start = time.perf_counter()
-    stop_at[0] = start + seconds
     for t in threads:
         t.join()
-    elapsed = max(last[0], stop_at[0]) - start
+    elapsed = max(last[0], stop_at[0]) - start_at[0]
     cpu = {k: sum(cpu_seconds(p) for p in ps) - cpu_before[k] for k, ps in procs.items()}
+    busy = machine_busy() - busy_before
+    cores = (os.cpu_count() or 1) * elapsed
     n = len(latencies)
     ordered = sorted(latencies)
     return {
@@ -203,7 +216,9 @@ def run_cell(server: Server, milvus: psutil.Process, queries: list[str], mode: s
         "load_before": load_before, "load_after": load(),
         "cpu_ms_per_query": {k: round(1000 * v / max(n, 1), 2) for k, v in cpu.items()},
         "model_processes": len(procs["model"]),
-        "cpu_share_of_2_cores": round(sum(cpu.values()) / elapsed / (os.cpu_count() or 1), 3),
+        "cpu_share_of_the_cores": round(sum(cpu.values()) / cores, 3),
+        # everything else this machine ran meanwhile (other users' work), as a share of the cores
+        "others_share_of_the_cores": round(max(0.0, busy - sum(cpu.values())) / cores, 3),
     }
 
 
@@ -261,7 +276,8 @@ def bench_target(spec: str, variants: list[Variant], args: argparse.Namespace,
                           f"p50 {cell['p50_ms']:8.1f} p95 {cell['p95_ms']:8.1f} ms, "
                           f"{cell['errors']} errors; cpu ms/query "
                           + ", ".join(f"{k} {v}" for k, v in cpu.items())
-                          + f"; load {cell['load_before'][0]}->{cell['load_after'][0]}", flush=True)
+                          + f"; others {cell['others_share_of_the_cores']:.0%} of the cores, load "
+                          f"{cell['load_before'][0]}->{cell['load_after'][0]}", flush=True)
     finally:
         for s in servers:
             s.client.close()
