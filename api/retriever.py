@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from situate.core.errors import (
     StoreError,
 )
 from situate.core.records import Hit
-from situate.core.settings import get_settings
+from situate.core.settings import MAX_WORKERS, get_settings
 from situate.core.uri import is_missing_lite_file
 from situate.storage.milvus import MilvusStore
 from situate.storage.rows import validate_collection_name
@@ -48,6 +49,9 @@ if TYPE_CHECKING:
 # The query of the searches that warm a retriever (`prepare`): the model's load and first call,
 # and the store's first search of each kind, are paid when it opens, not by a user's query.
 WARM_UP_QUERY = "warm up"
+# Threads that run the second leg of hybrid searches (each search runs its other leg itself): a
+# server answers at most this many hybrid searches with both legs at once; more wait their turn.
+LEG_THREADS = 16
 
 
 @dataclass(frozen=True)
@@ -81,16 +85,22 @@ class Retriever:
     Against a Milvus server that is down, each call is tried `retry_attempts` times (default 8,
     about 30 s in all) before a `StoreUnreachable`; the servers ask for fewer, so that a request
     is answered 503 at once. The token is SITUATE_MILVUS_TOKEN unless `token` is given.
+
+    Queries that threads search at the same time are embedded together, each to the vector it
+    gets alone, by `workers` processes of a local model (default 1; each uses one core), and a
+    hybrid search runs its two legs at the same time: concurrent queries share the model and the
+    cores instead of queueing for them.
     """
 
     def __init__(self, collection: str, uri: str | None = None, *, mode: str = "hybrid",
                  fusion: str | None = None, reranker: str | Reranker | None = None,
                  embedder: str | None = None, token: str | None = None,
-                 retry_attempts: int | None = None) -> None:
+                 retry_attempts: int | None = None, workers: int = 1) -> None:
         settings = get_settings()
         uri = uri or settings.milvus_uri
         _check_name(collection)
         _check_mode(mode)
+        check_workers(workers)
         if is_missing_lite_file(uri):  # opening it would create it
             raise CollectionNotFound(collection, uri, " (no Milvus Lite file there)")
         store = MilvusStore(uri, settings.milvus_token.get_secret_value() if token is None
@@ -99,9 +109,10 @@ class Retriever:
         try:
             store.require(collection)
             self._setup(store, collection, embedders, owns=True, mode=mode, fusion=fusion,
-                        reranker=reranker, embedder=embedder)
+                        reranker=reranker, embedder=embedder, workers=workers)
             self.prepare(mode)
         except BaseException:
+            self._stop_legs()
             embedders.release(kill=True)  # a model still loading is not waited for
             store.close()
             raise
@@ -116,16 +127,18 @@ class Retriever:
         store.require(collection)
         self = cls.__new__(cls)
         self._setup(store, collection, embedders, owns=False, mode=mode, fusion=fusion,
-                    reranker=reranker, embedder=embedder)
+                    reranker=reranker, embedder=embedder, workers=1)
         return self
 
     def _setup(self, store: ChunkStore, collection: str, embedders: Embedders, *, owns: bool,
                mode: str, fusion: str | None, reranker: str | Reranker | None,
-               embedder: str | None) -> None:
+               embedder: str | None, workers: int) -> None:
         _check_mode(mode)
         settings = get_settings()
         self.collection = collection
         self.mode = mode
+        self.workers = workers
+        self._legs = ThreadPoolExecutor(LEG_THREADS, thread_name_prefix="situate-leg")
         self.fusion = check_fusion(fusion or settings.fusion)
         self._store = store
         self._embedders = embedders
@@ -133,6 +146,7 @@ class Retriever:
         self._lock = threading.Lock()
         self._closed = False
         self._warm: set[str] = set()  # modes searched once already (`prepare`)
+        self._lanes_warm = False
         self._encoder: Embedder | None = None
         self._reranker = reranker if isinstance(reranker, Reranker) else None
         self._reranker_spec = reranker if isinstance(reranker, str) else settings.reranker
@@ -156,12 +170,18 @@ class Retriever:
                 if leg in self._warm:
                     continue
                 self._warm.add(leg)
-            answer(self._store, self.collection, WARM_UP_QUERY, leg, 1, encoder, None, self.fusion)
+                lanes = encoder is not None and not self._lanes_warm
+                self._lanes_warm = self._lanes_warm or lanes
+            if lanes and encoder is not None:
+                encoder.warm_lanes(WARM_UP_QUERY)  # every model process, not only the first
+            answer(self._store, self.collection, WARM_UP_QUERY, leg, 1, encoder, None, self.fusion,
+                   self._legs)
 
     def _embedder_loaded(self) -> Embedder:
         with self._lock:
             if self._encoder is None:
                 self._encoder = self._embedders.get(self.embedder)
+                self._encoder.use_lanes(self.workers)
             return self._encoder
 
     def _reranker_loaded(self) -> Reranker:
@@ -205,7 +225,7 @@ class Retriever:
         encoder = self._embedder_loaded() if mode != "bm25" else None
         reranker = self._reranker_loaded() if mode == "rerank" else None
         return answer(self._store, self.collection, text, mode, request.k, encoder, reranker,
-                      self.fusion)
+                      self.fusion, self._legs)
 
     def describe(self) -> CollectionDescription:
         """The collection served: rows, embedder, contexts, when it was last ingested."""
@@ -234,9 +254,15 @@ class Retriever:
         if getattr(self, "_closed", True):
             return
         self._closed = True
+        self._stop_legs()
         if self._owns:
             self._embedders.release()
             self._store.close()
+
+    def _stop_legs(self) -> None:
+        legs = getattr(self, "_legs", None)
+        if legs is not None:
+            legs.shutdown(wait=False)
 
     def __enter__(self) -> Retriever:
         return self
@@ -267,6 +293,14 @@ def embedder_of(collection: str, uri: str, stored: str, wanted: str | None) -> s
             raise InputError(f"collection {collection!r} at {uri} was embedded with {stored}, not "
                              f"{wanted}: leave the embedder out or name the same one")
     return stored or wanted or ""
+
+
+def check_workers(workers: object) -> int:
+    """A number of model processes: a whole number from 1 to MAX_WORKERS, else one InputError."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        raise InputError(f"workers={workers!r} is not a number of model processes: give a whole "
+                         f"number from 1 to {MAX_WORKERS}")
+    return workers
 
 
 def _check_mode(mode: object) -> str:

@@ -19,6 +19,9 @@ from situate.core.errors import InputError
 from situate.core.secrets import has_key, remember
 from situate.core.uri import credentials
 
+# Most processes of a local model that embed a server's queries (`situate api --workers`).
+MAX_WORKERS = 32
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SITUATE_", env_file=".env", extra="ignore")
@@ -51,6 +54,9 @@ class Settings(BaseSettings):
     reranker: str = Field("cohere", description="reranker of the rerank mode: cohere[:model] (needs "
                           "COHERE_API_KEY) or st:NAME_OR_PATH (a local sentence-transformers "
                           "CrossEncoder)")
+    workers: int = Field(1, ge=1, le=MAX_WORKERS, description="processes of a local embedder "
+                         "that embed the queries of `situate api` and `situate mcp` (each uses "
+                         "one core; concurrent queries are embedded together in each)")
     fusion: str = Field("cdbsf", description="how hybrid search fuses dense and BM25: cdbsf "
                         "(per-query standardised scores, each leg weighted by how far its best "
                         "stands out) | dbsf (the same, unweighted) | rrf (reciprocal ranks, k=60)")

@@ -256,7 +256,8 @@ def cmd_api(options: ApiOptions) -> int:
 
     _said_stopped("api", serve(options.collection, options.milvus_uri, host=options.host,
                                port=options.port, mode=options.mode, fusion=options.fusion,
-                               reranker=options.reranker, policy=options.policy(_api_token())))
+                               reranker=options.reranker, workers=options.workers,
+                               policy=options.policy(_api_token())))
     return 0
 
 
@@ -266,7 +267,8 @@ def cmd_mcp(options: McpOptions) -> int:
     _said_stopped("mcp", serve(options.collection, options.milvus_uri,
                                transport=options.transport, host=options.host, port=options.port,
                                mode=options.mode, fusion=options.fusion,
-                               reranker=options.reranker, policy=options.policy(_api_token())))
+                               reranker=options.reranker, workers=options.workers,
+                               policy=options.policy(_api_token())))
     return 0
 
 

@@ -29,7 +29,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from situate.core.errors import InputError, SituateError, StoreError
-from situate.core.settings import Settings, get_settings
+from situate.core.settings import MAX_WORKERS, Settings, get_settings
 from situate.core.uri import credentials, is_lite, shown, uri_problem
 
 DEFAULT_KS = (5, 10, 20)
@@ -394,6 +394,9 @@ class _ServingOptions(Options):
     fusion: Annotated[str, Flag(("--fusion",), choices=_fusion_names, strict=True),
                       FromSetting("fusion")] = from_settings(description="how hybrid search fuses "
                                                                        "dense and BM25")
+    workers: Annotated[int, Flag(("--workers",), metavar="N"), FromSetting("workers")] = \
+        from_settings(ge=1, le=MAX_WORKERS, description="processes of a local embedder that "
+                      "embed queries, each on one core (concurrent queries are embedded together)")
     allowed_hosts: Annotated[list[str], Flag(("--allowed-host",), metavar="NAMES"),
                              FromSetting("allowed_hosts")] = from_settings(
         description="names clients call the server by, beyond loopback ones (comma-separated; * "

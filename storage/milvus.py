@@ -371,14 +371,19 @@ class MilvusStore(Connection):
                    query_vector: Sequence[float] | None, ids: Sequence[str]) -> dict[str, float]:
         """One retriever's own scores of `ids` (a search restricted to them): their cosine, or
         their BM25 under the collection's statistics, 0 for a chunk sharing no term with the
-        query (Milvus returns only chunks that score)."""
+        query (Milvus returns only chunks that score).
+
+        Only the id comes back with each score: Milvus Lite reads `output_fields=[]` as every
+        field, and sent each scored row whole (text, both vectors) for the score alone: on the
+        codebase collection, scoring 100 rows cost 8.6 ms of CPU in the server and 3.7 ms here
+        that way, 4.8 and 1.3 ms with the id (BENCHMARKS.md, issue 42)."""
         if not ids:
             return {}
         data, field, metric = self._leg(leg, query_text, query_vector)
         res = self._call(f"{leg} scores in {collection!r}", self._loaded(
             collection, lambda: self.client.search(
                 collection, data=data, anns_field=field, limit=len(ids),
-                filter=f"id in {json.dumps(list(ids))}", output_fields=[],
+                filter=f"id in {json.dumps(list(ids))}", output_fields=["id"],
                 search_params=self._search_params(metric, len(ids)))))
         scores = dict.fromkeys(ids, 0.0) if leg == "bm25" else {}
         scores.update((_hit_id(h), _hit_score(h, leg)) for h in (res[0] if res else []))

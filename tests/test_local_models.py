@@ -110,3 +110,27 @@ def test_daemonic_process_embeds_in_process():
     pid, computed_by = queue.get(timeout=120)
     p.join(timeout=30)
     assert computed_by == float(pid)
+
+
+def test_queries_from_many_threads_are_shared_by_the_query_processes(local_specs, embedders):
+    """`use_lanes(2)`: two processes of the model embed queries; each caller gets its own vector
+    whichever embedded it; releasing the pool stops both."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    emb = embedders.get("pid")
+    emb.use_lanes(2)
+    emb.use_lanes(1)  # at least: never fewer
+    assert emb.lanes == 2
+    emb.warm_lanes("warm")
+    lanes = [p for lane in emb._lanes for p in lane._pool._processes.values()]
+    managers = [lane._pool._executor_manager_thread for lane in emb._lanes]
+    texts = ["x" * n for n in range(1, 200)]
+    with ThreadPoolExecutor(12) as pool:
+        vectors = list(pool.map(lambda t: emb.embed_queries([t])[0], texts))
+    assert [v[1] for v in vectors] == [-float(len(t)) for t in texts]
+    assert {v[0] for v in vectors} <= {float(p.pid) for p in lanes}
+    embedders.release()
+    for manager in managers:  # it reaps its worker (see the first test of this file)
+        manager.join(timeout=30)
+        assert not manager.is_alive()
+    assert [p.exitcode for p in lanes] == [0, 0]

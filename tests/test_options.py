@@ -104,3 +104,45 @@ def test_fields_left_empty_are_filled_from_the_settings_once(monkeypatch):
                                 "embedder": "hash", "chunk_overlap": 7}
     finally:
         get_settings.cache_clear()
+
+
+def test_workers_is_a_number_of_model_processes_said_in_one_line(monkeypatch):
+    from situate.api.retriever import Retriever
+    from situate.core.errors import InputError
+    from situate.core.settings import get_settings
+    from situate.flows.options import ApiOptions, McpOptions
+
+    assert ApiOptions.build(collection="c", workers=3).workers == 3
+    for value, said in ((0, "greater than or equal to 1"), (33, "less than or equal to 32"),
+                        ("two", "a valid integer")):
+        for options in (ApiOptions, McpOptions):
+            with pytest.raises(InputError, match=rf"^--workers {value!r}: Input should be {said}"):
+                options.build(collection="c", workers=value)
+    for value in (0, 33, "2", True):
+        with pytest.raises(InputError, match=r"^workers=.* give a whole number from 1 to 32$"):
+            Retriever("c", "data/nowhere.db", workers=value)
+    monkeypatch.setenv("SITUATE_WORKERS", "4")
+    get_settings.cache_clear()
+    try:
+        assert ApiOptions.build(collection="c").workers == 4
+        monkeypatch.setenv("SITUATE_WORKERS", "many")
+        get_settings.cache_clear()
+        with pytest.raises(InputError, match=r"^SITUATE_WORKERS 'many': Input should be a valid "
+                                             r"integer.*; fix or unset it"):
+            ApiOptions.build(collection="c")
+    finally:
+        get_settings.cache_clear()
+
+
+def test_a_bad_workers_flag_is_one_line_and_exit_2():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    situate = str(Path(sys.executable).with_name("situate"))
+    for command in ("api", "mcp"):
+        done = subprocess.run([situate, command, "--collection", "c", "--workers", "0"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2
+        assert done.stderr.strip().splitlines() == [
+            f"situate {command}: error: --workers 0: Input should be greater than or equal to 1"]

@@ -60,3 +60,75 @@ def test_a_bm25_retriever_loads_no_model(embedders):
     retriever.prepare()
     assert retriever.search("alpha", 5) == []
     assert embedders._loaded == {}
+
+
+class _LegStore(_EmptyStore):
+    """A store whose two legs rank the same ten chunks differently, and whose calls of one kind
+    (the legs' searches, then their scores) can be made to wait for each other: they pass the
+    barrier only if both are made at the same time."""
+
+    def __init__(self, barrier=None):
+        self.barrier = barrier
+        self.calls: list[tuple[str, str]] = []
+
+    def _meet(self):
+        if self.barrier is not None:
+            self.barrier.wait()
+
+    def _hit(self, i, score):
+        from situate.core.records import Hit
+
+        return Hit(id=f"c{i}", doc_id=f"d{i % 3}", index=i, text=f"text {i}", context="",
+                   score=score)
+
+    def search(self, collection, leg, query, vector, limit):
+        self.calls.append(("search", leg))
+        self._meet()
+        if leg == "dense":
+            return [self._hit(i, 1.0 - i / 20) for i in range(0, 8)][:limit]
+        return [self._hit(i, 9.0 - i / 3) for i in range(9, 3, -1)][:limit]
+
+    def leg_scores(self, collection, leg, query, vector, ids):
+        self.calls.append(("leg_scores", leg))
+        self._meet()
+        return {i: (0.5 if leg == "dense" else 0.0) + int(i[1:]) / 100 for i in ids}
+
+
+@pytest.mark.parametrize("fusion", ["cdbsf", "dbsf", "rrf"])
+def test_hybrid_runs_its_legs_at_the_same_time_and_ranks_the_same(fusion):
+    """Both legs' searches, then both legs' scores, are made at once (a barrier of two lets
+    neither pass alone); hits, order and fused scores are those of the legs one after another."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from situate.tasks.retrieval.search import hybrid
+
+    alone = hybrid(_LegStore(), "c", "q", [0.1], 10, fusion)
+    store = _LegStore(threading.Barrier(2, timeout=60))
+    with ThreadPoolExecutor(2) as pool:
+        together = hybrid(store, "c", "q", [0.1], 10, fusion, pool)
+    assert together == alone and len(alone) == 10
+    kinds = ["search", "search"] + (["leg_scores", "leg_scores"] if fusion != "rrf" else [])
+    assert [kind for kind, _ in store.calls] == kinds
+
+
+def test_a_failing_leg_is_raised_once_the_other_is_done():
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from situate.core.errors import StoreError
+    from situate.tasks.retrieval.search import hybrid
+
+    finished = threading.Event()
+
+    class Failing(_LegStore):
+        def search(self, collection, leg, query, vector, limit):
+            if leg == "bm25":
+                raise StoreError("bm25 search in 'c' failed")
+            hits = super().search(collection, leg, query, vector, limit)
+            finished.set()
+            return hits
+
+    with ThreadPoolExecutor(2) as pool, pytest.raises(StoreError, match="bm25 search"):
+        hybrid(Failing(), "c", "q", [0.1], 10, "cdbsf", pool)
+    assert finished.is_set()  # the dense leg was not left running behind the error

@@ -16,6 +16,7 @@ again (503 during, 200 after, no restart, no traceback, no secret in the log).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -114,11 +115,17 @@ class Api:
 
 @pytest.fixture(scope="module")
 def api(codebase, tmp_path_factory) -> Iterator[Api]:
-    """`situate api` serving the codebase, with a token."""
+    """`situate api` serving the codebase, with a token; two model processes embed its queries."""
+    with _started_api(codebase, tmp_path_factory.mktemp("api") / "api.log") as started:
+        yield started
+
+
+@contextlib.contextmanager
+def _started_api(codebase: Codebase, log: Path) -> Iterator[Api]:
     port = free_port()
-    log = tmp_path_factory.mktemp("api") / "api.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([SITUATE, "api", "--collection", "codebase", "--port", str(port)],
+        proc = subprocess.Popen([SITUATE, "api", "--collection", "codebase", "--port", str(port),
+                                 "--workers", "2"],
                                 env=codebase.env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -265,6 +272,45 @@ def test_every_face_ranks_every_query_as_evaluate_did(codebase, api):
     for name, phrase in (("empty", "empty query"), ("k", "from 1 to 1000"), ("mode", "use one of")):
         is_error, text = mcp_said[name]
         assert is_error and phrase in text and "\n" not in text and "send JSON" not in text
+
+
+def test_concurrent_clients_get_evaluates_rankings(codebase, api):
+    """Eight HTTP clients at once, every query of every mode: queries embedded together (in
+    batches, by two model processes) and hybrid legs searched at the same time rank each query
+    as evaluate did, one query at a time."""
+    local = threading.local()
+
+    def search(job: tuple[str, int]) -> list[str]:
+        if not hasattr(local, "client"):
+            local.client = httpx.Client(base_url=api.url, timeout=120,
+                                        headers={"Authorization": f"Bearer {TOKEN}"})
+        mode, i = job
+        r = local.client.post("/search", json={"query": codebase.queries[i], "k": K, "mode": mode})
+        assert r.status_code == 200, r.text
+        return [h["id"] for h in r.json()["hits"]]
+
+    jobs = [(mode, i) for i in range(len(codebase.queries)) for mode in MODES]
+    with ThreadPoolExecutor(8) as pool:
+        found = dict(zip(jobs, pool.map(search, jobs), strict=True))
+    ranked = {mode: [found[mode, i] for i in range(len(codebase.queries))] for mode in MODES}
+    assert _first_difference(ranked, codebase.evaluated) is None
+
+
+def test_a_killed_api_leaves_no_model_process(codebase, tmp_path):
+    """SIGKILL to `situate api` alone (not its process group): its model processes notice and
+    leave."""
+    import psutil
+
+    with _started_api(codebase, tmp_path / "api.log") as server:
+        models = [c for c in psutil.Process(server.proc.pid).children()
+                  if "spawn_main" in " ".join(c.cmdline())]
+        assert len(models) == 2
+        server.proc.kill()
+        server.proc.wait(60)
+    deadline = time.monotonic() + 60
+    while alive := [m.pid for m in models if m.is_running() and m.status() != psutil.STATUS_ZOMBIE]:
+        assert time.monotonic() < deadline, f"model processes {alive} outlived situate api"
+        time.sleep(0.2)
 
 
 def test_bad_input_is_one_clear_answer_on_every_face(codebase, api):

@@ -23,6 +23,7 @@ from situate.core.errors import ProviderError
 from situate.core.records import batched
 from situate.core.registry import Registry
 from situate.core.secrets import api_key, redact
+from situate.tasks.embedders.batching import QueryBatcher
 from situate.tasks.embedders.e5 import E5_MODEL, build_e5, check_e5
 from situate.tasks.embedders.local import ModelProcess, build_bge_m3, build_minilm, can_start_process
 from situate.tasks.embedders.sentence import build_sentence_embedding, resolve_model
@@ -81,16 +82,27 @@ EMBEDDERS.register("st", EmbedderSpec("", "sentence_transformers", "sentence-tra
 
 
 class Embedder:
-    """A named pymilvus-model embedding function with batched document and query methods."""
+    """A named pymilvus-model embedding function with batched document and query methods.
+
+    A local model in a process of its own embeds queries through a `QueryBatcher`: queries that
+    several threads ask for at once go through the model together, each getting the vector it
+    would get alone (tasks/embedders/batching.py, local.py). `use_lanes(n)` gives the queries
+    `n` such processes (`spawn` makes another).
+    """
 
     def __init__(self, name: str, model: str, function: Any,
-                 forget: Callable[[Embedder], None] | None = None) -> None:
+                 forget: Callable[[Embedder], None] | None = None,
+                 spawn: Callable[[], ModelProcess] | None = None) -> None:
         self.name = name
         self.model = model
         self._function = function
         self._lock = threading.Lock()
         self._warm = False
         self._forget = forget  # told of a failed load, so that a later call loads afresh
+        self._spawn = spawn
+        self._lanes: list[ModelProcess] = [function] if isinstance(function, ModelProcess) else []
+        self._lanes_lock = threading.Lock()
+        self._batcher: QueryBatcher | None = None
 
     @property
     def id(self) -> str:
@@ -120,10 +132,64 @@ class Embedder:
         return out
 
     def embed_queries(self, texts: Sequence[str], batch_size: int = EMBED_BATCH) -> list[list[float]]:
-        out: list[list[float]] = []
-        for batch in batched(texts, batch_size):
-            out.extend(self._call("encode_queries", list(batch)))
-        return out
+        if not self._lanes:
+            out: list[list[float]] = []
+            for batch in batched(texts, batch_size):
+                out.extend(self._call("encode_queries", list(batch)))
+            return out
+        self._wait_loaded()
+        try:
+            vectors = self._query_batcher().embed(list(texts))
+        except ProviderError:
+            raise
+        except Exception as e:  # a lane's process died, or the model failed on a text
+            raise ProviderError(f"embedder {self.id}: {type(e).__name__}: {redact(str(e))}") from None
+        return [v.tolist() if hasattr(v, "tolist") else [float(x) for x in v] for v in vectors]
+
+    def _query_batcher(self) -> QueryBatcher:
+        with self._lanes_lock:
+            if self._batcher is None:
+                batcher = QueryBatcher(name=f"{self.name} queries")
+                for lane in self._lanes:
+                    batcher.add_lane(lane.encode_queries, ready=lane.wait_loaded)
+                self._batcher = batcher
+            return self._batcher
+
+    @property
+    def lanes(self) -> int:
+        """Processes of this model that embed queries (0: the model is not in a process)."""
+        return len(self._lanes)
+
+    def use_lanes(self, n: int) -> None:
+        """At least `n` processes of this model embed queries, so that concurrent queries use up
+        to `n` cores (each process one intra-op thread: local.QUERY_THREADS). The new ones start
+        loading at once; a query never waits for one that is still loading. Nothing to do for a
+        model that does not run in a process of its own (an API's, or one in a daemonic
+        process)."""
+        if self._spawn is None or not self._lanes:
+            return
+        with self._lanes_lock:
+            while len(self._lanes) < n:
+                lane = self._spawn()
+                self._lanes.append(lane)
+                if self._batcher is not None:
+                    self._batcher.add_lane(lane.encode_queries, ready=lane.wait_loaded)
+
+    def warm_lanes(self, text: str) -> None:
+        """Wait for every query process to load and embed `text` once in each, so that no user's
+        query pays for a load or a first call; a process that failed to load is one
+        ProviderError."""
+        self._wait_loaded()
+        with self._lanes_lock:
+            lanes = list(self._lanes)
+        for i, lane in enumerate(lanes):
+            try:
+                lane.wait_loaded()
+                lane.encode_queries([text])
+            except Exception as e:
+                raise ProviderError(f"embedder {self.id} could not be loaded in query process "
+                                    f"{i + 1} of {len(lanes)}: {type(e).__name__}: "
+                                    f"{_one_line(str(e))}") from None
 
     def warm_up(self, text: str) -> None:
         """Embed `text` as a query, the first time only: what a model's first call costs beyond
@@ -146,8 +212,13 @@ class Embedder:
         return [[float(x) for x in v] for v in vectors]
 
     def close(self, kill: bool = False) -> None:
-        if isinstance(self._function, ModelProcess):
-            self._function.close(kill=kill)
+        with self._lanes_lock:
+            batcher, self._batcher = self._batcher, None
+            lanes, self._lanes = self._lanes, []
+        if batcher is not None:
+            batcher.close()
+        for lane in lanes:
+            lane.close(kill=kill)
 
 
 def _one_line(text: str, limit: int = 500) -> str:
@@ -196,14 +267,16 @@ class Embedders:
                 return self._loaded[key]
             secret = api_key(entry.key, user=f"embedder {name!r}") if entry.key else ""
             try:
+                spawn = None
                 if entry.local and can_start_process():
-                    function: object = ModelProcess(entry.build, model)
+                    spawn = partial(ModelProcess, entry.build, model)
+                    function: object = spawn()
                 else:
                     function = entry.build(model, secret)
             except Exception as e:
                 raise ProviderError(f"embedder {key} could not be loaded: {type(e).__name__}: "
                                     f"{redact(str(e), secret)}") from None
-            self._loaded[key] = Embedder(name, model, function, forget=self._forget)
+            self._loaded[key] = Embedder(name, model, function, forget=self._forget, spawn=spawn)
             return self._loaded[key]
 
     def _forget(self, embedder: Embedder) -> None:

@@ -9,6 +9,12 @@ library import alone takes seconds). `ModelProcess` is the flow side: a one-work
 `ProcessPoolExecutor` (spawned, so nothing of the parent's threads or state is copied) behind the
 same `encode_documents` / `encode_queries` / `dim` interface as a pymilvus-model function.
 
+Queries are embedded with one intra-op thread, alone or in a batch (`_worker_queries`): torch's
+second thread saved 2 ms of a 10-token query's 9 ms and cost 5 ms of CPU, which concurrent
+queries need (BENCHMARKS.md); and with one thread a batch of queries gets each the vector it
+gets alone, bit for bit, where the model can batch them so (`batch_invariant`). A server that
+wants more cores on its queries runs more of these processes (`Embedder.use_lanes`).
+
 This module imports no Prefect and no project module with state, so the worker starts quickly.
 """
 
@@ -24,6 +30,8 @@ import signal
 import stat
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
@@ -87,6 +95,10 @@ class DenseOnly:
 # --- the worker process: one model, loaded once -------------------------------------------------
 
 _MODEL: Any = None
+_DOCUMENT_THREADS = 0  # torch's intra-op threads as the model was loaded (documents keep them)
+QUERY_THREADS = 1
+# How often a worker checks that the process that started it is still there (seconds).
+PARENT_POLL = 0.5
 
 
 def _worker_init() -> None:
@@ -98,6 +110,16 @@ def _worker_init() -> None:
     # that the flow's process would spend waiting for it: once multiprocessing has finished its
     # own exit work, leave at once.
     atexit.register(_leave)
+    # A parent killed outright (SIGKILL, the OOM killer) never shuts the pool down: the worker
+    # would live on, holding the model's memory, with no one to serve. Leave when it is gone.
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True,
+                     name="situate-parent-watch").start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL)
+    os._exit(0)  # no atexit work: the one it would serve is gone
 
 
 def _leave() -> None:
@@ -107,15 +129,38 @@ def _leave() -> None:
 
 
 def _worker_load(build: Callable[[str, str], object], model: str) -> int:
-    global _MODEL
+    global _MODEL, _DOCUMENT_THREADS
     _MODEL = build(model, "")
+    torch = sys.modules.get("torch")
+    _DOCUMENT_THREADS = torch.get_num_threads() if torch is not None else 0
     return int(_MODEL.dim)
+
+
+def _threads(n: int) -> None:
+    """torch's intra-op threads set to `n` for the calls that follow (a model without torch:
+    nothing to set)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and n and torch.get_num_threads() != n:
+        torch.set_num_threads(n)
 
 
 def _worker_encode(method: str, texts: list[str]) -> Any:
     import numpy as np
 
+    _threads(_DOCUMENT_THREADS)
     return np.asarray(getattr(_MODEL, method)(texts), dtype=np.float32)
+
+
+def _worker_queries(texts: list[str]) -> Any:
+    """`texts` embedded as queries, each to the vector it gets alone: in one call where the model
+    says a batch changes no text's vector (`batch_invariant`), else one call a text."""
+    import numpy as np
+
+    _threads(QUERY_THREADS)
+    if len(texts) == 1 or getattr(_MODEL, "batch_invariant", False):
+        return np.asarray(_MODEL.encode_queries(texts), dtype=np.float32)
+    return np.concatenate([np.asarray(_MODEL.encode_queries([t]), dtype=np.float32)
+                           for t in texts])
 
 
 def _spawn_context() -> Any:
@@ -227,7 +272,7 @@ class ModelProcess:
         return self._run("encode_documents", texts)
 
     def encode_queries(self, texts: list[str]) -> Any:
-        return self._run("encode_queries", texts)
+        return self._pool.submit(_worker_queries, texts).result()
 
     def _run(self, method: str, texts: list[str]) -> Any:
         return self._pool.submit(_worker_encode, method, texts).result()

@@ -135,10 +135,13 @@ def build_sentence_embedding(model: str, api_key: str) -> object:
     from situate.tasks.embedders.windows import Windowed
 
     st = SentenceTransformer(model, device="cpu", **options)
-    prompts = [p for p in (getattr(st, "prompts", None) or {}).values() if p]
+    named = getattr(st, "prompts", None) or {}
+    prompts = [p for p in named.values() if p]
     reserve = max((len(st.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts),
                   default=0)
-    return Windowed(SentenceEmbedding(st), st, reserve=reserve)
+    # What `encode_query` puts in front of a query: the "query" prompt, else the default one.
+    query_prompt = named.get("query", named.get(getattr(st, "default_prompt_name", None) or "", ""))
+    return Windowed(SentenceEmbedding(st), st, reserve=reserve, query_prompt=query_prompt or "")
 
 
 def load_cross_encoder(model: str) -> Any:

