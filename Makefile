@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # torch first and pinned: the CPU build on this machine's disk; a plain `torch` pulls a CUDA build.
 TORCH  := torch==2.13.0
 
-.PHONY: setup demo test test-fast typecheck lint bench clean
+.PHONY: setup demo test test-fast typecheck lint bench clean links docs docs-serve docs-generate
 
 $(BIN)/situate: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,10 @@ demo: setup
 # The UI test drives Debian's headless Chromium against a local Prefect server: install it if missing.
 test: setup
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
-	$(BIN)/ruff check core flows tasks storage api integrations tests benchmarks
+	$(BIN)/ruff check core flows tasks storage api integrations tests benchmarks docs
 	$(BIN)/lint-imports
 	$(MAKE) typecheck
+	$(MAKE) docs
 	$(BIN)/pytest -q -m "not soak"
 
 # What `make test` leaves out to stay within CI's budget: the soak tier (pyproject.toml's
@@ -37,10 +38,25 @@ test-soak: setup
 # mypy checks the package as it is installed (`situate.core`, ...): the folders (setup.py's
 # FOLDERS), linked under .typecheck/situate/. Strict on core/ and storage/ (pyproject.toml).
 FOLDERS := $(shell sed -n 's/^FOLDERS = (\(.*\))/\1/p' setup.py | tr -d '",')
-typecheck: setup
+links:
 	mkdir -p .typecheck/situate
 	for d in $(FOLDERS); do ln -sfn ../../$$d .typecheck/situate/$$d; done
+
+typecheck: setup links
 	$(BIN)/mypy -p situate
+
+# The docs site (mkdocs.yml): built strictly (a warning or a broken link fails), its API pages read
+# from the folders linked as situate.* (`links`). `docs-generate` rewrites the pages made from the
+# code; tests/test_docs.py fails while a committed one differs, and runs every code block.
+DOCS_ENV := NO_MKDOCS_2_WARNING=1
+docs: setup links
+	$(DOCS_ENV) $(BIN)/mkdocs build --strict
+
+docs-serve: setup links
+	$(DOCS_ENV) $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8001
+
+docs-generate: setup
+	$(BIN)/python -m docs.tools.generate
 
 # No Prefect server, no flow run, no real model: tests/conftest.py checks that none started.
 test-fast: setup

@@ -1,6 +1,7 @@
-"""The configuration table of the README, made from the options models: every option of every
-command (its flag, its variable, its default), then the settings no flag sets. Print it with
-`python -m situate.flows.configuration`; a test keeps the README's copy equal to it."""
+"""The configuration table of the docs (docs/reference/configuration.md), made from the options
+models: every option of every command (its flag, its variable, its default), then the settings no
+flag sets. Print it with `python -m situate.flows.configuration`; `make docs-generate` writes it
+into the page, and a test keeps the page's copy equal to it."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def describe_default(field: FieldInfo, flag: Flag | None, setting: FromSetting |
 
 
 def options_table() -> str:
-    """The README's configuration table: every option of every command (its flag, its variable,
+    """The configuration table of the docs: every option of every command (its flag, its variable,
     its default), then the settings no flag sets."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for command, model in COMMANDS.items():

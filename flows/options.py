@@ -2,11 +2,11 @@
 
 A model is the flow's one parameter (Prefect renders it as the deployment's run form and
 validates values against it), the source of the CLI's flags, choices and help (`situate.flows.cli`
-builds its parser from the fields), and of the README's configuration table (`options_table`;
-a test fails when they differ). A field that a `SITUATE_*` setting can fill carries `FromSetting`:
-left empty, it is filled from the settings when the model is made, so a run is resolved once,
-where it runs. Building a model checks it: a bad option is one `InputError` line, before Prefect
-is even imported. Imports no Prefect.
+builds its parser from the fields), and of the docs' CLI and configuration pages
+(`docs.tools.generate`; a test fails when they differ). A field that a `SITUATE_*` setting can
+fill carries `FromSetting`: left empty, it is filled from the settings when the model is made, so
+a run is resolved once, where it runs. Building a model checks it: a bad option is one
+`InputError` line, before Prefect is even imported. Imports no Prefect.
 """
 
 from __future__ import annotations

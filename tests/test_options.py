@@ -1,6 +1,6 @@
 """The options models are the one source of every command's flags, help, flow parameters and the
-README's configuration table: a field missing from any of them, or a provider missing from the
-help's choices, fails here."""
+configuration table of the docs (docs/reference/configuration.md): a field missing from any of
+them, or a provider missing from the help's choices, fails here."""
 
 from __future__ import annotations
 
@@ -66,15 +66,15 @@ def test_the_flows_one_parameter_is_the_options_model_with_every_field(command):
     assert all(properties[name].get("description") for name in properties)
 
 
-def test_the_readme_configuration_table_is_the_options_table():
+def test_the_docs_configuration_table_is_the_options_table():
     from situate.flows.configuration import options_table
 
-    readme = (ROOT / "README.md").read_text()
-    start, end = "<!-- options-table: start -->", "<!-- options-table: end -->"
-    assert start in readme and end in readme, "README has no generated options table"
-    table = readme.split(start)[1].split(end)[0].strip()
-    assert table == options_table(), ("README's configuration table differs from the options: "
-                                      "paste `python -m situate.flows.configuration` between its markers")
+    page = (ROOT / "docs" / "reference" / "configuration.md").read_text()
+    start, end = "<!-- generated: options-table -->", "<!-- end of generated: options-table -->"
+    assert start in page and end in page, "docs/reference/configuration.md has no options table"
+    table = page.split(start)[1].split(end)[0].strip()
+    assert table == options_table(), ("the configuration table of the docs differs from the "
+                                      "options: run `make docs-generate`")
 
 
 def test_a_bad_value_names_its_flag_in_one_line():
