@@ -36,9 +36,12 @@ def _runnable_pages() -> list[Path]:
 def test_generated_pages_are_current():
     """`generate --check`, in a process of its own (these tests register fake providers, which
     the CLI's help would list): a page that differs from what the code generates fails here."""
+    # docs/ is imported from ROOT by path: a command run in this worker may have set
+    # PYTHONSAFEPATH (flows/launch.py), which keeps the working directory off sys.path.
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     r = subprocess.run([sys.executable, "-m", "docs.tools.generate", "--check"], cwd=ROOT,
                        capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "COLUMNS": "100"})
+                       env={**os.environ, "COLUMNS": "100", "PYTHONPATH": path})
     assert r.returncode == 0, r.stdout + r.stderr
 
 
