@@ -84,6 +84,16 @@ class ChunkStore(Protocol):
         same scale as `search`'s; BM25 gives 0 to a chunk sharing no term with the query."""
         ...
 
+    def ranking(self, collection: str, leg: str, query_text: str,
+                query_vector: Sequence[float] | None, limit: int) -> list[tuple[str, float]]:
+        """`search`'s ids and scores alone, in its order: what a fusion needs of its legs."""
+        ...
+
+    def hits(self, collection: str, ranked: Sequence[tuple[str, float]]) -> list[Hit]:
+        """The chunks `ranked` names, in its order and with its scores (ids no longer stored
+        left out)."""
+        ...
+
     def flush(self, collection: str) -> None:
         """What was written sealed into the store's segments (the end of a run)."""
         ...

@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 from situate.core.errors import CollectionNotFound, EmbedderMismatch, StoreError
 from situate.core.protocols import LEGS
 from situate.core.records import CollectionInfo, EmbeddedDocument, Hit, StoredDocument, batched
-from situate.core.uri import is_missing_lite_file
 from situate.storage.client import RETRY_ATTEMPTS, RETRY_BASE, RETRY_CAP, Connection
 from situate.storage.faults import is_not_loaded, writing
 from situate.storage.generations import Generations
@@ -50,8 +49,7 @@ MAX_TOPK = 16_384
 # What a collection records of itself, as collection properties (a rebuild copies them).
 EMBEDDER, CONTEXTS, INGESTED = "situate.embedder", "situate.contexts", "situate.ingested"
 T = TypeVar("T")
-__all__ = ["RETRY_ATTEMPTS", "RETRY_BASE", "RETRY_CAP", "WRITE_BATCH", "MilvusStore",
-           "open_existing_store"]
+__all__ = ["RETRY_ATTEMPTS", "RETRY_BASE", "RETRY_CAP", "WRITE_BATCH", "MilvusStore"]
 
 
 class MilvusStore(Connection):
@@ -326,14 +324,42 @@ class MilvusStore(Connection):
         hits are asked for and the chunks sorted by score, then id: equal scores rank by id,
         and the cut at `limit` keeps the same chunks every time unless more than TIE_MARGIN
         chunks tie across it."""
-        data, field, metric = self._leg(leg, query_text, query_vector)
-        asked = min(limit + TIE_MARGIN, MAX_TOPK)
-        res = self._call(f"{leg} search in {collection!r}", self._loaded(
-            collection, lambda: self.client.search(
-                collection, data=data, anns_field=field, limit=asked, output_fields=HIT_FIELDS,
-                search_params=self._search_params(metric, asked))))
+        res = self._leg_search(collection, leg, query_text, query_vector, limit, HIT_FIELDS)
         hits = sorted(self._hits(res, leg), key=lambda h: (-h.score, h.id))
         return hits[:limit]
+
+    def ranking(self, collection: str, leg: str, query_text: str,
+                query_vector: Sequence[float] | None, limit: int) -> list[tuple[str, float]]:
+        """`search`'s ids and scores alone, cut at `limit` by the same rule. A hybrid search
+        fuses each leg's top 100 and keeps ten: fetching the 200 candidates' texts, contexts and
+        metadata with their scores was most of the server's work on a hybrid query
+        (docs/benchmarks: concurrent queries)."""
+        res = self._leg_search(collection, leg, query_text, query_vector, limit, ["id"])
+        ranked = sorted(((_hit_id(h), _hit_score(h, leg)) for h in (res[0] if res else [])),
+                        key=lambda p: (-p[1], p[0]))
+        return ranked[:limit]
+
+    def _leg_search(self, collection: str, leg: str, query_text: str,
+                    query_vector: Sequence[float] | None, limit: int,
+                    fields: list[str]) -> Any:
+        data, field, metric = self._leg(leg, query_text, query_vector)
+        asked = min(limit + TIE_MARGIN, MAX_TOPK)
+        return self._call(f"{leg} search in {collection!r}", self._loaded(
+            collection, lambda: self.client.search(
+                collection, data=data, anns_field=field, limit=asked, output_fields=fields,
+                search_params=self._search_params(metric, asked))))
+
+    def hits(self, collection: str, ranked: Sequence[tuple[str, float]]) -> list[Hit]:
+        if not ranked:
+            return []
+        ids = [i for i, _ in ranked]
+        rows = self._call(f"reading hits of {collection!r}", self._loaded(
+            collection, lambda: self.client.get(collection, ids=ids,
+                                                output_fields=["id", *HIT_FIELDS])))
+        by_id = {str(r["id"]): r for r in rows}
+        return [Hit(id=i, doc_id=r["doc_id"], index=int(r["chunk_index"]), text=r["text"],
+                    context=r["context"], score=score, metadata=r.get("metadata") or {})
+                for i, score in ranked if (r := by_id.get(i)) is not None]
 
     def _loaded(self, collection: str, read: Callable[[], T]) -> Callable[[], T]:
         """`read`, made again once the collection is loaded if the server had released it: a
@@ -401,8 +427,6 @@ class MilvusStore(Connection):
         return hits
 
 
-
-
 def _hit_id(h: Any) -> str:
     return str(h.get("id", h.get("pk")))
 
@@ -421,17 +445,3 @@ def _deleted_count(res: Any) -> int:
     if isinstance(res, dict):
         return int(res.get("delete_count", len(res.get("ids", []) or [])))
     return len(res or [])
-
-
-def open_existing_store(uri: str, collection: str, token: str = "") -> MilvusStore:
-    """The store holding `collection`, for reading: a Milvus Lite file that does not exist is not
-    created (opening one creates it), the user is told to ingest first."""
-    if is_missing_lite_file(uri):
-        raise CollectionNotFound(collection, uri, " (no Milvus Lite file there)")
-    store = MilvusStore(uri, token)
-    try:
-        store.require(collection)
-    except BaseException:
-        store.close()
-        raise
-    return store

@@ -232,6 +232,20 @@ class StoreContract:
         # BM25 returns only chunks sharing a term ("job"); the others rank every chunk.
         assert len(hits) == (2 if mode == "bm25" else 3)
 
+    @pytest.mark.parametrize("leg", LEGS)
+    def test_a_ranking_is_the_searchs_ids_and_scores_and_hits_fill_it_in(self, loaded, leg):
+        query = "how is a job deleted after success"
+        vector = EMB._one(query)
+        hits = loaded.search(C, leg, query, vector, 4)
+        ranked = loaded.ranking(C, leg, query, vector, 4)
+        assert ranked == [(h.id, h.score) for h in hits] and ranked
+        # In the order given, with the scores given; an id not stored is left out.
+        given = [(i, float(n)) for n, (i, _) in enumerate(reversed(ranked))]
+        filled = loaded.hits(C, given[:1] + [("no-such-chunk", 9.0)] + given[1:])
+        assert [(h.id, h.score) for h in filled] == given
+        assert filled[-1] == hits[0].__class__(**{**vars(hits[0]), "score": given[-1][1]})
+        assert loaded.hits(C, []) == []
+
     def test_bm25_matches_the_parts_of_compound_identifiers_and_the_context(self, loaded):
         assert loaded.search(C, "bm25", "diff executor", None, 1)[0].doc_id == "c.rs"
         assert loaded.search(C, "bm25", "next delay", None, 1)[0].doc_id == "c.rs"

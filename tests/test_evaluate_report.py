@@ -269,6 +269,16 @@ class _RecordingStore:
     def leg_scores(self, collection, leg, query, vector, ids):
         return {}
 
+    def ranking(self, collection, leg, query, vector, limit):
+        found = self.search(collection, leg, query, vector, limit)
+        self.found = {h.id: h for h in found}
+        return [(h.id, h.score) for h in found]
+
+    def hits(self, collection, ranked):
+        import dataclasses
+
+        return [dataclasses.replace(self.found[i], score=s) for i, s in ranked]
+
 
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
 def test_evaluation_handles_and_times_each_query_alone(mode, embedders):

@@ -24,6 +24,14 @@ class _EmptyStore:
     def leg_scores(self, collection, leg, query, vector, ids):
         return {}
 
+    def ranking(self, collection, leg, query, vector, limit):
+        return [(h.id, h.score) for h in self.search(collection, leg, query, vector, limit)]
+
+    def hits(self, collection, ranked):
+        import dataclasses
+
+        return [dataclasses.replace(self._hit(int(i[1:]), 0.0), score=s) for i, s in ranked]
+
 
 @pytest.fixture
 def hash_embedder(monkeypatch, embedders):
@@ -81,12 +89,20 @@ class _LegStore(_EmptyStore):
         return Hit(id=f"c{i}", doc_id=f"d{i % 3}", index=i, text=f"text {i}", context="",
                    score=score)
 
+    def ranking(self, collection, leg, query, vector, limit):
+        self.calls.append(("ranking", leg))
+        self._meet()
+        return [(h.id, h.score) for h in self._leg(leg)][:limit]
+
     def search(self, collection, leg, query, vector, limit):
         self.calls.append(("search", leg))
         self._meet()
+        return self._leg(leg)[:limit]
+
+    def _leg(self, leg):
         if leg == "dense":
-            return [self._hit(i, 1.0 - i / 20) for i in range(0, 8)][:limit]
-        return [self._hit(i, 9.0 - i / 3) for i in range(9, 3, -1)][:limit]
+            return [self._hit(i, 1.0 - i / 20) for i in range(0, 8)]
+        return [self._hit(i, 9.0 - i / 3) for i in range(9, 3, -1)]
 
     def leg_scores(self, collection, leg, query, vector, ids):
         self.calls.append(("leg_scores", leg))
@@ -108,7 +124,7 @@ def test_hybrid_runs_its_legs_at_the_same_time_and_ranks_the_same(fusion):
     with ThreadPoolExecutor(2) as pool:
         together = hybrid(store, "c", "q", [0.1], 10, fusion, pool)
     assert together == alone and len(alone) == 10
-    kinds = ["search", "search"] + (["leg_scores", "leg_scores"] if fusion != "rrf" else [])
+    kinds = ["ranking", "ranking"] + (["leg_scores", "leg_scores"] if fusion != "rrf" else [])
     assert [kind for kind, _ in store.calls] == kinds
 
 
@@ -122,12 +138,12 @@ def test_a_failing_leg_is_raised_once_the_other_is_done():
     finished = threading.Event()
 
     class Failing(_LegStore):
-        def search(self, collection, leg, query, vector, limit):
+        def ranking(self, collection, leg, query, vector, limit):
             if leg == "bm25":
                 raise StoreError("bm25 search in 'c' failed")
-            hits = super().search(collection, leg, query, vector, limit)
+            ranked = super().ranking(collection, leg, query, vector, limit)
             finished.set()
-            return hits
+            return ranked
 
     with ThreadPoolExecutor(2) as pool, pytest.raises(StoreError, match="bm25 search"):
         hybrid(Failing(), "c", "q", [0.1], 10, "cdbsf", pool)

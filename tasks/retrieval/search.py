@@ -10,7 +10,6 @@ either way, and so is the fusion."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -126,22 +125,22 @@ def hybrid(store: ChunkStore, collection: str, query_text: str,
     at the same time, then their two `leg_scores`."""
     fuse = FUSIONS[check_fusion(fusion)]
     depth = max(limit, FUSION_DEPTH)
-    legs = concurrently([_leg_search(store, collection, leg, query_text, query_vector, depth)
-                 for leg in LEGS], pool)
-    by_id = {h.id: h for leg in reversed(legs) for h in leg}
+    legs = concurrently([_leg_ranking(store, collection, leg, query_text, query_vector, depth)
+                         for leg in LEGS], pool)
     extras = None
     if fusion in SCORED:
-        returned = [{h.id for h in leg} for leg in legs]
+        candidates = list(dict.fromkeys(i for leg in reversed(legs) for i, _ in leg))
+        returned = [{i for i, _ in leg} for leg in legs]
         extras = concurrently([_leg_scores(store, collection, leg, query_text, query_vector,
-                                   [i for i in by_id if i not in ids])
-                       for leg, ids in zip(LEGS, returned, strict=True)], pool)
-    fused = fuse([[(h.id, h.score) for h in leg] for leg in legs], extras)
-    return [dataclasses.replace(by_id[i], score=score) for i, score in fused[:limit]]
+                                           [i for i in candidates if i not in ids])
+                               for leg, ids in zip(LEGS, returned, strict=True)], pool)
+    return store.hits(collection, fuse(legs, extras)[:limit])
 
 
-def _leg_search(store: ChunkStore, collection: str, leg: str, query_text: str,
-                query_vector: Sequence[float] | None, limit: int) -> Callable[[], list[Hit]]:
-    return lambda: store.search(collection, leg, query_text, query_vector, limit)
+def _leg_ranking(store: ChunkStore, collection: str, leg: str, query_text: str,
+                 query_vector: Sequence[float] | None, limit: int
+                 ) -> Callable[[], list[tuple[str, float]]]:
+    return lambda: store.ranking(collection, leg, query_text, query_vector, limit)
 
 
 def _leg_scores(store: ChunkStore, collection: str, leg: str, query_text: str,
