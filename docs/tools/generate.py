@@ -55,9 +55,9 @@ def _cell(text: str) -> str:
 
 def cli_page() -> str:
     os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal's width
-    from situate.flows.cli import SUMMARIES, _parser
+    from situate.flows.cli import COMMANDS, _parser
     from situate.flows.configuration import describe_default
-    from situate.flows.options import COMMANDS, fields
+    from situate.flows.options import fields
 
     parser = _parser()
     out = [NOTE.format(source="situate.flows.options and situate.flows.cli"), "",
@@ -70,13 +70,14 @@ def cli_page() -> str:
            "Every problem that stops a command is one line on stderr, exit code 2: see "
            "[Errors and bad input](errors.md).", "",
            "| command | what it does |", "|---|---|"]
-    out += [f"| [`situate {name}`](#situate-{name}) | {SUMMARIES[name]} |" for name in COMMANDS]
+    out += [f"| [`situate {name}`](#situate-{name}) | {cmd.summary} |"
+            for name, cmd in COMMANDS.items()]
     out += ["", "## situate", "", "<!-- docs: generated -->", "```text", "$ situate --help",
             _help(parser, None), "```", ""]
-    for name, model in COMMANDS.items():
-        out += [f"## situate {name}", "", SUMMARIES[name][0].upper() + SUMMARIES[name][1:] + ".",
+    for name, cmd in COMMANDS.items():
+        out += [f"## situate {name}", "", cmd.summary[0].upper() + cmd.summary[1:] + ".",
                 "", "| argument or option | what | variable | default |", "|---|---|---|---|"]
-        for field_name, field, flag, setting in fields(model):
+        for field_name, field, flag, setting in fields(cmd.options()):
             if flag is None:
                 continue
             shown = (", ".join(f"`{n}`" for n in flag.names) if flag.names
@@ -89,12 +90,12 @@ def cli_page() -> str:
             env = f"`{setting.env}`" if setting else ""
             default = describe_default(field, flag, setting)
             out.append(f"| {shown} | {_cell(what)} | {env} | {_cell(default)} |")
-        if name in ("api", "mcp"):
+        if cmd.server:
             out.append("| `--new-token` | print a new random token for SITUATE_API_TOKEN and exit "
                        "| | |")
         out.append("| `--milvus-token` | token for a Milvus server or Zilliz Cloud; prefer the "
                    "variable, flags show in `ps` | `SITUATE_MILVUS_TOKEN` | none |")
-        if name in ("ingest", "evaluate"):
+        if cmd.verbose:
             out.append("| `-v`, `--verbose` | show Prefect's line for every task run too (also "
                        "before the command) | | false |")
         out += ["", "<!-- docs: generated -->", "```text", f"$ situate {name} --help",
@@ -685,10 +686,72 @@ def bench_capacity() -> list[str]:
     return out
 
 
+def bench_throughput() -> list[str]:
+    d = _load("throughput.json")
+    variants = {v["name"]: v for v in d["variants"]}
+    out = ["## Concurrent queries: `situate api` under 1, 8 and 64 clients", "",
+           "Clients send the evaluation set's queries over keep-alive connections for a fixed "
+           "time; each variant is a `situate api` of its own checkout against the same Milvus "
+           "server, the variants taking turns cell by cell. "
+           + "; ".join(f"`{name}`: commit {v['commit']}"
+                       + (f", `--workers {v['workers']}`" if v.get("workers") else "")
+                       for name, v in variants.items())
+           + ". CPU time per query is user + system time of each process over the cell, divided "
+           "by the queries it answered; *others* is the share of both cores that processes "
+           "outside the benchmark used meanwhile.", ""]
+    for target in d["targets"]:
+        r = target["rankings"]
+        checked = [f"{name}: {v['ids_or_order_differ']} of {v['searches']} differ"
+                   for name, v in r.items() if isinstance(v, dict)]
+        out += [f"**{target['name']}** ({target['embedder']}, {target['seconds_per_cell']:.0f} s "
+                f"a cell; rankings of {r['queries']} queries in every mode against the first "
+                f"variant's: {'; '.join(checked)}):", "",
+                "| mode | clients | variant | q/s | p50 ms | p95 ms | CPU ms/query: api, model, "
+                "milvus, clients | others |", "|---|---|---|---|---|---|---|---|"]
+        for c in target["cells"]:
+            cpu = c["cpu_ms_per_query"]
+            out.append(f"| {c['mode']} | {c['clients']} | {c['variant']} | {_f(c['qps'], 1)} | "
+                       f"{_f(c['p50_ms'], 0)} | {_f(c['p95_ms'], 0)} | {_f(cpu['api'], 1)}, "
+                       f"{_f(cpu['model'], 1)}, {_f(cpu['milvus'], 1)}, "
+                       f"{_f(cpu['bench_clients'], 1)} | "
+                       f"{c['others_share_of_the_cores'] * 100:.0f}% |")
+        out.append("")
+    out += _source("throughput.json", d["command"], f"{d['started']} to {d['finished']}",
+                   _machine(d["machine"]))
+    return out
+
+
+def bench_door() -> list[str]:
+    d = _load("door.json")
+    rounds = len(d["unauthenticated"])
+    out = ["## The server's door: a flood of huge unauthenticated bodies", "",
+           f"{d['clients']} clients at once each start a POST of {d['bytes'] / 1e6:.0f} MB to "
+           "`situate api` (a token set), half with a Content-Length and half chunked; "
+           f"{rounds} rounds. The time is from a client's first byte to the server's status "
+           "line; the memory is the server's whole process tree, peak RSS over the round "
+           "against before it.", "",
+           "| request | status | slowest reply (ms, per round) | body sent before it, at most "
+           "| tree RSS growth (MB, per round) |", "|---|---|---|---|---|"]
+    for label, key in (("without the token", "unauthenticated"),
+                       ("with the token, over the limit", "oversized_with_token")):
+        rs = d[key]
+        statuses = sorted({s.split(" ", 1)[1] for r in rs for s in r["statuses"]})
+        out.append(f"| {label} | {', '.join(statuses)} | "
+                   + " / ".join(_f(r["ms_max"], 1) for r in rs) + " | "
+                   + f"{max(r['sent_max_bytes'] for r in rs) / 1e6:.1f} MB | "
+                   + " / ".join(_f(r["tree_rss_growth_mb"], 1) for r in rs) + " |")
+    load = ", ".join(f"{x:.1f}" for x in d["load_before"])
+    out += ["", f"Load average before: {load} (the machine was shared).", ""]
+    out += _source("door.json", ".venv/bin/python benchmarks/bench_door.py --collection codebase "
+                   "--milvus-uri data/milvus.db --clients 10 --megabytes 100 "
+                   "--out benchmarks/results/door.json", d["started"], _machine(d["machine"]))
+    return out
+
+
 BENCHMARK_SECTIONS: list[Callable[[], list[str]]] = [
     bench_quality, bench_heldout, bench_code_chunks, bench_formats, bench_ingest, bench_updates,
-    bench_drift, bench_scale, bench_search_latency, bench_faces, bench_providers, bench_reading,
-    bench_capacity]
+    bench_drift, bench_scale, bench_search_latency, bench_faces, bench_throughput, bench_door,
+    bench_providers, bench_reading, bench_capacity]
 
 
 def benchmarks_page() -> str:
