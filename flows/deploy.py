@@ -190,12 +190,7 @@ def serve(deployments: list[Any], limit: int | None, note: str | None = None,
     runner = Runner(limit=limit, pause_on_shutdown=True)
     for deployment in deployments:
         runner.add_deployment(deployment)
-    try:
-        from prefect.flows import _display_serve_start_message
-
-        _display_serve_start_message(*deployments)
-    except ImportError:  # a Prefect release without it: the runner's own log says enough
-        pass
+    prefect_internals.display_serve_start(deployments)
     runner_log = logging.getLogger("prefect.runner")
     waiting = _SayWaitingOnce()
     runner_log.addFilter(waiting)

@@ -61,10 +61,6 @@ class OllamaError(Exception):
         self.message = message
 
 
-class PromptCut(Exception):
-    """Ollama evaluated fewer tokens than the prompt holds: it cut the prompt to num_ctx."""
-
-
 def base_url_of(extra: dict[str, Any]) -> str:
     """`--llm-base-url`, else OLLAMA_HOST (which may omit the scheme), else Ollama's default."""
     url = str(extra.get("base_url") or os.environ.get("OLLAMA_HOST") or DEFAULT_URL).rstrip("/")

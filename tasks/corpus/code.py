@@ -29,7 +29,6 @@ import bisect
 import importlib
 import re
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING
@@ -585,8 +584,3 @@ class _Chunker:
             if d.parent < 0 or self.defs[d.parent].start < first:
                 defined.append(d.label)
         return CodePiece(s, piece, (*path, *defined), len(path))
-
-
-def iter_languages() -> Iterator[str]:
-    """The languages with a grammar here, for help texts and tests."""
-    return iter(_GRAMMARS)

@@ -148,12 +148,6 @@ def open_zip(path: Path, fmt_label: str, max_bytes: int) -> zipfile.ZipFile:
     return zf
 
 
-def check_path(path: Path, fmt_label: str, max_bytes: int) -> None:
-    """`open_zip` and close: for readers whose library opens the zip itself (python-docx,
-    python-pptx, openpyxl) and must be given only files that passed the checks."""
-    open_zip(path, fmt_label, max_bytes).close()
-
-
 def read_member(zf: zipfile.ZipFile, name: str, max_bytes: int, *, fmt_label: str = "package") -> bytes:
     """Member `name` inflated, refusing it past `max_bytes` whatever its declared size. Raises
     `Unreadable` ("zip bomb" past the limit, "corrupt <fmt_label>" for a missing, damaged or
