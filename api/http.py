@@ -45,6 +45,7 @@ from situate.api.wire import (
 )
 from situate.core.errors import InputError, SituateError
 from situate.core.secrets import redact
+from situate.core.version import version
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -111,7 +112,7 @@ def create_app(retriever: Retriever, policy: Policy | None = None) -> Any:
         finally:
             retriever.close()
 
-    app = FastAPI(title="situate", lifespan=lifespan, version=_version(), docs_url=None,
+    app = FastAPI(title="situate", lifespan=lifespan, version=version(), docs_url=None,
                   redoc_url=None, summary="Search a collection as `situate evaluate` measured it")
     if policy.token:
         app.openapi_schema = None  # built on first use, with the bearer scheme below
@@ -304,10 +305,3 @@ def configure_logging() -> None:
         logger.propagate = False
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("situate")
-    except PackageNotFoundError:
-        return "unknown"

@@ -31,6 +31,7 @@ from situate.api.retriever import Retriever
 from situate.api.wire import CollectionInfo, SearchHit, SearchResponse, message_of
 from situate.core.errors import SituateError
 from situate.core.uri import is_lite
+from situate.core.version import version
 from situate.tasks.retrieval.search import MAX_K
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def create_server(retriever: Retriever) -> MCPServer[Any]:
 
     name = retriever.collection
     server = Server(
-        "situate", version=_version(), log_level="WARNING",
+        "situate", version=version(), log_level="WARNING",
         instructions=f"Search the collection {name!r} (chunks of documents, each with a context "
                      "that situates it in its document) with `search`; `describe_collection` "
                      "says what it holds.")
@@ -156,7 +157,3 @@ def serve(collection: str, uri: str, *, transport: str = "stdio", host: str = "1
         retriever.close()
 
 
-def _version() -> str:
-    from situate.api.http import _version as version
-
-    return version()

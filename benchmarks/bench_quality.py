@@ -55,7 +55,7 @@ def run(args: list[str], env: dict[str, str]) -> str:
 
 LATENCY_PROBE = """
 import json, statistics, sys, time
-from situate.flows.evaluate import search
+from situate.flows.search import search
 from situate.tasks.retrieval.metrics import load_eval_set
 queries = [q.query for q in load_eval_set(sys.argv[1])][:int(sys.argv[3])]
 search(queries[0], sys.argv[2], mode="hybrid", k=20)  # the model loaded, the collection open

@@ -13,8 +13,10 @@ import sys
 import textwrap
 import typing
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from situate.core.version import version
 from situate.flows import launch, logs, signals
 
 if TYPE_CHECKING:
@@ -30,103 +32,80 @@ if TYPE_CHECKING:
     )
 
 # Each help ends with real commands, run from the repository's root (as `git` and `llm` do).
-EXAMPLES = {
-    "situate": """\
+EXAMPLES = """\
 examples:
   situate ingest data/sample/corpus --collection sample      # the sample corpus, offline
   situate evaluate data/sample/eval.jsonl --collection sample
   situate search "How is the retry delay computed?" --collection sample --k 5
   situate api --collection sample                             # the same search over HTTP
 
-Run `situate COMMAND --help` for a command's options and examples.""",
-    "ingest": """\
-examples:
-  # the sample corpus: structural contexts and MiniLM, offline, about a minute
-  situate ingest data/sample/corpus --collection sample
-  # the codebase benchmark (pre-chunked JSON), read in place
-  situate ingest ../shared/datasets/codebase/codebase_chunks.json --collection codebase
-  # Claude contexts (ANTHROPIC_API_KEY): see the requests and the bill first, then run
-  situate ingest data/sample/corpus --collection sample_claude --context anthropic --dry-run
-  situate ingest data/sample/corpus --collection sample_claude --context anthropic""",
-    "evaluate": """\
-examples:
-  # Pass@k of the sample corpus (after `situate ingest data/sample/corpus --collection sample`)
-  situate evaluate data/sample/eval.jsonl --collection sample
-  # the codebase benchmark (after ingesting its codebase_chunks.json)
-  situate evaluate ../shared/datasets/codebase/evaluation_set.jsonl --collection codebase
-  # hybrid only, at k = 1 and 5, the results also as JSON
-  situate evaluate data/sample/eval.jsonl --collection sample --modes hybrid --k 1,5 --json r.json""",
-    "search": """\
-examples:
-  situate search "How is the retry delay computed?" --collection sample --k 5
-  situate search "dead letter queue" --collection sample --mode bm25
-  situate search "how does the differential executor run both executors" --collection codebase""",
-    "serve": """\
-examples:
-  # a Prefect server first (`prefect server start`), then:
-  export PREFECT_API_URL=http://127.0.0.1:4200/api
-  situate serve data/sample/corpus --collection sample --eval-set data/sample/eval.jsonl
-  # registered paused: runs only when triggered (`prefect deployment run ingest/situate`)
-  situate serve data/sample/corpus --collection sample --paused""",
-    "api": """\
-examples:
-  # POST /search on http://127.0.0.1:8000 (OpenAPI page: /docs)
-  situate api --collection sample
-  curl -s localhost:8000/search -H 'content-type: application/json' \\
-       -d '{"query": "How is the retry delay computed?", "k": 5}'
-  # beyond loopback, only with a token (clients send Authorization: Bearer <TOKEN>)
-  SITUATE_API_TOKEN=$(openssl rand -hex 32) situate api --collection sample --host 0.0.0.0""",
-    "mcp": """\
-examples:
-  # an agent starts it and speaks MCP on its stdin/stdout (tools: search, describe_collection)
-  situate mcp --collection sample
-  # over streamable HTTP on http://127.0.0.1:8000/mcp
-  situate mcp --collection sample --transport streamable-http""",
-    "synth": """\
-examples:
-  # offline and free: held-out sentences become queries, removed from out/corpus
-  situate synth data/sample/corpus --out heldout --generator held-out
-  situate ingest heldout/corpus --collection heldout
-  situate evaluate heldout/eval.jsonl --collection heldout
-  # an LLM's questions (see the plan and the price first, then run; resumable)
-  situate synth data/sample/corpus --out synth --generator openai --n 100 --dry-run
-  situate synth data/sample/corpus --out synth --generator openai --n 100""",
-}
+Run `situate COMMAND --help` for a command's options and examples."""
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+@dataclass(frozen=True)
+class Command:
+    """One `situate` command, all of it declared where its function is (`@command`): the options
+    model its function takes (its flags, help and checks), its one-line summary, the examples
+    closing its help, and how it stops."""
 
-    try:
-        return version("situate")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"
+    name: str
+    run: Callable[[Any], int]
+    summary: str
+    examples: str
+    # `-v` after the command too: the commands that run a flow in this process.
+    verbose: bool = False
+    # Servers: `--new-token`; SIGTERM heard while starting (`situate.api.http.starting`).
+    server: bool = False
+    # Stops on its own terms (servers, `serve`), not through the run's stop handlers.
+    own_stop: bool = False
+
+    def options(self) -> type[Options]:
+        """The options model named by the function's parameter annotation."""
+        from situate.flows import options
+
+        annotation = self.run.__annotations__["options"]
+        model: type[Options] = (getattr(options, annotation) if isinstance(annotation, str)
+                                else annotation)
+        return model
+
+
+COMMANDS: dict[str, Command] = {}
+F = TypeVar("F", bound=Callable[..., int])
+
+
+def command(summary: str, examples: str, *, verbose: bool = False, server: bool = False,
+            own_stop: bool = False) -> Callable[[F], F]:
+    """Declare `cmd_NAME(options: NameOptions) -> int` as `situate NAME`."""
+    def register(run: F) -> F:
+        name = run.__name__.removeprefix("cmd_")
+        COMMANDS[name] = Command(name, run, summary, "examples:\n" + examples.strip("\n"), verbose,
+                                 server, own_stop or server)
+        return run
+    return register
 
 
 def _parser() -> argparse.ArgumentParser:
     """The CLI's parser: each command's flags, choices and help come from its options model
     (`situate.flows.options`), so they cannot drift from what the flows take."""
-    from situate.flows.options import COMMANDS
-
     raw = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(prog="situate", description="Contextual retrieval, offline batch "
                                 "pipeline:\ningest a corpus into Milvus, evaluate Pass@k, search.",
-                                epilog=EXAMPLES["situate"], formatter_class=raw)
-    p.add_argument("--version", action="version", version=f"situate {_version()}")
+                                epilog=EXAMPLES, formatter_class=raw)
+    p.add_argument("--version", action="version", version=f"situate {version()}")
     verbose_help = ("show Prefect's line for every task run too (on the console; the run's logs "
                     "always have them)")
     p.add_argument("-v", "--verbose", action="store_true", help=verbose_help)
     sub = p.add_subparsers(dest="command", required=True)
-    for name, model in COMMANDS.items():
-        about = SUMMARIES[name]
+    for name, cmd in COMMANDS.items():
+        about = cmd.summary
         sp = sub.add_parser(name, help=about, description=textwrap.fill(
-            about[0].upper() + about[1:] + ".", 79), epilog=EXAMPLES[name], formatter_class=raw)
-        if name in ("ingest", "evaluate"):  # the commands that run a flow in this process
+            about[0].upper() + about[1:] + ".", 79), epilog=cmd.examples, formatter_class=raw)
+        if cmd.verbose:
             # Also after the command; SUPPRESS keeps a `situate -v ingest ...` from being undone.
             sp.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                             help=verbose_help)
-        add_options(sp, model)
-        if name in ("api", "mcp"):
+        add_options(sp, cmd.options())
+        if cmd.server:
             sp.add_argument("--new-token", action=_NewToken, nargs=0,
                             help="print a new random token for SITUATE_API_TOKEN and exit")
         sp.add_argument("--milvus-token", help="token for a Milvus server or Zilliz Cloud "
@@ -143,19 +122,6 @@ class _NewToken(argparse.Action):
 
         print(secrets.token_urlsafe(32))
         parser.exit(0)
-
-
-SUMMARIES = {
-    "ingest": "load, situate, embed and index a corpus",
-    "evaluate": "measure Pass@k of a collection on an evaluation set",
-    "search": "print the top chunks for a query",
-    "serve": "serve the ingest and evaluate deployments on cron schedules (needs a Prefect "
-             "server: PREFECT_API_URL)",
-    "synth": "make an evaluation set from a corpus: held-out sentences (offline) or an LLM's "
-             "questions",
-    "api": "serve search over HTTP (POST /search), warm: ranked as evaluate ranks",
-    "mcp": "serve search as an MCP server (stdio or streamable HTTP), warm",
-}
 
 
 def add_options(sp: argparse.ArgumentParser, model: type[Options]) -> None:
@@ -209,6 +175,15 @@ def _value_type(annotation: Any) -> type:
     return first if first in (int, float, bool) else str
 
 
+@command("load, situate, embed and index a corpus",
+         """\
+  # the sample corpus: structural contexts and MiniLM, offline, about a minute
+  situate ingest data/sample/corpus --collection sample
+  # the codebase benchmark (pre-chunked JSON), read in place
+  situate ingest ../shared/datasets/codebase/codebase_chunks.json --collection codebase
+  # Claude contexts (ANTHROPIC_API_KEY): see the requests and the bill first, then run
+  situate ingest data/sample/corpus --collection sample_claude --context anthropic --dry-run
+  situate ingest data/sample/corpus --collection sample_claude --context anthropic""", verbose=True)
 def cmd_ingest(options: IngestOptions) -> int:
     result = launch.launch_ingest(options)
     print(result.text())
@@ -217,6 +192,15 @@ def cmd_ingest(options: IngestOptions) -> int:
     return 0
 
 
+@command("measure Pass@k of a collection on an evaluation set",
+         """\
+  # Pass@k of the sample corpus (after `situate ingest data/sample/corpus --collection sample`)
+  situate evaluate data/sample/eval.jsonl --collection sample
+  # the codebase benchmark (after ingesting its codebase_chunks.json)
+  situate evaluate ../shared/datasets/codebase/evaluation_set.jsonl --collection codebase
+  # hybrid only, at k = 1 and 5, the results also as JSON
+  situate evaluate data/sample/eval.jsonl --collection sample --modes hybrid --k 1,5 --json r.json""",
+         verbose=True)
 def cmd_evaluate(options: EvaluateOptions) -> int:
     result = launch.launch_evaluate(options)
     print(result.text())
@@ -225,20 +209,13 @@ def cmd_evaluate(options: EvaluateOptions) -> int:
     return 0
 
 
-def cmd_serve(options: ServeOptions) -> int:
-    from situate.flows.deploy import serve_deployments
-
-    stopped = serve_deployments(options)
-    if stopped is not None:
-        runs = ("no run was in progress" if not stopped.runs else
-                f"{stopped.runs} run(s) in progress cancelled; what they did is kept, and the "
-                "next run goes on from there")
-        print(f"situate serve: stopped ({stopped.signal}); {runs}", file=sys.stderr)
-    return 0
-
-
+@command("print the top chunks for a query",
+         """\
+  situate search "How is the retry delay computed?" --collection sample --k 5
+  situate search "dead letter queue" --collection sample --mode bm25
+  situate search "how does the differential executor run both executors" --collection codebase""")
 def cmd_search(options: SearchOptions) -> int:
-    from situate.flows.evaluate import search
+    from situate.flows.search import search
 
     hits = search(options)
     if not hits:
@@ -251,6 +228,55 @@ def cmd_search(options: SearchOptions) -> int:
     return 0
 
 
+@command("serve the ingest and evaluate deployments on cron schedules (needs a Prefect server: "
+         "PREFECT_API_URL)",
+         """\
+  # a Prefect server first (`prefect server start`), then:
+  export PREFECT_API_URL=http://127.0.0.1:4200/api
+  situate serve data/sample/corpus --collection sample --eval-set data/sample/eval.jsonl
+  # registered paused: runs only when triggered (`prefect deployment run ingest/situate`)
+  situate serve data/sample/corpus --collection sample --paused""", own_stop=True)
+def cmd_serve(options: ServeOptions) -> int:
+    from situate.flows.deploy import serve_deployments
+
+    stopped = serve_deployments(options)
+    if stopped is not None:
+        runs = ("no run was in progress" if not stopped.runs else
+                f"{stopped.runs} run(s) in progress cancelled; what they did is kept, and the "
+                "next run goes on from there")
+        print(f"situate serve: stopped ({stopped.signal}); {runs}", file=sys.stderr)
+    return 0
+
+
+@command("make an evaluation set from a corpus: held-out sentences (offline) or an LLM's questions",
+         """\
+  # offline and free: held-out sentences become queries, removed from out/corpus
+  situate synth data/sample/corpus --out heldout --generator held-out
+  situate ingest heldout/corpus --collection heldout
+  situate evaluate heldout/eval.jsonl --collection heldout
+  # an LLM's questions (see the plan and the price first, then run; resumable)
+  situate synth data/sample/corpus --out synth --generator openai --n 100 --dry-run
+  situate synth data/sample/corpus --out synth --generator openai --n 100""")
+def cmd_synth(options: SynthOptions) -> int:
+    from situate.flows.synth import run_synth
+
+    summary = run_synth(options)
+    summary.write_json(options.json_out)
+    print(summary.text())
+    if options.json_out:
+        print(f"wrote {options.json_out}")
+    return 0
+
+
+@command("serve search over HTTP (POST /search), warm: ranked as evaluate ranks",
+         """\
+  # POST /search on http://127.0.0.1:8000 (OpenAPI page: /docs)
+  situate api --collection sample
+  curl -s localhost:8000/search -H 'content-type: application/json' \\
+       -d '{"query": "How is the retry delay computed?", "k": 5}'
+  # beyond loopback: a token (clients send Authorization: Bearer <TOKEN>) and the names it serves
+  export SITUATE_API_TOKEN=$(situate api --new-token)
+  situate api --collection sample --host 0.0.0.0 --allowed-host search.example.com""", server=True)
 def cmd_api(options: ApiOptions) -> int:
     from situate.api.http import serve
 
@@ -261,6 +287,12 @@ def cmd_api(options: ApiOptions) -> int:
     return 0
 
 
+@command("serve search as an MCP server (stdio or streamable HTTP), warm",
+         """\
+  # an agent starts it and speaks MCP on its stdin/stdout (tools: search, describe_collection)
+  situate mcp --collection sample
+  # over streamable HTTP on http://127.0.0.1:8000/mcp
+  situate mcp --collection sample --transport streamable-http""", server=True)
 def cmd_mcp(options: McpOptions) -> int:
     from situate.api.mcp import serve
 
@@ -283,36 +315,20 @@ def _said_stopped(command: str, signal_name: str | None) -> None:
         print(f"situate {command}: stopped ({signal_name})", file=sys.stderr)
 
 
-def _starting(command: str) -> Any:
+def _starting(cmd: Command) -> Any:
     """What hears SIGTERM and Ctrl-C while a server starts (`situate.api.http.starting`)."""
     import contextlib
 
-    if command not in ("api", "mcp"):
+    if not cmd.server:
         return contextlib.nullcontext()
     from situate.api.http import starting
 
-    return starting(f"situate {command}")
+    return starting(f"situate {cmd.name}")
 
 
 def _one_line(text: str, limit: int) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
-def cmd_synth(options: SynthOptions) -> int:
-    from situate.flows.synth import run_synth
-
-    summary = run_synth(options)
-    summary.write_json(options.json_out)
-    print(summary.text())
-    if options.json_out:
-        print(f"wrote {options.json_out}")
-    return 0
-
-
-RUN: dict[str, Callable[[Any], int]] = {"ingest": cmd_ingest, "evaluate": cmd_evaluate,
-                                        "search": cmd_search, "serve": cmd_serve,
-                                        "synth": cmd_synth, "api": cmd_api, "mcp": cmd_mcp}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -323,19 +339,18 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from situate.core.errors import SituateError
     from situate.core.settings import configured
-    from situate.flows.options import COMMANDS
 
     logs.install_log_filter(verbose=args.verbose)
     # `situate serve` stops on its own terms (flows.deploy.serve: cancels its runs, exits 0);
     # the servers until they serve (`situate.api.http.starting`), then as uvicorn or MCP does.
-    restore = (signals.install_stop_handlers(args.command)
-               if args.command not in ("serve", "api", "mcp") else None)
-    starting = _starting(args.command)
+    cmd = COMMANDS[args.command]
+    restore = signals.install_stop_handlers(args.command) if not cmd.own_stop else None
+    starting = _starting(cmd)
     try:
         values = {k: v for k, v in vars(args).items()
                   if k not in ("command", "verbose", "milvus_token")}
         with starting, configured(milvus_token=args.milvus_token):  # a secret: no parameter
-            return RUN[args.command](COMMANDS[args.command].build(**values))
+            return cmd.run(cmd.options().build(**values))
     except SituateError as e:
         from situate.core.secrets import redact
         from situate.flows.messages import user_message

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic.fields import FieldInfo
 
 from situate.core.settings import Settings
-from situate.flows.options import COMMANDS, Flag, FromSetting, fields
+from situate.flows.options import Flag, FromSetting, Options, fields
 
 
 def describe_default(field: FieldInfo, flag: Flag | None, setting: FromSetting | None) -> str:
@@ -25,11 +25,18 @@ def describe_default(field: FieldInfo, flag: Flag | None, setting: FromSetting |
     return str(field.default).lower() if isinstance(field.default, bool) else str(field.default)
 
 
+def models() -> dict[str, type[Options]]:
+    """Each command's options model, as the CLI declares them."""
+    from situate.flows.cli import COMMANDS
+
+    return {name: cmd.options() for name, cmd in COMMANDS.items()}
+
+
 def options_table() -> str:
     """The configuration table of the docs: every option of every command (its flag, its variable,
     its default), then the settings no flag sets."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for command, model in COMMANDS.items():
+    for command, model in models().items():
         for name, field, flag, setting in fields(model):
             label = (flag.names[0] if flag and flag.names else name.upper())
             row = rows.setdefault((label, field.description or ""), {
@@ -46,7 +53,7 @@ def options_table() -> str:
                      f"{', '.join(row['commands'])} |")
     lines.append("| token for a Milvus server or Zilliz Cloud (a secret: never a flow parameter, "
                  "never shown) | `--milvus-token` | `SITUATE_MILVUS_TOKEN` | none | all |")
-    flagged = {s.name for m in COMMANDS.values() for *_, s in fields(m) if s is not None}
+    flagged = {s.name for m in models().values() for *_, s in fields(m) if s is not None}
     for name, field in Settings.model_fields.items():
         if name == "api_token":  # a secret only the servers read
             lines.append(f"| {field.description} (a secret: never shown) | | `SITUATE_API_TOKEN` "

@@ -21,7 +21,7 @@ from prefect.cache_policies import NO_CACHE
 from situate.api.retriever import Retriever
 from situate.core.records import Hit
 from situate.flows.artifacts import artifact_key
-from situate.flows.options import EvaluateOptions, SearchOptions
+from situate.flows.options import EvaluateOptions
 from situate.flows.progress import bar
 from situate.flows.resources import Resources, for_run
 from situate.tasks.rerankers.base import Reranker, get_reranker
@@ -220,10 +220,3 @@ def _record(result: CollectionEvaluation, results_dir: Path, stamp: str) -> None
     result.chart = str(stem.with_suffix(".png"))
     result.write_history(stem)
 
-
-def search(options: SearchOptions) -> list[Hit]:
-    """The top `k` chunks of a collection for one query (`situate search`): a plain function, not
-    a flow, since one query needs no orchestration; the same `Retriever` an app searches with."""
-    with Retriever(options.collection, options.milvus_uri, mode=options.mode,
-                   fusion=options.fusion, reranker=options.reranker) as retriever:
-        return retriever.search(options.query, options.k)

@@ -31,6 +31,7 @@ from pydantic.fields import FieldInfo
 from situate.core.errors import InputError, SituateError, StoreError
 from situate.core.settings import MAX_WORKERS, Settings, get_settings
 from situate.core.uri import credentials, is_lite, shown, uri_problem
+from situate.tasks.retrieval.search import MAX_K
 
 DEFAULT_KS = (5, 10, 20)
 TASK_RUNNERS = ("threads", "dask")
@@ -347,7 +348,7 @@ class SearchOptions(Options):
     query: Annotated[str, Flag()] = Field(description="what to search for")
     collection: Collection = Field(description="Milvus collection name")
     milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
-    k: Annotated[int, Flag(("--k",))] = Field(10, ge=1, le=1000, description="number of hits")
+    k: Annotated[int, Flag(("--k",))] = Field(10, ge=1, le=MAX_K, description="number of hits")
     mode: Annotated[str, Flag(("--mode",), choices=_mode_names, strict=True)] = Field(
         "hybrid", description="retrieval mode (rerank: hybrid reranked by --rerank)")
     reranker: Annotated[str, Flag(("--rerank",), metavar="RERANKER", choices=_reranker_names,
@@ -564,11 +565,6 @@ class SynthOptions(Options):
         return self
 
 
-COMMANDS: dict[str, type[Options]] = {"ingest": IngestOptions, "evaluate": EvaluateOptions,
-                                      "search": SearchOptions, "serve": ServeOptions,
-                                      "synth": SynthOptions, "api": ApiOptions, "mcp": McpOptions}
-
-
 # --- checks shared by the models -------------------------------------------------------------------
 
 def _check_fusion(value: str) -> str:
@@ -620,6 +616,6 @@ def fields(model: type[Options]) -> list[tuple[str, FieldInfo, Flag | None, From
     return [(name, f, _meta(f, Flag), _meta(f, FromSetting)) for name, f in model.model_fields.items()]
 
 
-__all__ = ["COMMANDS", "DEFAULT_KS", "EvaluateOptions", "Flag", "FromSetting", "IngestOptions",
+__all__ = ["DEFAULT_KS", "EvaluateOptions", "Flag", "FromSetting", "IngestOptions",
            "Options", "SearchOptions", "ServeOptions", "SituateError", "SynthOptions",
            "check_task_runner", "split_collections"]

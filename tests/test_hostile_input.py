@@ -261,8 +261,8 @@ def test_search_refuses_an_empty_query_before_opening_the_store(state):
 def test_hostile_corpus_ingests_and_long_queries_search(prefect_harness, state, tmp_path):
     """NUL bytes, lone surrogates and an oversize chunk reach the store as clean rows (no Milvus
     error); a 100 kB query then searches in every mode."""
-    from situate.flows.evaluate import search
     from situate.flows.options import SearchOptions
+    from situate.flows.search import search
     from tests.helpers import ingest, open_store
 
     f = tmp_path / "chunks.json"

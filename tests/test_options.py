@@ -8,9 +8,11 @@ import re
 
 import pytest
 
+from situate.flows.cli import COMMANDS as DECLARED
+from situate.flows.configuration import models
 from tests.conftest import ROOT, SAMPLE_CORPUS, SAMPLE_EVAL
 
-COMMANDS = ("ingest", "evaluate", "search", "serve")
+COMMANDS = tuple(DECLARED)  # every command (test_help checks the parser has exactly these)
 
 
 def _help(command: str) -> str:
@@ -23,11 +25,10 @@ def _help(command: str) -> str:
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_field_is_a_flag_or_argument_in_the_help(command):
-    from situate.flows.options import COMMANDS as MODELS
     from situate.flows.options import fields
 
     text = _help(command)
-    for name, _, flag, _ in fields(MODELS[command]):
+    for name, _, flag, _ in fields(models()[command]):
         assert flag is not None, f"{command}: field {name} has no Flag"
         shown = flag.names[0] if flag.names else name
         assert re.search(rf"(?<![\w-]){re.escape(shown)}(?![\w-])", text), (command, shown)
@@ -52,15 +53,13 @@ def test_the_flows_one_parameter_is_the_options_model_with_every_field(command):
     """What a deployment's run form is built from: Prefect's parameter schema of the flow."""
     from prefect.utilities.callables import parameter_schema
 
-    from situate.flows.options import COMMANDS as MODELS
-
     flow = {"ingest": "situate.flows.ingest:ingest_flow",
             "evaluate": "situate.flows.evaluate:evaluate_flow"}[command]
     module, _, attr = flow.partition(":")
     fn = getattr(__import__(module, fromlist=[attr]), attr).fn
     schema = parameter_schema(fn).model_dump_for_openapi()
     assert list(schema["properties"]) == ["options"]
-    model = MODELS[command]
+    model = models()[command]
     properties = schema["definitions"][model.__name__]["properties"]
     assert list(properties) == list(model.model_fields)
     assert all(properties[name].get("description") for name in properties)
