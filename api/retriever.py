@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from situate.api.request import SearchRequest
 from situate.core.errors import (
-    CollectionNotFound,
     CollectionNotServed,
     InputError,
     SituateError,
@@ -26,8 +25,7 @@ from situate.core.errors import (
 )
 from situate.core.records import Hit
 from situate.core.settings import MAX_WORKERS, get_settings
-from situate.core.uri import is_missing_lite_file
-from situate.storage.milvus import MilvusStore
+from situate.storage import open_existing
 from situate.storage.rows import validate_collection_name
 from situate.tasks.embedders.base import Embedders
 from situate.tasks.rerankers.base import Reranker, get_reranker
@@ -43,7 +41,7 @@ from situate.tasks.retrieval.search import (
 )
 
 if TYPE_CHECKING:
-    from situate.core.protocols import ChunkStore
+    from situate.core.protocols import SearchStore
     from situate.tasks.embedders.base import Embedder
 
 # The query of the searches that warm a retriever (`prepare`): the model's load and first call,
@@ -101,13 +99,10 @@ class Retriever:
         _check_name(collection)
         _check_mode(mode)
         check_workers(workers)
-        if is_missing_lite_file(uri):  # opening it would create it
-            raise CollectionNotFound(collection, uri, " (no Milvus Lite file there)")
-        store = MilvusStore(uri, settings.milvus_token.get_secret_value() if token is None
-                            else token, retry_attempts=retry_attempts)
+        store = open_existing(uri, collection, settings.milvus_token.get_secret_value()
+                              if token is None else token, retry_attempts=retry_attempts)
         embedders = Embedders()
         try:
-            store.require(collection)
             self._setup(store, collection, embedders, owns=True, mode=mode, fusion=fusion,
                         reranker=reranker, embedder=embedder, workers=workers)
             self.prepare(mode)
@@ -118,7 +113,7 @@ class Retriever:
             raise
 
     @classmethod
-    def over(cls, store: ChunkStore, collection: str, *, embedders: Embedders,
+    def over(cls, store: SearchStore, collection: str, *, embedders: Embedders,
              mode: str = "hybrid", fusion: str | None = None,
              reranker: str | Reranker | None = None, embedder: str | None = None) -> Retriever:
         """A retriever on a store and models someone else opened and closes (the evaluate
@@ -130,7 +125,7 @@ class Retriever:
                     reranker=reranker, embedder=embedder, workers=1)
         return self
 
-    def _setup(self, store: ChunkStore, collection: str, embedders: Embedders, *, owns: bool,
+    def _setup(self, store: SearchStore, collection: str, embedders: Embedders, *, owns: bool,
                mode: str, fusion: str | None, reranker: str | Reranker | None,
                embedder: str | None, workers: int) -> None:
         _check_mode(mode)

@@ -7,7 +7,7 @@ what to do in plain words; the CLI words the same advice as commands and flags
 
 from __future__ import annotations
 
-from situate.core.uri import shown
+from situate.core.uri import is_missing_lite_file, shown
 
 
 class SituateError(Exception):
@@ -34,6 +34,13 @@ class CollectionNotFound(StoreError, InputError):
         self.collection, self.uri, self.detail = collection, shown(uri), detail
         super().__init__(f"collection {collection!r} not found at {self.uri}{detail}: ingest a corpus "
                          "into it first")
+
+    @classmethod
+    def unless_lite_file(cls, collection: str, uri: str) -> None:
+        """Raised for a Milvus Lite file that does not exist: it holds no collection, and opening
+        it (to ask) would create it."""
+        if is_missing_lite_file(uri):
+            raise cls(collection, uri, " (no Milvus Lite file there)")
 
 
 class CollectionNotServed(InputError):

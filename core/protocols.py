@@ -1,5 +1,6 @@
-"""The interfaces the layers meet through: flows hand a `ChunkStore` (situate.storage) to the
-tasks that search it, and a `ContextCache` (situate.storage) to the contextualizers that use it,
+"""The interfaces the layers meet through: flows hand a `ChunkStore` (situate.storage; a
+`SearchStore` is the part searching needs, `StoreUpkeep` the part that keeps it) to the tasks
+that search it, and a `ContextCache` (situate.storage) to the contextualizers that use it,
 so tasks and storage never import each other."""
 
 from __future__ import annotations
@@ -15,58 +16,17 @@ LEGS = ("dense", "bm25")
 
 
 @runtime_checkable
-class ChunkStore(Protocol):
-    """A store of situated, embedded chunks: one collection per corpus, searched one leg at a time.
-
-    It owns its rows: given documents' situated chunks and vectors it builds the schema's fields
-    (ids, truncation to the field limits, the BM25 text) itself. `write` replaces whole documents
-    (a changed document's chunks it no longer has are deleted); `fingerprints` gives, per document
-    id, each stored chunk id and the fingerprint it was written with. The contract every
-    implementation meets is `tests/store_contract.py`.
-    """
+class SearchStore(Protocol):
+    """What searching a collection needs of a store: its searches, one leg at a time, and the
+    collection's description. The Retriever holds one of these."""
 
     uri: str
 
     def exists(self, collection: str) -> bool: ...
 
-    def ensure_collection(self, collection: str, dim: int, embedder: str) -> None: ...
-
-    def check_embedder(self, collection: str, embedder: str) -> None: ...
-
     def describe(self, collection: str) -> CollectionInfo: ...
 
-    def record_ingest(self, collection: str, contexts: str, ingested: str) -> None:
-        """Record what the last ingest gave the chunks and when it ended (`describe` says)."""
-        ...
-
     def require(self, collection: str) -> None: ...
-
-    def drop(self, collection: str) -> None: ...
-
-    def write(self, collection: str, documents: Iterable[EmbeddedDocument],
-              batch_size: int = ..., absent: Collection[str] = ...,
-              stored: Mapping[str, Collection[str]] | None = ...) -> int: ...
-
-    def stored_documents(self, collection: str) -> dict[str, StoredDocument]:
-        """doc id -> what the collection holds for it (fingerprint, chunk indexes), read in
-        one streaming pass."""
-        ...
-
-    def manifest_token(self, collection: str) -> str:
-        """The token of the local copy of `stored_documents` last written for the collection as
-        it is ("" when none may be trusted: a run has written since)."""
-        ...
-
-    def set_manifest_token(self, collection: str, token: str) -> None: ...
-
-    def fingerprints(self, collection: str,
-                     doc_ids: Sequence[str] | None = None) -> dict[str, dict[str, str]]: ...
-
-    def document_ids(self, collection: str) -> set[str]: ...
-
-    def delete_documents(self, collection: str, doc_ids: Sequence[str]) -> int: ...
-
-    def delete_ids(self, collection: str, ids: Iterable[str]) -> int: ...
 
     def count(self, collection: str) -> int: ...
 
@@ -94,9 +54,21 @@ class ChunkStore(Protocol):
         left out)."""
         ...
 
-    def flush(self, collection: str) -> None:
-        """What was written sealed into the store's segments (the end of a run)."""
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class StoreUpkeep(Protocol):
+    """What a store may offer beyond reading and writing: keeping a collection's BM25 statistics
+    fresh (drift, rebuild), finishing a rebuild cut short (tidy), and the token of the local copy
+    of what it holds (manifest)."""
+
+    def manifest_token(self, collection: str) -> str:
+        """The token of the local copy of `stored_documents` last written for the collection as
+        it is ("" when none may be trusted: a run has written since)."""
         ...
+
+    def set_manifest_token(self, collection: str, token: str) -> None: ...
 
     def drift(self, collection: str) -> int:
         """Rows written or deleted since the collection was built in one go or last rebuilt: how
@@ -119,7 +91,55 @@ class ChunkStore(Protocol):
         """Whatever a rebuild stopped half-way left behind, finished or undone."""
         ...
 
-    def close(self) -> None: ...
+
+
+@runtime_checkable
+class ChunkStore(SearchStore, StoreUpkeep, Protocol):
+    """A store of situated, embedded chunks: one collection per corpus, searched one leg at a time.
+
+    It owns its rows: given documents' situated chunks and vectors it builds the schema's fields
+    (ids, truncation to the field limits, the BM25 text) itself. `write` replaces whole documents
+    (a changed document's chunks it no longer has are deleted); `fingerprints` gives, per document
+    id, each stored chunk id and the fingerprint it was written with. The contract every
+    implementation meets is `tests/store_contract.py`; `open_store` (situate.storage) is where
+    the one implementation, Milvus, is named.
+    """
+
+    # A copy made in another process (a Dask worker), whose connection ends with its task.
+    copied: bool
+
+    def ensure_collection(self, collection: str, dim: int, embedder: str) -> None: ...
+
+    def check_embedder(self, collection: str, embedder: str) -> None: ...
+
+    def record_ingest(self, collection: str, contexts: str, ingested: str) -> None:
+        """Record what the last ingest gave the chunks and when it ended (`describe` says)."""
+        ...
+
+    def drop(self, collection: str) -> None: ...
+
+    def write(self, collection: str, documents: Iterable[EmbeddedDocument],
+              batch_size: int = ..., absent: Collection[str] = ...,
+              stored: Mapping[str, Collection[str]] | None = ...) -> int: ...
+
+    def stored_documents(self, collection: str) -> dict[str, StoredDocument]:
+        """doc id -> what the collection holds for it (fingerprint, chunk indexes), read in
+        one streaming pass."""
+        ...
+
+    def fingerprints(self, collection: str,
+                     doc_ids: Sequence[str] | None = None) -> dict[str, dict[str, str]]: ...
+
+    def document_ids(self, collection: str) -> set[str]: ...
+
+    def delete_documents(self, collection: str, doc_ids: Sequence[str]) -> int: ...
+
+    def delete_ids(self, collection: str, ids: Iterable[str]) -> int: ...
+
+    def flush(self, collection: str) -> None:
+        """What was written sealed into the store's segments (the end of a run)."""
+        ...
+
 
 
 @runtime_checkable

@@ -56,7 +56,6 @@ from situate.flows.progress import reporter
 from situate.flows.resources import Resources, for_run
 from situate.flows.results import Bill, IngestPlan, IngestSummary
 from situate.storage.cache import ContextCache
-from situate.storage.milvus import MilvusStore
 from situate.tasks.contexts.base import Contextualizer, contexts_of, get_contextualizer
 from situate.tasks.contexts.cache import situate_documents
 from situate.tasks.corpus.load import CorpusScan, scan_corpus, stream_corpus
@@ -112,7 +111,7 @@ class Window:
 
 @task(task_run_name="window-{label}", persist_result=False, cache_policy=NO_CACHE)
 def window_task(window: Window, contextualizer: Contextualizer, cache: ContextCache | None,
-                store: MilvusStore, embedders: Embedders, embedder_spec: str, collection: str,
+                store: ChunkStore, embedders: Embedders, embedder_spec: str, collection: str,
                 pipeline: str, label: str = "0") -> WindowResult:
     """Situate, embed and write one window of whole documents. Its contexts and vectors live only
     here: gone when the window is written. Each document's rows are written in one go (never

@@ -120,8 +120,8 @@ def launch_evaluate(options: EvaluateOptions) -> Evaluation:
         from situate.tasks.retrieval.metrics import load_eval_set
 
         resources.eval_set = load_eval_set(options.eval_set)  # read once; a bad one fails here
-        if is_missing_lite_file(options.milvus_uri):  # nothing to evaluate: said before Prefect
-            raise CollectionNotFound(names[0], options.milvus_uri, " (no Milvus Lite file there)")
+        # Nothing to evaluate: said before Prefect starts.
+        CollectionNotFound.unless_lite_file(names[0], options.milvus_uri)
         from situate.core.settings import get_settings
         from situate.flows.evaluate import evaluate_flow  # Prefect comes with it (seconds)
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from situate.core.errors import CollectionNotFound
+from situate.core.protocols import ChunkStore
 from situate.core.settings import get_settings
-from situate.core.uri import is_missing_lite_file
-from situate.storage.milvus import MilvusStore
+from situate.storage import open_store
 from situate.tasks.embedders.base import Embedders
 
 if TYPE_CHECKING:
@@ -36,10 +36,10 @@ class Resources:
     embedders: Embedders = field(default_factory=Embedders)
     scan: CorpusScan | None = None  # the corpus as the command checked it
     eval_set: list[EvalQuery] | None = None  # the evaluation set as the command read it
-    _stores: dict[str, Future[MilvusStore]] = field(default_factory=dict)
+    _stores: dict[str, Future[ChunkStore]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def store(self, uri: str) -> MilvusStore:
+    def store(self, uri: str) -> ChunkStore:
         """The store at `uri`, opened once for this run (token: SITUATE_MILVUS_TOKEN)."""
         with self._lock:
             opening = self._stores.get(uri)
@@ -51,29 +51,28 @@ class Resources:
                 mine = False
         if mine:
             try:
-                opening.set_result(MilvusStore(uri, _token()))
+                opening.set_result(open_store(uri, _token()))
             except BaseException as e:
                 opening.set_exception(e)
                 with self._lock:
                     self._stores.pop(uri, None)
         return opening.result()
 
-    def existing_store(self, uri: str, collection: str) -> MilvusStore:
+    def existing_store(self, uri: str, collection: str) -> ChunkStore:
         """The store holding `collection`, for reading: a missing Milvus Lite file is not
         created; a missing collection is one CollectionNotFound."""
-        if is_missing_lite_file(uri):  # opening it would create it
-            raise CollectionNotFound(collection, uri, " (no Milvus Lite file there)")
+        CollectionNotFound.unless_lite_file(collection, uri)
         store = self.store(uri)
         store.require(collection)
         return store
 
     def open_in_background(self, uri: str,
-                           then: Callable[[MilvusStore], object] | None = None) -> None:
+                           then: Callable[[ChunkStore], object] | None = None) -> None:
         """Start opening the store at `uri` now (a second or two), for the run to find open, and
         then call `then(store)` (to start loading the model the run will need)."""
         threading.Thread(target=self._quietly, args=(uri, then), daemon=True).start()
 
-    def _quietly(self, uri: str, then: Callable[[MilvusStore], object] | None) -> None:
+    def _quietly(self, uri: str, then: Callable[[ChunkStore], object] | None) -> None:
         try:
             store = self.store(uri)
             if then is not None:

@@ -1,2 +1,34 @@
 """situate.storage: where chunks and contexts are kept (Milvus, the context disk cache);
-imports only the core."""
+imports only the core. `open_store` is the one place that names the store's implementation:
+flows and the Retriever meet it through `situate.core.protocols` only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from situate.core.protocols import ChunkStore
+
+
+def open_store(uri: str, token: str = "", *, retry_attempts: int | None = None) -> ChunkStore:
+    """The store at `uri`: a Milvus Lite file, a Milvus server or Zilliz Cloud (their URI)."""
+    from situate.storage.milvus import MilvusStore
+
+    return MilvusStore(uri, token, retry_attempts=retry_attempts)
+
+
+def open_existing(uri: str, collection: str, token: str = "", *,
+                  retry_attempts: int | None = None) -> ChunkStore:
+    """The store holding `collection`, for reading: a Milvus Lite file that does not exist is not
+    created (opening one would create it), and a missing collection is one CollectionNotFound
+    that says to ingest first."""
+    from situate.core.errors import CollectionNotFound
+
+    CollectionNotFound.unless_lite_file(collection, uri)
+    store = open_store(uri, token, retry_attempts=retry_attempts)
+    try:
+        store.require(collection)
+    except BaseException:
+        store.close()
+        raise
+    return store

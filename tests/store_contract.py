@@ -14,7 +14,7 @@ import pytest
 
 from situate.core.errors import CollectionNotFound, InputError, StoreError
 from situate.core.fusion import FUSIONS
-from situate.core.protocols import LEGS, ChunkStore
+from situate.core.protocols import LEGS, ChunkStore, SearchStore, StoreUpkeep
 from situate.core.records import (
     Chunk,
     CollectionInfo,
@@ -76,7 +76,9 @@ class StoreContract:
 
     def test_implements_every_protocol_method_with_its_signature(self, store):
         assert isinstance(store, ChunkStore) and isinstance(store.uri, str)
-        for name, member in vars(ChunkStore).items():
+        assert isinstance(store.copied, bool)
+        members = {n: m for part in (SearchStore, StoreUpkeep, ChunkStore) for n, m in vars(part).items()}
+        for name, member in members.items():
             if name.startswith("_") or not callable(member):
                 continue
             want = list(inspect.signature(member).parameters.values())[1:]  # without self

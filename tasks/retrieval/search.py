@@ -1,4 +1,4 @@
-"""Retrieval over any `ChunkStore`: dense, BM25, hybrid (both legs fused here: cdbsf, dbsf or
+"""Retrieval over any `SearchStore`: dense, BM25, hybrid (both legs fused here: cdbsf, dbsf or
 RRF, `situate.core.fusion`) and hybrid reranked (Cohere or a local cross-encoder), one query at a
 time (`answer`). The store searches one leg at a time; the embedder and the reranker are given,
 loaded by the caller (`situate.api.Retriever`, which every face of search goes through).
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from situate.core.errors import InputError
 from situate.core.fusion import FUSIONS, SCORED
-from situate.core.protocols import LEGS, ChunkStore
+from situate.core.protocols import LEGS, SearchStore
 from situate.core.records import Hit
 from situate.core.secrets import has_key
 from situate.tasks.corpus.clean import clean_text
@@ -90,7 +90,7 @@ def check_fusion(fusion: str) -> str:
     return fusion
 
 
-def search(store: ChunkStore, collection: str, mode: str, query_text: str,
+def search(store: SearchStore, collection: str, mode: str, query_text: str,
            query_vector: Sequence[float] | None, limit: int, fusion: str = "cdbsf",
            pool: Executor | None = None) -> list[Hit]:
     """The top `limit` chunks of one search mode: a leg of the store (`dense`, `bm25`) or both
@@ -116,7 +116,7 @@ def concurrently(calls: Sequence[Callable[[], T]], pool: Executor | None) -> lis
     return [*results, last]
 
 
-def hybrid(store: ChunkStore, collection: str, query_text: str,
+def hybrid(store: SearchStore, collection: str, query_text: str,
            query_vector: Sequence[float] | None, limit: int, fusion: str = "cdbsf",
            pool: Executor | None = None) -> list[Hit]:
     """Dense and BM25 fused: each leg's top FUSION_DEPTH candidates, and (for the score-based
@@ -137,13 +137,13 @@ def hybrid(store: ChunkStore, collection: str, query_text: str,
     return store.hits(collection, fuse(legs, extras)[:limit])
 
 
-def _leg_ranking(store: ChunkStore, collection: str, leg: str, query_text: str,
+def _leg_ranking(store: SearchStore, collection: str, leg: str, query_text: str,
                  query_vector: Sequence[float] | None, limit: int
                  ) -> Callable[[], list[tuple[str, float]]]:
     return lambda: store.ranking(collection, leg, query_text, query_vector, limit)
 
 
-def _leg_scores(store: ChunkStore, collection: str, leg: str, query_text: str,
+def _leg_scores(store: SearchStore, collection: str, leg: str, query_text: str,
                 query_vector: Sequence[float] | None, ids: list[str]
                 ) -> Callable[[], dict[str, float]]:
     return lambda: store.leg_scores(collection, leg, query_text, query_vector, ids)
@@ -156,7 +156,7 @@ def check_k(k: object) -> int:
     return k
 
 
-def answer(store: ChunkStore, collection: str, query: str, mode: str, limit: int,
+def answer(store: SearchStore, collection: str, query: str, mode: str, limit: int,
            encoder: Embedder | None, reranker: Reranker | None = None,
            fusion: str = "cdbsf", pool: Executor | None = None) -> list[Hit]:
     """The top `limit` hits of one query in one mode, as a user's query is handled: embedded
