@@ -24,12 +24,13 @@ from situate.core.settings import get_settings
 from situate.core.uri import is_missing_lite_file
 from situate.flows.capacity import context_bytes, embedder_dim, store_capacity
 from situate.flows.options import IngestOptions
+from situate.flows.providers import provider_config
 from situate.flows.resources import Resources
 from situate.flows.results import Alternative, Bill, IngestPlan, PlanAssumptions
 from situate.storage.cache import ContextCache
 from situate.storage.capacity import RowSizes
 from situate.storage.manifest import Manifest
-from situate.tasks.contexts.base import ContextConfig, Contextualizer, split_context
+from situate.tasks.contexts.base import ContextConfig, Contextualizer
 from situate.tasks.contexts.cache import cached_split
 from situate.tasks.contexts.cost import Assumptions, CostModel, Estimate, get_cost_models
 from situate.tasks.corpus.load import CorpusScan, ScannedDocument, scan_corpus, stream_corpus
@@ -65,22 +66,10 @@ def pipeline_id(contextualizer: Contextualizer | CostModel, chunk_size: int,
 
 
 def context_config(options: IngestOptions) -> ContextConfig:
-    """The context provider's configuration: `--context name:model` names the model (else
-    `--model`, which names a Claude model by default), the server's address and the LLM
-    settings (prices, context window, batch cache life) as the provider's extras."""
-    name, model = split_context(options.context)
-    if not model and (name == "anthropic" or not options.model.startswith("claude")):
-        model = options.model
-    settings = get_settings()
-    extra: dict[str, object] = {"base_url": options.llm_base_url or "",
-                                "batch_cache_ttl": settings.batch_cache_ttl}
-    for key in ("price_input", "price_cached_input", "price_output", "context_window"):
-        value = getattr(settings, f"llm_{key}")
-        if value is not None and not (name == "anthropic" and key == "context_window"):
-            extra[key] = value
-    return ContextConfig(name=name, model=model, concurrency=options.concurrency,
-                         group_chunks=options.group_chunks, batch=options.batch,
-                         state_dir=options.cache_dir, extra=extra)
+    """The context provider's configuration (`--context`, `--model`, the LLM settings)."""
+    return provider_config(options.context, options.model, concurrency=options.concurrency,
+                           state_dir=options.cache_dir, base_url=options.llm_base_url,
+                           group_chunks=options.group_chunks, batch=options.batch)
 
 
 def window_size(options: IngestOptions) -> int:

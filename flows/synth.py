@@ -14,7 +14,8 @@ from pathlib import Path
 
 from situate.core.settings import get_settings
 from situate.flows.options import SynthOptions
-from situate.tasks.contexts.base import ContextConfig, split_context
+from situate.flows.providers import provider_config
+from situate.tasks.contexts.base import ContextConfig
 from situate.tasks.contexts.cost import Assumptions
 from situate.tasks.synth.results import SynthSummary
 
@@ -22,19 +23,11 @@ log = logging.getLogger("situate.synth")
 
 
 def synth_config(options: SynthOptions) -> ContextConfig:
-    """The provider's configuration, as `situate ingest --context` builds it: the model after
-    the colon (else `--model` for Claude), the server's address and the LLM settings."""
-    name, model = split_context(options.generator)
-    if not model and name == "anthropic":
-        model = get_settings().anthropic_model
-    settings = get_settings()
-    extra: dict[str, object] = {"base_url": options.llm_base_url or ""}
-    for key in ("price_input", "price_cached_input", "price_output", "context_window"):
-        value = getattr(settings, f"llm_{key}")
-        if value is not None and not (name == "anthropic" and key == "context_window"):
-            extra[key] = value
-    return ContextConfig(name=name, model=model, concurrency=options.concurrency,
-                         state_dir=options.cache_dir, extra=extra)
+    """The generator's configuration, as `situate ingest --context` builds it (Claude's model:
+    SITUATE_ANTHROPIC_MODEL, as `--model` defaults to)."""
+    return provider_config(options.generator, get_settings().anthropic_model,
+                           concurrency=options.concurrency, state_dir=options.cache_dir,
+                           base_url=options.llm_base_url)
 
 
 def run_synth(options: SynthOptions) -> SynthSummary:
