@@ -128,7 +128,8 @@ def _evaluate_collection(options: EvaluateOptions, collection: str, queries: lis
     store = resources.existing_store(options.milvus_uri, collection)
     retriever = Retriever.over(store, collection, embedders=resources.embedders,
                                mode=options.modes[0], fusion=options.fusion, reranker=reranker,
-                               embedder=options.embedder)
+                               embedder=options.embedder, backend=options.backend,
+                               device=options.device)
     retriever.prepare(*options.modes)  # the model loaded and warmed: no query times its load
     spec = retriever.embedder
     started = time.perf_counter()
@@ -225,5 +226,6 @@ def search(options: SearchOptions) -> list[Hit]:
     """The top `k` chunks of a collection for one query (`situate search`): a plain function, not
     a flow, since one query needs no orchestration; the same `Retriever` an app searches with."""
     with Retriever(options.collection, options.milvus_uri, mode=options.mode,
-                   fusion=options.fusion, reranker=options.reranker) as retriever:
+                   fusion=options.fusion, reranker=options.reranker, backend=options.backend,
+                   device=options.device) as retriever:
         return retriever.search(options.query, options.k)
