@@ -223,7 +223,10 @@ def cmd_e2e(args: argparse.Namespace) -> None:
     cache = str(Path(args.cache).resolve())
     env = {**os.environ, "SITUATE_CACHE_DIR": cache, "PREFECT_HOME": str(work / "prefect"),
            "SITUATE_RESULTS_DIR": str(work / "results")}
-    result: dict[str, Any] = {"chunks": args.chunks, "load_before": load()}
+    result: dict[str, Any] = {"chunks": args.chunks, "default": args.ingest_backends.split(",")[0],
+                              "load_before": load()}
+    command = " ".join(["benchmarks/bench_backends.py", *sys.argv[1:]])
+    started = time.strftime("%Y-%m-%d %H:%M")
     for name in args.e2e_backends.split(","):
         t = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-c", EMBED_ONLY, str(corpus), name, cache],
@@ -237,6 +240,7 @@ def cmd_e2e(args: argparse.Namespace) -> None:
             "chunks_per_second": round(done["chunks"] / done["seconds"], 1),
             "peak_rss_mib": round(memory.peak / 2**20, 1)}
         print(name, result[f"embed_only_{name}"], flush=True)
+        merge(Path(args.out), "e2e", {"command": command, "started": started, **result})
     for name in args.ingest_backends.split(","):
         t = time.perf_counter()
         proc = subprocess.Popen([SITUATE, "ingest", str(corpus), "--collection", "e2e",
@@ -255,10 +259,9 @@ def cmd_e2e(args: argparse.Namespace) -> None:
                                     "backend": summary.get("backend"),
                                     "peak_rss_mib": round(memory.peak / 2**20, 1)}
         print(name, result[f"ingest_{name}"], flush=True)
+        merge(Path(args.out), "e2e", {"command": command, "started": started, **result})
     result["load_after"] = load()
-    merge(Path(args.out), "e2e", {"command": " ".join(["benchmarks/bench_backends.py",
-                                                       *sys.argv[1:]]),
-                                  "started": time.strftime("%Y-%m-%d %H:%M"), **result})
+    merge(Path(args.out), "e2e", {"command": command, "started": started, **result})
 
 
 def cmd_choose(args: argparse.Namespace) -> None:
@@ -267,7 +270,7 @@ def cmd_choose(args: argparse.Namespace) -> None:
     out = Path(args.out)
     d = json.loads(out.read_text())
     speed, corpora = d["speed"]["backends"], d["quality"]["corpora"]
-    held = []
+    held, missed = [], {}
     for name, b in speed.items():
         if not all(name in c["backends"] for c in corpora.values()):
             continue
@@ -278,13 +281,21 @@ def cmd_choose(args: argparse.Namespace) -> None:
                 worst[mode] = max(worst[mode], *(ref[mode][k] - got[mode][k] for k in ref[mode]))
         if worst["hybrid"] <= 0.5 and worst["dense"] <= 1.0:
             held.append((b["chunks_per_second"], name))
+        else:
+            missed[name] = worst
     rate, best = max(held)
     ratio = speed[best]["ratio_to_torch"]
-    closest = max((b["ratio_to_torch"], n) for n, b in speed.items() if n != best)
-    text = (f"Default on the CPU: `{best}`, {ratio:.2f}× torch fp32 with quality held on both "
-            f"corpora. " + ("It reaches the 2.0× target." if ratio >= 2.0 else
-                            f"Nothing reached 2.0× with quality held: the fastest setting overall "
-                            f"was `{closest[1]}` at {closest[0]:.2f}×, outside the bounds above."))
+    faster = sorted(((speed[n]["ratio_to_torch"], n) for n in missed
+                     if speed[n]["ratio_to_torch"] > ratio), reverse=True)
+    text = f"Default on the CPU: `{best}`, {ratio:.2f}× torch fp32, quality held on both corpora."
+    if ratio < 2.0:
+        text += " Nothing reached 2.0× with quality held."
+    if faster:
+        r, n = faster[0]
+        text += (f" The fastest setting, `{n}` at {r:.2f}×, lost up to {missed[n]['dense']:.2f} "
+                 f"points of dense and {missed[n]['hybrid']:.2f} of hybrid Pass@k: outside the "
+                 "bounds (dynamic int8 quantizes each call's activations by their own range, and "
+                 "this CPU has no VNNI to make int8 much faster than fp32).")
     d["default"] = {"backend": best, "ratio_to_torch": ratio, "text": text}
     out.write_text(json.dumps(d, indent=1) + "\n")
     print(text)

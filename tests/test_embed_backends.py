@@ -171,3 +171,27 @@ def test_two_processes_on_an_empty_cache_both_succeed_with_one_export(tmp_path):
     assert sum(1 for _, note in results if note) == 1  # one prepared it, the other waited
     finished = [p for p in (tmp_path / "models").iterdir() if p.is_dir()]
     assert len(finished) == 1 and not [p for p in finished if p.name.startswith(".")]
+
+
+# --- what the collection records, and how its queries are embedded -------------------------------
+
+def test_the_collection_records_backend_and_precision_and_queries_follow_it(state):
+    from situate.api.retriever import query_runtime
+    from situate.core.records import CollectionInfo
+    from situate.storage.milvus import MilvusStore
+
+    store = MilvusStore(state["milvus_uri"])
+    try:
+        store.ensure_collection("c", 8, "minilm:all-MiniLM-L6-v2", backend="onnx",
+                                precision="fp32")
+        info = store.describe("c")
+        assert (info.backend, info.precision) == ("onnx", "fp32")
+        # Another precision of the same model is the same vector space: not refused.
+        store.ensure_collection("c", 8, "minilm:all-MiniLM-L6-v2", backend="torch",
+                                precision="fp32")
+    finally:
+        store.close()
+    assert query_runtime(info, None, None).backend == "onnx"  # as its vectors were made
+    assert query_runtime(info, "torch", "cpu").backend == "torch"  # asked for
+    before = CollectionInfo(384, "minilm:all-MiniLM-L6-v2")  # made before backends were recorded
+    assert query_runtime(before, None, None).backend == "auto"
