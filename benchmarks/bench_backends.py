@@ -86,7 +86,7 @@ def codebase_texts() -> list[str]:
 
     contextualizer = get_contextualizer(ContextConfig("structural"))
     texts = []
-    for doc in load_corpus(str(CODEBASE / "codebase_chunks.json")):
+    for doc in load_corpus(str(CODEBASE / "codebase_chunks.json")).documents:
         result = contextualizer.situate(doc, list(doc.chunks))
         texts.extend(x.indexed_text for x in result.situated)
     return texts
