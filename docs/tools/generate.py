@@ -757,13 +757,19 @@ def bench_backends() -> list[str]:
                     "the torch fp32 embed-only reference and "
                     f"{ingest['wall_seconds'] / new['wall_seconds']:.2f}× embedding alone with the "
                     "default backend.", ""]
+        if "ingest_torch" not in e2e:
+            before = _load("scale-10k-minilm.json")["runs"][1]
+            out += ["The same run's `situate ingest --backend torch` was stopped by the run's time "
+                    "limit; the torch ingest of the same 10k corpus measured earlier "
+                    "(`scale-10k-minilm.json`) peaked at "
+                    f"{_f(before['peak_rss_mib'], 0)} MiB.", ""]
     parts = [p for p in (speed, quality, e2e) if p]
     out += ["", "- Result file: `benchmarks/results/backends.json`",
             "- Commands: " + "; ".join(_venv_python(p["command"]) for p in parts),
             "- Date: " + ", ".join(sorted({p["started"][:10] for p in parts})),
             f"- Machine: {d['machine']['cpu']}, {d['machine']['cores']} cores, Python "
             f"{d['machine']['python']}; load average "
-            + "; ".join(f"{p.get('load_before')} → {p.get('load_after')}" for p in parts
+            + "; ".join(f"{p.get('load_before')} → {p.get('load_after', 'not recorded')}" for p in parts
                         if p.get("load_before")), ""]
     return out
 
