@@ -244,7 +244,8 @@ def run_uvicorn(app: Any, sock: socket.socket) -> str | None:
 
 def serve(collection: str, uri: str, *, host: str = "127.0.0.1", port: int = 8000,
           mode: str = "hybrid", fusion: str | None = None, reranker: str | None = None,
-          policy: Policy | None = None, workers: int = 1) -> str | None:
+          policy: Policy | None = None, workers: int = 1, backend: str | None = None,
+          device: str | None = None) -> str | None:
     """`situate api`: check the address, open the retriever (warm), listen, serve until stopped;
     returns the signal it stopped on."""
     policy = policy or Policy()
@@ -254,7 +255,8 @@ def serve(collection: str, uri: str, *, host: str = "127.0.0.1", port: int = 800
     try:
         with starting("situate api"):
             retriever = Retriever(collection, uri, mode=mode, fusion=fusion, reranker=reranker,
-                                  retry_attempts=SERVING_ATTEMPTS, workers=workers)
+                                  retry_attempts=SERVING_ATTEMPTS, workers=workers,
+                                  backend=backend, device=device)
     except BaseException:
         sock.close()
         raise

@@ -110,7 +110,7 @@ def absolute(uri: str) -> str:
 def serve(collection: str, uri: str, *, transport: str = "stdio", host: str = "127.0.0.1",
           port: int = 8000, mode: str = "hybrid", fusion: str | None = None,
           reranker: str | None = None, policy: Policy | None = None,
-          workers: int = 1) -> str | None:
+          workers: int = 1, backend: str | None = None, device: str | None = None) -> str | None:
     """`situate mcp`: open the retriever (warm), then serve MCP over `transport` until the client
     goes (stdio) or the server is stopped (streamable-http: returns the signal's name)."""
     from situate.api.http import configure_logging
@@ -129,7 +129,8 @@ def serve(collection: str, uri: str, *, transport: str = "stdio", host: str = "1
     try:
         with starting("situate mcp"):
             retriever = Retriever(collection, uri, mode=mode, fusion=fusion, reranker=reranker,
-                                  retry_attempts=SERVING_ATTEMPTS, workers=workers)
+                                  retry_attempts=SERVING_ATTEMPTS, workers=workers,
+                                  backend=backend, device=device)
     except BaseException:
         if sock is not None:
             sock.close()

@@ -11,6 +11,7 @@ ranks anything itself. Imports no Prefect: an app that searches loads no orchest
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from situate.core.settings import MAX_WORKERS, get_settings
 from situate.storage import open_existing
 from situate.storage.rows import validate_collection_name
 from situate.tasks.embedders.base import Embedders
+from situate.tasks.embedders.runtime import BACKENDS, Runtime
 from situate.tasks.rerankers.base import Reranker, get_reranker
 from situate.tasks.retrieval.search import (
     MODES,
@@ -43,6 +45,8 @@ from situate.tasks.retrieval.search import (
 if TYPE_CHECKING:
     from situate.core.protocols import SearchStore
     from situate.tasks.embedders.base import Embedder
+
+log = logging.getLogger("situate.retrieve")
 
 # The query of the searches that warm a retriever (`prepare`): the model's load and first call,
 # and the store's first search of each kind, are paid when it opens, not by a user's query.
@@ -93,7 +97,8 @@ class Retriever:
     def __init__(self, collection: str, uri: str | None = None, *, mode: str = "hybrid",
                  fusion: str | None = None, reranker: str | Reranker | None = None,
                  embedder: str | None = None, token: str | None = None,
-                 retry_attempts: int | None = None, workers: int = 1) -> None:
+                 retry_attempts: int | None = None, workers: int = 1,
+                 backend: str | None = None, device: str | None = None) -> None:
         settings = get_settings()
         uri = uri or settings.milvus_uri
         _check_name(collection)
@@ -104,7 +109,8 @@ class Retriever:
         embedders = Embedders()
         try:
             self._setup(store, collection, embedders, owns=True, mode=mode, fusion=fusion,
-                        reranker=reranker, embedder=embedder, workers=workers)
+                        reranker=reranker, embedder=embedder, workers=workers, backend=backend,
+                        device=device)
             self.prepare(mode)
         except BaseException:
             self._stop_legs()
@@ -115,19 +121,22 @@ class Retriever:
     @classmethod
     def over(cls, store: SearchStore, collection: str, *, embedders: Embedders,
              mode: str = "hybrid", fusion: str | None = None,
-             reranker: str | Reranker | None = None, embedder: str | None = None) -> Retriever:
+             reranker: str | Reranker | None = None, embedder: str | None = None,
+             backend: str | None = None, device: str | None = None) -> Retriever:
         """A retriever on a store and models someone else opened and closes (the evaluate
         flow's run resources): `close()` leaves them open. Loads nothing until `prepare` or a
         search needs it."""
         store.require(collection)
         self = cls.__new__(cls)
         self._setup(store, collection, embedders, owns=False, mode=mode, fusion=fusion,
-                    reranker=reranker, embedder=embedder, workers=1)
+                    reranker=reranker, embedder=embedder, workers=1, backend=backend,
+                    device=device)
         return self
 
     def _setup(self, store: SearchStore, collection: str, embedders: Embedders, *, owns: bool,
                mode: str, fusion: str | None, reranker: str | Reranker | None,
-               embedder: str | None, workers: int) -> None:
+               embedder: str | None, workers: int, backend: str | None = None,
+               device: str | None = None) -> None:
         _check_mode(mode)
         settings = get_settings()
         self.collection = collection
@@ -145,8 +154,10 @@ class Retriever:
         self._encoder: Embedder | None = None
         self._reranker = reranker if isinstance(reranker, Reranker) else None
         self._reranker_spec = reranker if isinstance(reranker, str) else settings.reranker
-        stored = store.describe(collection).embedder
-        self.embedder = embedder_of(collection, store.uri, stored, embedder) or settings.embedder
+        info = store.describe(collection)
+        self.embedder = embedder_of(collection, store.uri, info.embedder, embedder) or settings.embedder
+        self.runtime = query_runtime(info, backend, device)
+        self._recorded = (info.backend, info.precision)
 
     # --- what a search needs, loaded once ---------------------------------------------------
 
@@ -175,9 +186,22 @@ class Retriever:
     def _embedder_loaded(self) -> Embedder:
         with self._lock:
             if self._encoder is None:
-                self._encoder = self._embedders.get(self.embedder)
+                self._encoder = self._embedders.get(self.embedder, self.runtime)
                 self._encoder.use_lanes(self.workers)
+                self._note_precision(self._encoder)
             return self._encoder
+
+    def _note_precision(self, encoder: Embedder) -> None:
+        """Queries embedded at another precision than the collection's vectors (the same model:
+        the same vector space, a little apart): said once, when the model loads."""
+        backend, precision = self._recorded
+        if not backend or encoder.info["backend"] in ("api", backend):
+            return
+        info = encoder.info
+        log.warning(f"collection {self.collection!r} was embedded with {backend} ({precision}); "
+                    f"its queries are embedded with {info['backend']} ({info['precision']}) on "
+                    f"{info['device']}: the same model, so the same vector space (--backend "
+                    f"{backend} embeds them as its vectors were)")
 
     def _reranker_loaded(self) -> Reranker:
         with self._lock:
@@ -275,6 +299,15 @@ def hit_metadata(hit: Hit) -> dict[str, Any]:
     situate's fields of the hit (which win a clash): id, doc_id, index, context, score."""
     return {**hit.metadata, "id": hit.id, "doc_id": hit.doc_id, "index": hit.index,
             "context": hit.context, "score": hit.score}
+
+
+def query_runtime(info: Any, backend: str | None, device: str | None) -> Runtime:
+    """How a collection's queries are embedded: by `backend` when given, else as its vectors were
+    (the backend it records), else by the settings'; on `device` (default: the settings')."""
+    settings = get_settings()
+    recorded = info.backend if info.backend in BACKENDS else ""
+    return Runtime(backend or recorded or settings.embed_backend, device or settings.device,
+                   settings.cache_dir)
 
 
 def embedder_of(collection: str, uri: str, stored: str, wanted: str | None) -> str:

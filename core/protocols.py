@@ -108,7 +108,8 @@ class ChunkStore(SearchStore, StoreUpkeep, Protocol):
     # A copy made in another process (a Dask worker), whose connection ends with its task.
     copied: bool
 
-    def ensure_collection(self, collection: str, dim: int, embedder: str) -> None: ...
+    def ensure_collection(self, collection: str, dim: int, embedder: str, backend: str = "",
+                          precision: str = "") -> None: ...
 
     def check_embedder(self, collection: str, embedder: str) -> None: ...
 

@@ -145,6 +145,8 @@ class CollectionInfo:
     embedder: str
     contexts: str = ""
     ingested: str = ""
+    backend: str = ""  # how the embedder ran: torch, onnx, onnx-int8, ... ("": not recorded)
+    precision: str = ""  # fp32, fp16, int8 ("": not recorded)
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,8 @@ class Settings(BaseSettings):
                                    "it); e.g. 64KiB, 1MiB")
     api_client_limit: int = Field(64, ge=1, description="requests one client address may have in "
                                   "flight at `situate api` or `situate mcp` (429 past it)")
-    cache_dir: str = Field("data/cache", description="disk cache of generated contexts")
+    cache_dir: str = Field("data/cache", description="disk cache of generated contexts and of "
+                           "models exported for ONNX Runtime (models/)")
     results_dir: str = Field("data/results", description="evaluation JSON reports")
     context: str = Field("", description="structural | anthropic | openai | ollama | none "
                                           "(optionally name:model); default: anthropic when an "
@@ -83,6 +84,12 @@ class Settings(BaseSettings):
     chunk_size: int = Field(800, ge=100, description="characters per chunk for unchunked input")
     chunk_overlap: int = Field(100, ge=0, description="characters shared by consecutive chunks")
     embed_batch: int = Field(64, ge=1, description="texts per embedding call")
+    embed_backend: str = Field("auto", description="how a local embedder runs: auto (on the "
+                               "CPU the measured default, onnx; torch fp16 on a GPU) | torch "
+                               "| onnx | onnx-int8 | another measured setting (`situate ingest "
+                               "--help`); ONNX models are exported once into the cache directory")
+    device: str = Field("auto", description="where a local embedder runs: auto (CUDA when torch "
+                        "sees it, else MPS, else the CPU) | cpu | cuda | cuda:N | mps")
     write_batch: int = Field(512, ge=1, description="rows per Milvus upsert")
     window: int = Field(2_000, ge=1, description="chunks (whole documents) ingested as one unit: "
                         "situated, embedded and written by one task; two are in memory at once")

@@ -283,7 +283,8 @@ def cmd_api(options: ApiOptions) -> int:
     _said_stopped("api", serve(options.collection, options.milvus_uri, host=options.host,
                                port=options.port, mode=options.mode, fusion=options.fusion,
                                reranker=options.reranker, workers=options.workers,
-                               policy=options.policy(_api_token())))
+                               policy=options.policy(_api_token()), backend=options.backend,
+                               device=options.device))
     return 0
 
 
@@ -300,7 +301,8 @@ def cmd_mcp(options: McpOptions) -> int:
                                transport=options.transport, host=options.host, port=options.port,
                                mode=options.mode, fusion=options.fusion,
                                reranker=options.reranker, workers=options.workers,
-                               policy=options.policy(_api_token())))
+                               policy=options.policy(_api_token()), backend=options.backend,
+                               device=options.device))
     return 0
 
 

@@ -128,7 +128,8 @@ def _evaluate_collection(options: EvaluateOptions, collection: str, queries: lis
     store = resources.existing_store(options.milvus_uri, collection)
     retriever = Retriever.over(store, collection, embedders=resources.embedders,
                                mode=options.modes[0], fusion=options.fusion, reranker=reranker,
-                               embedder=options.embedder)
+                               embedder=options.embedder, backend=options.backend,
+                               device=options.device)
     retriever.prepare(*options.modes)  # the model loaded and warmed: no query times its load
     spec = retriever.embedder
     started = time.perf_counter()

@@ -60,6 +60,7 @@ from situate.tasks.contexts.base import Contextualizer, contexts_of, get_context
 from situate.tasks.contexts.cache import situate_documents
 from situate.tasks.corpus.load import CorpusScan, scan_corpus, stream_corpus
 from situate.tasks.embedders.base import Embedders
+from situate.tasks.embedders.runtime import Runtime
 
 
 @task(task_run_name="scan-corpus", persist_result=False, cache_policy=NO_CACHE)
@@ -98,6 +99,7 @@ class WindowResult:
     chunks: int
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    embedder: dict[str, str] = field(default_factory=dict)  # device, backend, precision
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ class Window:
 @task(task_run_name="window-{label}", persist_result=False, cache_policy=NO_CACHE)
 def window_task(window: Window, contextualizer: Contextualizer, cache: ContextCache | None,
                 store: ChunkStore, embedders: Embedders, embedder_spec: str, collection: str,
-                pipeline: str, label: str = "0") -> WindowResult:
+                pipeline: str, label: str = "0", runtime: Runtime | None = None) -> WindowResult:
     """Situate, embed and write one window of whole documents. Its contexts and vectors live only
     here: gone when the window is written. Each document's rows are written in one go (never
     half a document), replacing what the collection held for it, stale chunks included (by
@@ -129,13 +131,15 @@ def window_task(window: Window, contextualizer: Contextualizer, cache: ContextCa
     try:
         results = situate_documents(contextualizer, window.docs, cache, reporter(DOCUMENTS_SITUATED))
         lap("situate")
-        embedder = embedders.get(embedder_spec)
+        embedder = embedders.get(embedder_spec, runtime)
         vectors = embed(embedder, [x.indexed_text for r in results for x in r.situated])
         lap("embed")
+        info = embedder.info
         if len(vectors) and not store.exists(collection):
             # Created at the first write: a run that fails before any window is written leaves
             # no empty collection behind. The flow writes its first window alone: no race here.
-            store.ensure_collection(collection, len(vectors[0]), embedder.id)
+            store.ensure_collection(collection, len(vectors[0]), embedder.id,
+                                    backend=info["backend"], precision=info["precision"])
         documents: list[EmbeddedDocument] = []
         i = 0
         for doc, r in zip(window.docs, results, strict=True):
@@ -156,7 +160,7 @@ def window_task(window: Window, contextualizer: Contextualizer, cache: ContextCa
     usage.contexts_generated = sum(1 for r in results for x in r.situated
                                    if x.source == "generated")
     return WindowResult(usage, written, sum(len(d.chunks) for d in window.docs),
-                        [note for r in results for note in r.notes], seconds)
+                        [note for r in results for note in r.notes], seconds, info)
 
 
 @task(task_run_name="rebuild-{collection}", persist_result=False, cache_policy=NO_CACHE)
@@ -220,6 +224,7 @@ class _Ingest:
         self.seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self.plan = Plan()
         self.usage = Usage()
+        self.embedder: dict[str, str] = {}  # device, backend, precision of the first window
         self.written = 0
         self.deleted = 0
         self.deleted_docs: list[str] = []
@@ -298,7 +303,8 @@ class _Ingest:
                             "contextualizer": contextualizer, "cache": cache, "store": store,
                             "embedders": self.resources.embedders,
                             "embedder_spec": o.embedder, "collection": o.collection,
-                            "pipeline": pipeline, "label": str(submitted)}))
+                            "pipeline": pipeline, "label": str(submitted),
+                            "runtime": o.runtime()}))
                         progress.submitted(len(docs))
                         submitted += 1
                         while pending and (len(pending) >= IN_FLIGHT or submitted == 1):
@@ -326,6 +332,7 @@ class _Ingest:
             self.seconds[phase] += seconds
         for note in result.notes:
             get_run_logger().warning(note)
+        self.embedder = self.embedder or result.embedder
         progress.window_done(result.chunks)
 
     def _prune(self, setup: Setup) -> int:
@@ -424,6 +431,7 @@ class _Ingest:
             chunks_deleted=self.deleted,
             rows=rows, drift_rows=self.drift, drift_share=round(self.drift / max(rows, 1), 4),
             rebuilt=self.rebuilt, **Bill.of(self.usage),
+            **{k: self.embedder.get(k, "") for k in ("device", "backend", "precision")},
             seconds={k: round(v, 3) for k, v in self.seconds.items()})
         create_table_artifact(summary.table(), key=artifact_key("ingest-summary", o.collection),
                               description=f"ingest of {o.corpus} into {o.collection}")

@@ -90,7 +90,7 @@ def launch_ingest(options: IngestOptions) -> IngestSummary | IngestPlan:
             plan.write_json(options.json_out)
             return plan
         if is_missing_lite_file(options.milvus_uri):  # surely a new collection: load the model
-            resources.embedders.get(options.embedder)
+            resources.embedders.get(options.embedder, options.runtime())
         from situate.tasks.corpus.load import scan_corpus
 
         resources.scan = scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
@@ -100,7 +100,7 @@ def launch_ingest(options: IngestOptions) -> IngestSummary | IngestPlan:
 
         def warm(store: Any) -> None:  # an existing collection loads no model unless it must
             if not store.exists(options.collection):
-                resources.embedders.get(options.embedder)
+                resources.embedders.get(options.embedder, options.runtime())
 
         resources.open_in_background(options.milvus_uri, then=warm)
         summary: IngestSummary | IngestPlan = run_flow(
@@ -127,8 +127,11 @@ def launch_evaluate(options: EvaluateOptions) -> Evaluation:
 
         def warm(store: Any) -> None:
             if options.modes != ["bm25"] and store.exists(names[0]):
-                resources.embedders.get(store.describe(names[0]).embedder
-                                        or get_settings().embedder)
+                from situate.api.retriever import query_runtime
+
+                info = store.describe(names[0])
+                resources.embedders.get(info.embedder or get_settings().embedder,
+                                        query_runtime(info, options.backend, options.device))
 
         resources.open_in_background(options.milvus_uri, then=warm)
         evaluation: Evaluation = run_flow(

@@ -94,6 +94,12 @@ def _embedder_names() -> list[str]:
     return EMBEDDERS.names()
 
 
+def _backend_names() -> list[str]:
+    from situate.tasks.embedders.runtime import backend_names
+
+    return backend_names()
+
+
 def _reranker_names() -> list[str]:
     from situate.tasks.rerankers.base import RERANKERS
 
@@ -181,6 +187,19 @@ Collection = Annotated[str, Flag(("--collection",))]
 MilvusUri = Annotated[str, Flag(("--milvus-uri",)), FromSetting("milvus_uri"),
                       AfterValidator(_milvus_uri), PlainSerializer(shown, when_used="json")]
 JsonOut = Annotated[str | None, Flag(("--json",), metavar="OUT")]
+Backend = Annotated[str, Flag(("--backend",), metavar="BACKEND", choices=_backend_names, strict=True),
+                    FromSetting("embed_backend")]
+def _device(value: str) -> str:
+    from situate.tasks.embedders.runtime import check_device
+
+    return check_device(value)  # a device named and absent: one InputError line (exit 2)
+
+
+Device = Annotated[str, Flag(("--device",), metavar="DEVICE"), FromSetting("device"),
+                   AfterValidator(_device)]
+# Queries: left empty, as the collection was embedded (its recorded backend), on the settings' device.
+QueryBackend = Annotated[str | None, Flag(("--backend",), metavar="BACKEND", choices=_backend_names,
+                                          strict=True)]
 
 
 class IngestOptions(Options):
@@ -197,6 +216,11 @@ class IngestOptions(Options):
     embedder: Annotated[str, Flag(("--embedder",), choices=_embedder_names,
                                   hint="optionally name:model; st:NAME_OR_PATH"),
                         FromSetting("embedder")] = from_settings(description="embedder by name")
+    backend: Backend = from_settings(description="how a local embedder runs: auto (onnx on the "
+                                     "CPU, torch fp16 on a GPU), torch, onnx, onnx-int8, or "
+                                     "another measured setting (docs: embedding backends)")
+    device: Device = from_settings(description="where a local embedder runs: auto, cpu, cuda, "
+                                   "cuda:N or mps")
     model: Annotated[str, Flag(("--model",)), FromSetting("anthropic_model")] = from_settings(
         description="Claude model for --context anthropic (other providers: --context "
                     "name:MODEL)")
@@ -265,9 +289,16 @@ class IngestOptions(Options):
 
         _collection_name(self.collection, validate_collection_name)
         check_context(self.context)
-        check_embedder(self.embedder)
+        check_embedder(self.embedder, self.backend, self.device)
         check_task_runner(self.task_runner, self.dask_address, self.milvus_uri)
         return self
+
+    def runtime(self) -> Any:
+        """The local embedder's backend and device (`situate.tasks.embedders.runtime.Runtime`),
+        its exports cached under the cache directory."""
+        from situate.tasks.embedders.runtime import Runtime
+
+        return Runtime(self.backend, self.device, self.cache_dir)
 
 
 class EvaluateOptions(Options):
@@ -295,6 +326,10 @@ class EvaluateOptions(Options):
     embedder: Annotated[str | None, Flag(("--embedder",), choices=_embedder_names)] = Field(
         None, description="embedder of the queries (default: the one the collection was built "
                           "with; must be the same)")
+    backend: QueryBackend = Field(None, description="how the queries' embedder runs (default: as "
+                                                   "the collection was embedded)")
+    device: Device = from_settings(description="where the queries' embedder runs: auto, cpu, "
+                                   "cuda, cuda:N or mps")
     json_out: JsonOut = Field(None, description="write the results as JSON")
     trec_dir: Annotated[str | None, Flag(("--trec",), metavar="DIR")] = Field(
         None, description="also write the run (one file per collection and mode) and the qrels in "
@@ -357,6 +392,10 @@ class SearchOptions(Options):
     fusion: Annotated[str, Flag(("--fusion",), choices=_fusion_names, strict=True),
                       FromSetting("fusion")] = from_settings(description="how hybrid search fuses "
                                                                        "dense and BM25")
+    backend: QueryBackend = Field(None, description="how the query's embedder runs (default: as "
+                                                   "the collection was embedded)")
+    device: Device = from_settings(description="where the query's embedder runs: auto, cpu, "
+                                   "cuda, cuda:N or mps")
 
     @field_validator("fusion")
     @classmethod
@@ -398,6 +437,10 @@ class _ServingOptions(Options):
     workers: Annotated[int, Flag(("--workers",), metavar="N"), FromSetting("workers")] = \
         from_settings(ge=1, le=MAX_WORKERS, description="processes of a local embedder that "
                       "embed queries, each on one core (concurrent queries are embedded together)")
+    backend: QueryBackend = Field(None, description="how the queries' embedder runs (default: as "
+                                                   "the collection was embedded)")
+    device: Device = from_settings(description="where the queries' embedder runs: auto, cpu, "
+                                   "cuda, cuda:N or mps")
     allowed_hosts: Annotated[list[str], Flag(("--allowed-host",), metavar="NAMES"),
                              FromSetting("allowed_hosts")] = from_settings(
         description="names clients call the server by, beyond loopback ones (comma-separated; * "

@@ -75,7 +75,12 @@ class Bill(BaseModel):
 
 
 class IngestSummary(Bill, Counts):
-    """The summary of an ingest run: counts, bill, and seconds per stage."""
+    """The summary of an ingest run: counts, bill, where and how the embedder ran, and seconds
+    per stage."""
+
+    device: str = ""  # cpu, cuda, ... ("" for an API's embedder, or nothing embedded)
+    backend: str = ""  # torch, onnx, onnx-int8, ... (api: at its provider)
+    precision: str = ""  # fp32, fp16, int8
 
     seconds: dict[str, float] = {}
 

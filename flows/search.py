@@ -11,5 +11,6 @@ def search(options: SearchOptions) -> list[Hit]:
     """The top `k` chunks of a collection for one query: the same `Retriever` an app searches
     with, so the same ranking as `situate evaluate` measures."""
     with Retriever(options.collection, options.milvus_uri, mode=options.mode,
-                   fusion=options.fusion, reranker=options.reranker) as retriever:
+                   fusion=options.fusion, reranker=options.reranker, backend=options.backend,
+                   device=options.device) as retriever:
         return retriever.search(options.query, options.k)

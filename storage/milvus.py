@@ -48,6 +48,8 @@ TIE_MARGIN = 16
 MAX_TOPK = 16_384
 # What a collection records of itself, as collection properties (a rebuild copies them).
 EMBEDDER, CONTEXTS, INGESTED = "situate.embedder", "situate.contexts", "situate.ingested"
+# How the embedder ran when the collection was made (torch, onnx-int8, ...; fp32, int8, ...).
+BACKEND, PRECISION = "situate.embedder.backend", "situate.embedder.precision"
 T = TypeVar("T")
 __all__ = ["RETRY_ATTEMPTS", "RETRY_BASE", "RETRY_CAP", "WRITE_BATCH", "MilvusStore"]
 
@@ -69,8 +71,11 @@ class MilvusStore(Connection):
         return bool(self._call(f"looking up collection {name!r}",
                                lambda: self.client.has_collection(name)))
 
-    def ensure_collection(self, collection: str, dim: int, embedder: str) -> None:
-        """Create the collection if missing; refuse one built with another embedder or dimension.
+    def ensure_collection(self, collection: str, dim: int, embedder: str, backend: str = "",
+                          precision: str = "") -> None:
+        """Create the collection if missing, recording the embedder and how it ran (`backend`,
+        `precision`); refuse one built with another embedder or dimension (another precision
+        of the same model is the same vector space: allowed).
 
         Each step is safe to repeat: a run cut off between creating the collection and indexing
         it (or a retried create whose first attempt went through) finishes the job next time.
@@ -84,7 +89,7 @@ class MilvusStore(Connection):
             self.load(collection)
             return
         self.generations.create(collection, collection_schema(self.client, dim, mmap=not self.is_local),
-                                {EMBEDDER: embedder})
+                                {EMBEDDER: embedder, BACKEND: backend, PRECISION: precision})
         self.index_and_load(collection)
 
     def index_and_load(self, collection: str) -> None:
@@ -133,7 +138,8 @@ class MilvusStore(Connection):
                     if f.get("name") == "dense"), None)
         properties = info.get("properties") or {}
         return CollectionInfo(int(dim) if dim is not None else None, properties.get(EMBEDDER, ""),
-                              properties.get(CONTEXTS, ""), properties.get(INGESTED, ""))
+                              properties.get(CONTEXTS, ""), properties.get(INGESTED, ""),
+                              properties.get(BACKEND, ""), properties.get(PRECISION, ""))
 
     def record_ingest(self, collection: str, contexts: str, ingested: str) -> None:
         """What the last ingest gave the collection's chunks (`contexts`) and when it ended,

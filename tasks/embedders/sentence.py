@@ -122,8 +122,12 @@ class SentenceEmbedding:
         return int(get_dim())
 
 
-def build_sentence_embedding(model: str, api_key: str) -> object:
-    """The embedding function of `st:MODEL` (`model` already resolved); runs in the model's process."""
+def build_sentence_embedding(model: str, api_key: str, runtime: Any = None) -> object:
+    """The embedding function of `st:MODEL` (`model` already resolved) on `runtime`'s device (a
+    `situate.tasks.embedders.runtime.Runtime`; torch: fp16 on a GPU); runs in the model's
+    process."""
+    from situate.tasks.embedders.runtime import Runtime, batch_size, resolve
+
     options = load_options(model)
     if options["local_files_only"]:
         # A saved model may still name a Hub tokenizer or module: offline, that fails at once
@@ -134,14 +138,21 @@ def build_sentence_embedding(model: str, api_key: str) -> object:
 
     from situate.tasks.embedders.windows import Windowed
 
-    st = SentenceTransformer(model, device="cpu", **options)
+    chosen = resolve(runtime or Runtime(), "st")
+    st = SentenceTransformer(model, device=chosen.device, **options)
+    if chosen.precision == "fp16":
+        st.half()
     named = getattr(st, "prompts", None) or {}
     prompts = [p for p in named.values() if p]
     reserve = max((len(st.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts),
                   default=0)
     # What `encode_query` puts in front of a query: the "query" prompt, else the default one.
     query_prompt = named.get("query", named.get(getattr(st, "default_prompt_name", None) or "", ""))
-    return Windowed(SentenceEmbedding(st), st, reserve=reserve, query_prompt=query_prompt or "")
+    wrapped = Windowed(SentenceEmbedding(st, batch_size(chosen.device)), st, reserve=reserve,
+                       query_prompt=query_prompt or "")
+    wrapped.info = {"device": chosen.device, "backend": chosen.backend,
+                    "precision": chosen.precision, "prepared": None}
+    return wrapped
 
 
 def load_cross_encoder(model: str) -> Any:

@@ -56,6 +56,9 @@ class Windowed:
 
     def __init__(self, inner: Any, model: Any, reserve: int = 0, query_prompt: str = "") -> None:
         self.inner = inner
+        # An inner encoder may say a batch changes its vectors (dynamic int8: exported.py).
+        self.batch_invariant = bool(getattr(inner, "batch_invariant", True))
+        self.info: dict[str, Any] = {}  # device, backend, precision (tasks/embedders/local.py)
         self.tokenizer = model.tokenizer
         self.size = max(16, int(model.max_seq_length) - 2 - reserve)
         self.query_prompt = query_prompt

