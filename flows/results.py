@@ -87,7 +87,8 @@ class IngestSummary(Bill, Counts):
     def metrics(self) -> list[tuple[str, str]]:
         """(metric, value) rows: every field but the nested ones, then the stages' seconds."""
         nested = ("seconds", "alternatives", "assumptions", "formats", "units", "skipped")
-        rows = [(k, str(v)) for k, v in self.model_dump().items() if k not in nested]
+        # A field with nothing to say is left out (an API embedder has no device or backend here).
+        rows = [(k, str(v)) for k, v in self.model_dump().items() if k not in nested and v != ""]
         rows += [(f"files {k}", str(v)) for k, v in self.formats.items()]
         rows += [(f"read {k}", str(v)) for k, v in self.units.items()]
         rows += [(f"skipped {k}", str(v)) for k, v in self.skipped.items()]

