@@ -326,16 +326,34 @@ def print_pdf(browser: str, page: Path, out: Path) -> None:
 
 
 def build(out: Path, source: Path, files: int, queries: int, seed: int, max_bytes: int,
-          formats: tuple[str, ...]) -> dict:
-    """The four corpora and the evaluation set under `out`; what was chosen."""
+          formats: tuple[str, ...], queries_from: str = "cloze", min_bytes: int = 3_000) -> dict:
+    """The corpora and the evaluation set under `out`; what was chosen."""
     for tool in ("pandoc",):
         if not shutil.which(tool):
             sys.exit(f"{tool} not found: apt-get install -y -qq {tool}")
     rng = random.Random(seed)
-    pool = sorted(f for f in source.rglob("*.md") if 3_000 <= f.stat().st_size <= max_bytes)
+    pool = sorted(f for f in source.rglob("*.md") if min_bytes <= f.stat().st_size <= max_bytes)
     chosen_files = sorted(rng.sample(pool, min(files, len(pool))))
     rels = [f.relative_to(source).as_posix() for f in chosen_files]
     texts = {rel: f.read_text(encoding="utf-8") for rel, f in zip(rels, chosen_files, strict=True)}
+    if queries_from == "heldout":
+        edited, lines, made = heldout_set(out, texts, queries, seed)
+    else:
+        edited, lines, made = cloze_set(texts, queries, rng)
+    _render(out, rels, edited, formats)
+    (out / "eval.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    sentences = [{"doc_id": rel, "sentence": x} for rel in rels for x in prose_sentences(edited[rel])]
+    (out / "sentences.jsonl").write_text("".join(json.dumps(x) + "\n" for x in sentences))
+    return {"source": str(source), "seed": seed, "queries_from": queries_from, "files": rels,
+            "sentences": len(sentences), "bytes": sum(len(t.encode()) for t in texts.values()),
+            **made, "queries": len(lines)}
+
+
+def cloze_set(texts: dict[str, str], queries: int,
+              rng: random.Random) -> tuple[dict[str, str], list[dict], dict]:
+    """The inverse-cloze set (this benchmark's own): a middle sentence of a paragraph is the query,
+    its neighbour the quote, both as every format shows them."""
+    rels = list(texts)
     pool_c: list[Candidate] = []
     for rel in rels:
         pool_c += candidates(rel, texts[rel], render_plain(texts[rel]))
@@ -357,7 +375,40 @@ def build(out: Path, source: Path, files: int, queries: int, seed: int, max_byte
             if c.query not in shown and shown.count(c.quote) == 1:
                 kept.append(c)
     kept.sort(key=lambda c: (c.rel, c.line))
-    sentences = [{"doc_id": rel, "sentence": x} for rel in rels for x in prose_sentences(edited[rel])]
+    lines = [{"query": c.query, "golden_quotes": [{"doc_id": c.rel, "quote": c.quote}]} for c in kept]
+    return edited, lines, {"candidates": len(pool_c), "dropped_after_edit": taken - len(kept)}
+
+
+def heldout_set(out: Path, texts: dict[str, str], queries: int,
+                seed: int) -> tuple[dict[str, str], list[dict], dict]:
+    """The set `situate synth --generator held-out` makes of the Markdown (a paragraph's first
+    sentence is the query, its next eight words of Markdown the quote, the sentence removed from
+    the file), kept where the quote is text every format shows: the quote, normalized as
+    evaluate matches it, in `pandoc -t plain` of the edited file. A quote holding markup that
+    renders away (emphasis, a link cut by the eight words) is left out, counted, before any
+    format is read."""
+    from situate.tasks.retrieval.metrics import normalize_quote
+    from situate.tasks.synth.heldout import build_heldout
+
+    src = out / "source"
+    for rel, text in texts.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text, encoding="utf-8")
+    stats = build_heldout(src, out / "heldout", queries, seed)
+    edited = {rel: (out / "heldout" / "corpus" / rel).read_text(encoding="utf-8") for rel in texts}
+    shown = {rel: normalize_quote(render_plain(text)) for rel, text in edited.items()}
+    made = [json.loads(line) for line in (out / "heldout" / "eval.jsonl").read_text().splitlines()]
+    lines = []
+    for x in made:
+        g = x["golden_quotes"][0]
+        if normalize_quote(g["quote"]) in shown[g["doc_id"]]:
+            lines.append({"query": x["query"], "golden_quotes": [g]})
+    return edited, lines, {"candidates": stats.candidates, "synth_queries": stats.queries,
+                           "dropped_markup_quote": stats.queries - len(lines)}
+
+
+def _render(out: Path, rels: list[str], edited: dict[str, str], formats: tuple[str, ...]) -> None:
+    """Each edited Markdown file in every format asked for."""
     before, after = boilerplate(rels)
     browser = chromium() if "pdf" in formats else ""
     printable = out / "printable"  # pandoc's HTML without the site's boilerplate, for printing
@@ -387,14 +438,6 @@ def build(out: Path, source: Path, files: int, queries: int, seed: int, max_byte
             printed = printable / stem.with_suffix(".html")
             printed.write_text(page, encoding="utf-8")
             print_pdf(browser, printed, out / "pdf" / stem.with_suffix(".pdf"))
-    (out / "eval.jsonl").write_text("".join(
-        json.dumps({"query": c.query, "golden_quotes": [{"doc_id": c.rel, "quote": c.quote}]}) + "\n"
-        for c in kept))
-    (out / "sentences.jsonl").write_text("".join(json.dumps(x) + "\n" for x in sentences))
-    return {"source": str(source), "seed": seed, "files": rels, "sentences": len(sentences),
-            "bytes": sum(len(t.encode()) for t in texts.values()),
-            "candidates": len(pool_c), "queries": len(kept),
-            "dropped_after_edit": taken - len(kept)}
 
 
 # --- measuring ----------------------------------------------------------------------------------
@@ -485,6 +528,30 @@ def verbatim(cov: dict, key: str = "sentences_found") -> str:
     return f"{cov[key]}/{cov['sentences']} ({100 * cov[key] / cov['sentences']:.1f}%)"
 
 
+def paired(results: dict, context: str, formats: list[str], eval_set: Path, env: dict[str, str],
+           store: Path) -> dict:
+    """Every format against the Markdown on the same queries: one `situate evaluate --collection
+    md,html,...` over the collections of this context in the store (the paired differences with
+    their bootstrap intervals, as the product reports them); {} without a Markdown collection."""
+    names = [f"formats_{fmt.replace('-', '_')}_{context}" for fmt in FORMATS
+             if fmt in formats or any(r["format"] == fmt and r["context"] == context
+                                      for r in results["runs"])]
+    if f"formats_md_{context}" not in names or len(names) < 2:
+        return {}
+    out = store / f"paired-{context}.json"
+    r = subprocess.run([sys.executable, "-m", "situate.flows.cli", "evaluate", str(eval_set),
+                        "--collection", ",".join(names), "--k", ",".join(KS), "--modes",
+                        ",".join(MODES), "--json", str(out)], cwd=ROOT, env=env,
+                       capture_output=True, text=True)
+    if r.returncode != 0:  # a format measured in another store: the table says so
+        print(f"paired evaluation of {','.join(names)} failed: {r.stderr[-500:]}", flush=True)
+        return {}
+    report = json.loads(out.read_text())
+    return {"collections": names, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "pass_at_k": {c["collection"]: c["pass_at_k"] for c in report["collections"]},
+            "comparisons": report["comparisons"]}
+
+
 def markdown_tables(results: dict) -> str:
     lines = ["| format | context | documents | chunks | quotes findable | prose sentences verbatim | "
              "in the chunks | dense P@5/10/20 | BM25 P@5/10/20 | hybrid P@5/10/20 | hybrid P@10 − Markdown |",
@@ -509,6 +576,10 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=40)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--max-bytes", type=int, default=60_000, help="skip larger Markdown files")
+    ap.add_argument("--min-bytes", type=int, default=3_000, help="skip smaller Markdown files")
+    ap.add_argument("--queries-from", choices=("cloze", "heldout"), default="cloze",
+                    help="cloze: this benchmark's inverse cloze (a middle sentence, its neighbour); "
+                         "heldout: `situate synth --generator held-out` on the chosen Markdown")
     ap.add_argument("--seed", type=int, default=22)
     ap.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
     ap.add_argument("--contexts", nargs="+", default=["structural", "none"])
@@ -517,6 +588,9 @@ def main() -> None:
     ap.add_argument("--build-only", action="store_true", help="make the corpora and the set, then stop")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "formats.json")
     ap.add_argument("--render", metavar="JSON", help="print the table of an earlier --out and stop")
+    ap.add_argument("--store", type=Path,
+                    help="keep the collections in DIR/milvus.db (default: a temp dir), so that a later "
+                         "--update run compares its formats with the Markdown's collection there")
     ap.add_argument("--update", action="store_true",
                     help="replace only this run's (format, context) rows in --out (the same set)")
     ap.add_argument("--reuse", action="store_true",
@@ -537,7 +611,7 @@ def main() -> None:
                 shutil.rmtree(work)
             t = time.perf_counter()
             built = build(work, args.source, args.files, args.queries, args.seed, args.max_bytes,
-                          tuple(args.formats))
+                          tuple(args.formats), args.queries_from, args.min_bytes)
             built["build_seconds"] = round(time.perf_counter() - t, 1)
             (work / "built.json").write_text(json.dumps(built))
         print(json.dumps({k: v for k, v in built.items() if k != "files"}), flush=True)
@@ -554,7 +628,9 @@ def main() -> None:
             results["runs"] = [r for r in earlier["runs"]
                                if not (r["format"] in args.formats and r["context"] in args.contexts)]
             results["commands"] = earlier.get("commands", [earlier.get("command")]) + [results["command"]]
-        env = {**os.environ, "SITUATE_MILVUS_URI": f"{tmp}/milvus.db", "SITUATE_CACHE_DIR": f"{tmp}/c",
+        store = args.store or Path(tmp)
+        store.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "SITUATE_MILVUS_URI": f"{store}/milvus.db", "SITUATE_CACHE_DIR": f"{tmp}/c",
                "SITUATE_RESULTS_DIR": f"{tmp}/r"}
         env.pop("ANTHROPIC_API_KEY", None)
         eval_set = work / "eval.jsonl"
@@ -606,6 +682,10 @@ def main() -> None:
                                                     order[r["format"]]))
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text(json.dumps(results, indent=2) + "\n")  # after every run
+            compared = paired(results, context, args.formats, eval_set, env, store)
+            if compared:
+                results.setdefault("paired", {})[context] = compared
+                args.out.write_text(json.dumps(results, indent=2) + "\n")
         print(markdown_tables(results), end="")
 
 
