@@ -548,7 +548,7 @@ def paired(results: dict, context: str, formats: list[str], eval_set: Path, env:
         return {}
     report = json.loads(out.read_text())
     return {"collections": names, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "pass_at_k": {c["collection"]: c["pass_at_k"] for c in report["collections"]},
+            "pass_at_k": {name: c["pass_at_k"] for name, c in report["collections"].items()},
             "comparisons": report["comparisons"]}
 
 

@@ -171,7 +171,7 @@ def main() -> None:
         report["formats"][fmt] = row
     if args.paired:
         paired = json.loads(args.paired.read_text())
-        by_collection = {c["collection"]: c for c in paired["collections"]}
+        by_collection = paired["collections"]  # name -> that collection's evaluation
         md_name = next(n for n in by_collection if n.startswith("formats_md_"))
         for fmt in args.formats:
             if fmt == "md":
