@@ -531,8 +531,9 @@ def verbatim(cov: dict, key: str = "sentences_found") -> str:
 def paired(results: dict, context: str, formats: list[str], eval_set: Path, env: dict[str, str],
            store: Path) -> dict:
     """Every format against the Markdown on the same queries: one `situate evaluate --collection
-    md,html,...` over the collections of this context in the store (the paired differences with
-    their bootstrap intervals, as the product reports them); {} without a Markdown collection."""
+    md,html,...` over the collections of this context in the store, hybrid mode (the paired
+    differences with their bootstrap intervals, as the product reports them; each format's own
+    evaluation above has every mode); {} without a Markdown collection."""
     names = [f"formats_{fmt.replace('-', '_')}_{context}" for fmt in FORMATS
              if fmt in formats or any(r["format"] == fmt and r["context"] == context
                                       for r in results["runs"])]
@@ -541,7 +542,7 @@ def paired(results: dict, context: str, formats: list[str], eval_set: Path, env:
     out = store / f"paired-{context}.json"
     r = subprocess.run([sys.executable, "-m", "situate.flows.cli", "evaluate", str(eval_set),
                         "--collection", ",".join(names), "--k", ",".join(KS), "--modes",
-                        ",".join(MODES), "--json", str(out)], cwd=ROOT, env=env,
+                        "hybrid", "--json", str(out)], cwd=ROOT, env=env,
                        capture_output=True, text=True)
     if r.returncode != 0:  # a format measured in another store: the table says so
         print(f"paired evaluation of {','.join(names)} failed: {r.stderr[-500:]}", flush=True)
