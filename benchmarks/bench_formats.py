@@ -459,6 +459,9 @@ by_stem = {_stem(d.id): d for d in corpus.documents}
 out = {"documents": len(corpus.documents), "chunks": corpus.chunk_count,
        "formats": dict(corpus.formats), "units": dict(corpus.units), "skipped": dict(corpus.skipped),
        "covered": 0, "missing": []}
+sizes = sorted(len(c.text) for d in corpus.documents for c in d.chunks)
+out["chars_mean"] = round(sum(sizes) / max(1, len(sizes)), 1)
+out["chars_median"] = sizes[len(sizes) // 2] if sizes else 0
 for q in load_eval_set(sys.argv[2]):
     g = q.golden[0]
     doc = by_stem.get(_stem(g.doc_id))
@@ -553,6 +556,33 @@ def paired(results: dict, context: str, formats: list[str], eval_set: Path, env:
             "comparisons": report["comparisons"]}
 
 
+def paired_table(results: dict) -> str:
+    """Hybrid Pass@k of every format beside its chunks, and its paired difference from the
+    Markdown (mean, 95% bootstrap interval) as `situate evaluate --collection md,...` gave it."""
+    lines = ["| format | chunks | chars mean / median | quotes in a chunk | hybrid P@5 / 10 / 20 | "
+             "P@5 − Markdown [95%] | P@10 − Markdown [95%] | P@20 − Markdown [95%] |",
+             "|---|---|---|---|---|---|---|---|"]
+    queries = results["build"]["queries"]
+    for context, paired in results.get("paired", {}).items():
+        diffs = {(c["b"].split(" · ")[1], c["k"]): c for c in paired["comparisons"]
+                 if c["a"].startswith("hybrid")}
+        for name in paired["collections"]:
+            run = next((r for r in results["runs"] if r["context"] == context
+                        and f"formats_{r['format'].replace('-', '_')}_{context}" == name), None)
+            if run is None:
+                continue
+            cov, p = run["coverage"], paired["pass_at_k"][name]["hybrid"]
+            cells = []
+            for k in KS:
+                d = diffs.get((name, int(k)))
+                cells.append(f"{d['difference']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}]" if d else "")
+            lines.append(f"| {run['format']} ({context}) | {run['chunks']} | "
+                         f"{cov.get('chars_mean', '')} / {cov.get('chars_median', '')} | "
+                         f"{cov['covered']}/{queries} | " + " / ".join(f"{p[k]:.1f}" for k in KS)
+                         + " | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown_tables(results: dict) -> str:
     lines = ["| format | context | documents | chunks | quotes findable | prose sentences verbatim | "
              "in the chunks | dense P@5/10/20 | BM25 P@5/10/20 | hybrid P@5/10/20 | hybrid P@10 − Markdown |",
@@ -601,7 +631,10 @@ def main() -> None:
                          "(the same set; no ingest): for formats whose reader did not change")
     args = ap.parse_args()
     if args.render:
-        print(markdown_tables(json.loads(Path(args.render).read_text())), end="")
+        rendered = json.loads(Path(args.render).read_text())
+        print(markdown_tables(rendered), end="")
+        if rendered.get("paired"):
+            print("\n" + paired_table(rendered), end="")
         return
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or Path(tmp) / "formats"
