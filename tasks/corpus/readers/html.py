@@ -46,6 +46,11 @@ DROP_TAGS = frozenset({"script", "style", "noscript", "svg", "iframe", "template
 FURNITURE_TAGS = frozenset({"nav", "footer", "aside", "menu"})
 DROP_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search", "dialog",
                         "alertdialog", "menu", "menubar"})
+# A book's pages that repeat what its metadata and headings say, and its navigation lists (EPUB 3
+# structural semantics, DPUB-ARIA roles): pandoc's EPUB opens with a title page holding only the
+# title, read as a chapter of its own.
+DROP_TYPES = frozenset({"cover", "titlepage", "halftitlepage", "toc", "landmarks", "page-list", "loi",
+                        "lot", "loa", "lov", "doc-toc", "doc-pagelist", "doc-cover"})
 # Notes are content wherever they sit (an EPUB's footnotes are often <aside epub:type="footnote">,
 # pandoc's are <aside role="doc-endnotes"> with --reference-location).
 NOTE_TYPES = frozenset({"footnote", "footnotes", "endnote", "endnotes", "rearnote", "rearnotes", "note",
@@ -63,7 +68,8 @@ WEAK_SHARE = 0.4
 RULES = {
     "tag": "never content (script, style, form control, embedded object)",
     "furniture tag": "nav, footer, aside or menu",
-    "role": "an ARIA landmark or widget role that is not content (navigation, banner, ...)",
+    "role": "an ARIA landmark or widget role that is not content (navigation, banner, ...), or a "
+            "book's cover, title page or navigation list (epub:type, DPUB-ARIA role)",
     "hidden": "hidden, aria-hidden or display:none",
     "banner": "a page-level <header> without a heading",
     "form": "a form (search box, login), under 40% of the page's text",
@@ -272,7 +278,7 @@ def _rule(el: Any, tag: str, scoped: bool) -> str:
         name = _local(key)
         if name == "role" or (name == "type" and key != "type"):  # role, epub:type
             types.update(value.lower().split())
-        elif name in ("id", "class"):
+        elif name == "class" or (name == "id" and not _anchor(el, tag, value)):
             words += " " + value.lower()
         elif name == "hidden" or (name == "aria-hidden" and value.strip().lower() == "true") \
                 or (name == "style" and _HIDDEN_STYLE.search(value)):
@@ -281,7 +287,7 @@ def _rule(el: Any, tag: str, scoped: bool) -> str:
         return ""
     if tag in FURNITURE_TAGS:
         return "furniture tag"
-    if types & DROP_ROLES:
+    if types & (DROP_ROLES | DROP_TYPES):
         return "role"
     if hidden:
         return "hidden"
@@ -292,6 +298,17 @@ def _rule(el: Any, tag: str, scoped: bool) -> str:
     if words and any(w.startswith(DROP_WORDS) or w.endswith(DROP_WORDS) for w in _TOKENS.split(words) if w):
         return "class"
     return ""
+
+
+def _anchor(el: Any, tag: str, value: str) -> bool:
+    """Whether an id is the anchor of the element's own heading (`<h2 id="shared-cache">Shared
+    cache</h2>`, pandoc's `<section id="...">` around it): spelled from its words, it names the
+    heading, not the block's role, and is no evidence of furniture."""
+    heading = el if tag in HEADINGS else next((c for c in el if isinstance(c.tag, str)), None)
+    if heading is None or _tag(heading) not in HEADINGS:
+        return False
+    said = set(_TOKENS.split(heading.text_content().lower()))
+    return all(w in said or w.isdigit() for w in _TOKENS.split(value.lower()) if w)
 
 
 def _ink(text: str | None) -> int:

@@ -11,10 +11,14 @@ mid-sentence where the next line's first word would not fit) goes on with its pa
 the next is set in another size (inline code), and a paragraph running over a page break is joined
 on the page it starts on.
 
-Running headers and footers are learnt from the first pages (a small window, kept in memory as
-extracted text only) and dropped on every page; lines set notably larger than the body text are
-headings, so chunks get a heading path. The document is opened once and each page is loaded,
-read and closed before the next, so a 2,000-page PDF is held one page at a time.
+A tagged PDF (what browsers, Word and LibreOffice export; PDF/UA requires it) says itself what its
+text is: lines tagged H1-H6 in its structure tree are the headings, at those levels, and content
+marked as an artifact (running headers and footers, page numbers) is not the document's text.
+An untagged PDF is read by its look: running headers and footers are learnt from the first pages
+(a small window, kept in memory as extracted text only) and dropped on every page, and lines set
+notably larger than the body text are headings. Either way, chunks get a heading path. The
+document is opened once and each page is loaded, read and closed before the next, so a 2,000-page
+PDF is held one page at a time.
 """
 
 from __future__ import annotations
@@ -74,6 +78,10 @@ class _Frag:
     line: int = -1
     first: int = -1
     last: int = -1
+    # What a tagged PDF says the text is: "H1".."H6" (a heading), "artifact" (pagination: running
+    # headers, footers, page numbers), else "" (content, or an untagged PDF).
+    tag: str = ""
+    at: int = -1  # the index of its first character in PDFium's text, for its tag
 
 
 @dataclass(slots=True)
@@ -116,6 +124,18 @@ class _Style:
     furniture: dict[str, float] = field(default_factory=dict)  # masked text -> median position
     body: float = 0.0
     heading_sizes: list[float] = field(default_factory=list)  # largest first
+    tagged: bool = False  # the first pages tag headings (H1-H6): headings come from the tags only
+
+    def heading(self, line: _Line) -> int:
+        """The heading level of a line, 0 for body text: its tag in a PDF that tags headings,
+        else by its size."""
+        if self.tagged:
+            tagged = [f for f in line.frags if f.tag.startswith("H")]
+            ink = sum(len(f.text) for f in line.frags)
+            if not tagged or 2 * sum(len(f.text) for f in tagged) < ink:
+                return 0
+            return min(int(f.tag[1]) for f in tagged)
+        return self.level(line.size)
 
     def level(self, size: float) -> int:
         """The heading level of a line this size, 0 for body text."""
@@ -278,6 +298,8 @@ def _extract(pdf: Any, index: int) -> _Page:
             raise Unreadable("corrupt PDF", f"page {index + 1}: its text cannot be read")
         try:
             frags = _fragments(c, tp, _Transform(bounds, rotation))
+            if frags:
+                _tag_fragments(c, page, tp, frags)
         finally:
             c.FPDFText_ClosePage(tp)
         images = not frags and _has_images(c, page)
@@ -332,6 +354,72 @@ def _page_text(c: Any, tp: Any, n: int) -> str:
     return "".join(out)
 
 
+_HEADING_TAG = re.compile(r"^H([1-6])$")
+MAX_STRUCTURE = 20_000  # structure elements looked at on one page: a tree beyond it is not read
+
+
+def _tag_fragments(c: Any, page: Any, tp: Any, frags: list[_Frag]) -> None:
+    """Each fragment's tag from a tagged PDF: the page's structure tree maps marked-content ids
+    to element types (H1-H6 kept), and a text object marked /Artifact is pagination, not
+    content. An untagged page leaves every tag empty."""
+    levels = _heading_ids(c, page)
+    for f in frags:
+        i = f.first if f.first >= 0 else f.at
+        obj = c.FPDFText_GetTextObject(tp, i) if i >= 0 else None
+        if not obj:
+            continue
+        if _artifact(c, obj):
+            f.tag = "artifact"
+        elif levels:
+            level = levels.get(c.FPDFPageObj_GetMarkedContentID(obj))
+            if level:
+                f.tag = f"H{level}"
+
+
+def _heading_ids(c: Any, page: Any) -> dict[int, int]:
+    """Marked-content id -> heading level (1-6) of every H1-H6 element of the page's structure
+    tree (content under a heading element, at any depth); empty for an untagged page."""
+    tree = c.FPDF_StructTree_GetForPage(page)
+    if not tree:
+        return {}
+    out: dict[int, int] = {}
+    buf = ctypes.create_string_buffer(64)
+    seen = 0
+    try:
+        stack = [(c.FPDF_StructTree_GetChildAtIndex(tree, k), 0)
+                 for k in range(c.FPDF_StructTree_CountChildren(tree))]
+        while stack and seen < MAX_STRUCTURE:
+            el, level = stack.pop()
+            if not el:
+                continue
+            seen += 1
+            n = c.FPDF_StructElement_GetType(el, buf, len(buf))
+            m = _HEADING_TAG.match(buf.raw[:max(0, n - 2)].decode("utf-16-le", errors="replace")) \
+                if 0 < n <= len(buf) else None
+            level = int(m.group(1)) if m else level
+            if level:
+                for k in range(c.FPDF_StructElement_GetMarkedContentIdCount(el)):
+                    out[c.FPDF_StructElement_GetMarkedContentIdAtIndex(el, k)] = level
+            stack.extend((c.FPDF_StructElement_GetChildAtIndex(el, k), level)
+                         for k in range(c.FPDF_StructElement_CountChildren(el)))
+    finally:
+        c.FPDF_StructTree_Close(tree)
+    return out
+
+
+def _artifact(c: Any, obj: Any) -> bool:
+    """Whether a page object is marked as an /Artifact (marked-content tag)."""
+    buf = ctypes.create_string_buffer(32)
+    length = ctypes.c_ulong()
+    for k in range(c.FPDFPageObj_CountMarks(obj)):
+        mark = c.FPDFPageObj_GetMark(obj, k)
+        if mark and c.FPDFPageObjMark_GetName(mark, ctypes.cast(buf, ctypes.POINTER(ctypes.c_ushort)),
+                                              len(buf), ctypes.byref(length)):
+            if buf.raw[:max(0, length.value - 2)].decode("utf-16-le", errors="replace") == "Artifact":
+                return True
+    return False
+
+
 def _fragments(c: Any, tp: Any, tf: _Transform) -> list[_Frag]:
     """The page's text as fragments: PDFium's lines, each cut where its text objects' boxes leave
     a gap wider than about a letter's height (or change baseline)."""
@@ -373,7 +461,8 @@ class _TextPage:
                     text = " ".join(chars[start:end].replace(_EOL_HYPHEN, "-").split())
                     if text:
                         x0, y0, x1, y1 = rects[0]
-                        frags.append(_Frag(text, x0, y0, x1, y1, self.font_size(start, end), line))
+                        frags.append(_Frag(text, x0, y0, x1, y1, self.font_size(start, end), line,
+                                           at=start + len(chars[start:end]) - len(chars[start:end].lstrip())))
                 elif rects:
                     frags.extend(self.cut_line(start, end, _groups(rects), line))
             start = brk.end()
@@ -553,6 +642,7 @@ def _learn(window: list[_Page]) -> _Style:
     masked on at least 40% of the window's pages (and 3), not set larger than the body."""
     style = _Style()
     texted = [p for p in window if p.frags]
+    style.tagged = any(f.tag.startswith("H") for p in texted for f in p.frags)
     sizes: Counter[float] = Counter()
     for page in texted:
         for f in page.frags:
@@ -593,8 +683,9 @@ def _clusters(sizes: list[float]) -> list[float]:
 # --- Laying a page out -----------------------------------------------------------------------------
 
 def _drop_furniture(page: _Page, style: _Style) -> list[_Frag]:
-    """The page's fragments without its running header and footer lines and page numbers."""
-    drop: set[int] = set()
+    """The page's fragments without its running header and footer lines and page numbers: those
+    a tagged PDF marks as artifacts, and those learnt from the first pages."""
+    drop: set[int] = {id(f) for f in page.frags if f.tag == "artifact"}
     tolerance = 0.03 * page.height
     for key, y, frags in _band_lines(page):
         known = style.furniture.get(key)
@@ -968,7 +1059,7 @@ def _flow_blocks(flow: list[_Line], style: _Style,
 
     def single(line: _Line) -> None:
         nonlocal heading, last
-        level = style.level(line.size)
+        level = style.heading(line)
         if level and (not any(ch.isalpha() for ch in line.text) or _LEADER.search(line.text)):
             level = 0
         if level:
