@@ -407,6 +407,13 @@ def heldout_set(out: Path, texts: dict[str, str], queries: int,
                            "dropped_markup_quote": stats.queries - len(lines)}
 
 
+def _no_images(out: Path) -> Path:
+    path = out / "no-images.lua"
+    if not path.exists():
+        path.write_text("function Image(el) return {} end\n")
+    return path
+
+
 def _render(out: Path, rels: list[str], edited: dict[str, str], formats: tuple[str, ...]) -> None:
     """Each edited Markdown file in every format asked for."""
     before, after = boilerplate(rels)
@@ -429,7 +436,14 @@ def _render(out: Path, rels: list[str], edited: dict[str, str], formats: tuple[s
             (out / "html-sections" / stem.with_suffix(".html")).write_text(wrap(sectioned, before, after),
                                                                            encoding="utf-8")
         if "docx" in formats:
-            pandoc(["-f", "gfm", "-o", str(out / "docx" / stem.with_suffix(".docx"))], edited[rel])
+            docx = ["-f", "gfm", "-o", str(out / "docx" / stem.with_suffix(".docx"))]
+            r = subprocess.run(["pandoc", *docx], input=edited[rel], capture_output=True, text=True)
+            if r.returncode != 0:
+                # pandoc's DOCX writer embeds every image and fails on one it cannot open (a docs
+                # tree's site-absolute /img/... paths), fetching them before any filter runs: then
+                # the images go first, in a pass of their own, as they give no text anyway
+                ast = pandoc(["-f", "gfm", "-t", "json", "--lua-filter", str(_no_images(out))], edited[rel])
+                pandoc(["-f", "json", *docx[2:]], ast)
         if "epub" in formats:
             pandoc(["-f", "gfm", "-t", "epub3", "--metadata", f"title={title}", "-o",
                     str(out / "epub" / stem.with_suffix(".epub"))], edited[rel])

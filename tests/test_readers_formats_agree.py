@@ -216,3 +216,102 @@ def test_an_epub_title_page_is_not_a_chapter(tmp_path: Path) -> None:
     assert [s.text for s in sections] == ["Build cache",
                                           "Cargo keeps every build under the target directory."]
     assert all(s.where["chapter"] == 1 for s in sections)
+
+
+# --- Markdown: what the page shows ---------------------------------------------------------------
+
+def test_a_front_matter_title_is_the_markdown_page_s_title_and_top_heading(tmp_path: Path) -> None:
+    """A Docusaurus or Hugo page keeps its title in the front matter and opens with no heading
+    of its own; pandoc shows that title above it (so do the HTML, Word, EPUB and PDF made from
+    it), and every heading below nests under it. The reader before dropped the front matter
+    whole: no title, and paths one level short."""
+    page = tmp_path / "mocks.md"
+    page.write_text("---\nid: mock-functions\ntitle: 'Mock Functions'\n---\n\nMock functions erase the "
+                    "implementation.\n\n## Using a mock function\n\nTest the callback.\n")
+    reading = read_document(page, max_bytes=LIMIT)
+    sections = list(reading.sections)
+    assert reading.title == "Mock Functions"
+    assert [(s.kind, s.level, s.text) for s in sections][:2] == [
+        ("heading", 1, "Mock Functions"), ("text", 0, "Mock functions erase the implementation.")]
+    text, _, spans = assemble(sections)
+    assert spans[-1].where["heading_path"] == ["Mock Functions", "Using a mock function"]
+    assert "mock-functions" not in text
+    own = tmp_path / "own.md"  # a page with a level-1 heading of its own shows it once
+    own.write_text("---\ntitle: Caching\n---\n\n# Caching in uv\n\nText.\n")
+    assert [s.text for s in read_document(own, max_bytes=LIMIT).sections] == ["Caching in uv", "Text."]
+
+
+def test_markdown_code_spans_are_code_and_headings_read_as_shown() -> None:
+    """Inside a code span, brackets are code, not a link (`[ipv4][, ipv6]` was read as a
+    reference link and ", ipv6" lost); a heading's inline code reads as its text, as in every
+    other format's heading path."""
+    from situate.tasks.corpus.readers.markdown import markdown_sections
+
+    source = ("# DNS\n\n### `resolver.setLocalAddress([ipv4][, ipv6])`\n\nCall "
+              "`resolver.setLocalAddress([ipv4][, ipv6])` with [a link](https://x.org) first.\n")
+    sections = list(markdown_sections(source))
+    assert [(s.kind, s.text) for s in sections] == [
+        ("heading", "DNS"), ("heading", "resolver.setLocalAddress([ipv4][, ipv6])"),
+        ("text", "Call `resolver.setLocalAddress([ipv4][, ipv6])` with a link first.")]
+
+
+# --- Where a document's text is cut, and what its context names ------------------------------------
+
+def test_a_page_edge_is_no_cut_of_its_own() -> None:
+    """A PDF's sections are cut at each page; the text is the same as its Markdown's. The chunker
+    once preferred a page edge to a paragraph break (a priority of its own), so the PDF's chunks
+    ended where pages did, not where the Markdown's did. Now the same text is cut at the same
+    places with or without its pages."""
+    from situate.tasks.corpus.readers.base import Section
+    from situate.tasks.corpus.sections import chunk_sections
+
+    paragraphs = [" ".join(f"w{p}x{i}" for i in range(30)) + "." for p in range(12)]
+    flowing = [Section("Guide", kind="heading", level=1)] + [Section(p) for p in paragraphs]
+    paged = [Section("Guide", {"page": 1}, kind="heading", level=1)] + [
+        Section(p, {"page": 1 + k // 3}) for k, p in enumerate(paragraphs)]
+    text, cut = chunk_sections(flowing, 800, 100)
+    paged_text, paged_cut = chunk_sections(paged, 800, 100)
+    assert paged_text == text
+    assert [p.start for p in paged_cut] == [p.start for p in cut]
+
+
+def test_a_chapter_title_heads_the_heading_path_once() -> None:
+    """An EPUB chapter's title (its entry in the book's table of contents) is the top of its
+    heading path, not said twice when its first heading is the same, and the context names the
+    chapter by number and path ("Chapter 2 > Backoff > Retries"), as a PDF's names its page."""
+    from situate.core.records import Chunk, Document
+    from situate.tasks.contexts.structural import StructuralContextualizer
+    from situate.tasks.corpus.readers.base import Section
+    from situate.tasks.corpus.sections import chunk_sections
+
+    one = {"chapter": 1, "chapter_title": "Leases"}
+    two = {"chapter": 2, "chapter_title": "Backoff"}
+    sections = [Section("Leases", {**one, "heading_path": ["Leases"]}, kind="heading", level=1),
+                Section("A lease expires.", {**one, "heading_path": ["Leases"]}),
+                Section("Retries", {**two, "heading_path": ["Retries"]}, kind="heading", level=1),
+                Section("Jitter", {**two, "heading_path": ["Retries", "Jitter"]}, kind="heading", level=2),
+                Section("Full jitter.", {**two, "heading_path": ["Retries", "Jitter"]})]
+    _, pieces = chunk_sections(sections, 800, 100)
+    assert [p.where["heading_path"] for p in pieces] == [["Leases"], ["Backoff", "Retries", "Jitter"]]
+    doc = Document("book.epub", "t", (), "book.epub", {"format": "epub"})
+    chunk = Chunk(doc.id, 1, pieces[1].text, pieces[1].start, pieces[1].where)
+    assert StructuralContextualizer().situate(doc, [chunk]).situated[0].context == (
+        "From book.epub (e-book). Chapter 2 > Backoff > Retries > Jitter.")
+
+
+def test_the_title_is_the_heading_a_document_opens_with(tmp_path: Path) -> None:
+    """A page's <title> (and the PDF printed from it) is what a tool wrote, here the file's
+    name; the page opens with its own title. Every format's document title is now that heading,
+    as the Markdown's and the Word document's were."""
+    from situate.tasks.corpus.load import load_corpus
+
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    (corpus / "child_process.html").write_text(
+        "<html><head><title>child_process</title></head><body><h1>Child process</h1>"
+        "<p>Spawn a subprocess and pipe its output.</p></body></html>")
+    (corpus / "untitled.html").write_text(
+        "<html><head><title>Queues</title></head><body><p>Workers lease jobs.</p>"
+        "<h1>Leases</h1><p>A lease expires.</p></body></html>")
+    titles = {d.id: d.metadata.get("document_title") for d in load_corpus(corpus).documents}
+    assert titles == {"child_process.html": "Child process", "untitled.html": "Queues"}

@@ -292,7 +292,8 @@ def _place(where: dict[str, object]) -> str:
         end = where.get(f"{key}_end")
         text = f"{label}s {value}-{end}" if isinstance(end, int) and end != value else f"{label} {value}"
         title = where.get(f"{key}_title")
-        if isinstance(title, str) and title.strip():
+        # a chapter's title is the top of its heading path (situate.tasks.corpus.sections)
+        if isinstance(title, str) and title.strip() and key != "chapter":
             text += f": {' '.join(title.split())[:100]}"
         if key == "cell" and isinstance(where.get("cell_type"), str) and where["cell_type"] != "mixed":
             text += f" ({where['cell_type']})"

@@ -379,6 +379,16 @@ def _orphan_watch(parent: int) -> None:
             os._exit(0)
 
 
+def document_title(reading: Any, opening: str) -> str:
+    """The title a reader sees: the level-1 heading the document opens with, in every format
+    (a web page's <title>, a PDF's Title entry and a book's metadata are what a tool wrote: a
+    file's name, a site's name after the page's); a book of several chapters keeps its own title
+    (its first heading is its first chapter's). Else the format's metadata title."""
+    if opening and not (reading.unit == "chapters" and reading.units > 1):
+        return opening
+    return str(reading.title)
+
+
 def read_and_chunk(request: dict[str, Any]) -> dict[str, Any]:
     """One document read, cleaned and cut along its structure: what `_read_document` in the
     loader makes a Document of. Its text is counted as it is read, against the document limit
@@ -395,10 +405,13 @@ def read_and_chunk(request: dict[str, Any]) -> dict[str, Any]:
     where = fd_path(fd, real)
     cleaned = 0
     chars = 0
+    opening: list[str] = []  # the document's first section's text when it is a level-1 heading
 
     def clean(sections: Iterable[Section]) -> Iterator[Section]:
         nonlocal cleaned, chars
         for s in sections:
+            if not opening and s.text.strip():
+                opening.append(" ".join(s.text.split()) if s.kind == "heading" and s.level == 1 else "")
             chars += len(s.text)
             if chars > max_bytes:
                 raise Unreadable("too large", f"its text runs past {max_bytes} characters, the limit "
@@ -430,6 +443,7 @@ def read_and_chunk(request: dict[str, Any]) -> dict[str, Any]:
         raise
     finally:
         os.close(fd)
-    return {"format": reading.format, "title": reading.title, "metadata": dict(reading.metadata),
+    return {"format": reading.format, "title": document_title(reading, opening[0] if opening else ""),
+            "metadata": dict(reading.metadata),
             "unit": reading.unit, "units": reading.units, "text": text, "cleaned": cleaned,
             "pieces": [(p.start, len(p.text), p.where) for p in pieces]}

@@ -18,11 +18,13 @@ from situate.tasks.corpus.readers.base import Section
 # How strong a cut before a section is, by what changes there. A chapter or a sheet is always a
 # cut (nothing of two sheets in one chunk); a heading is a strong cut (the higher the stronger);
 # a slide, cell or block of rows is a cut the chunker prefers to a paragraph break, packs small
-# ones together, and never overlaps across (SECTION); a page edge is preferred too, but text
-# flows across pages, so a chunk after it may start with the previous page's last lines.
+# ones together, and never overlaps across (SECTION). A page edge is where the printer broke the
+# text, not where the document does: no cut of its own (the blank line between two pages' sections
+# is a paragraph break like any other), so that a PDF is cut where its HTML, Word or Markdown
+# original is, and a paragraph running over a page stays whole.
 _HEADING_PRIORITY = {1: 7, 2: 6}
 _UNIT_PRIORITY = SECTION
-_PAGE_PRIORITY = SECTION - 1
+_PAGE_PRIORITY = 0
 _UNIT_KEYS = ("page", "slide", "cell")
 
 
@@ -59,6 +61,7 @@ def assemble(sections: Iterable[Section]) -> tuple[str, dict[int, int], list[_Sp
             headings = [h for h in headings if h[0] < level] + [(level, " ".join(text.split()))]
         if "heading_path" not in where and headings:
             where["heading_path"] = [t for _, t in headings]
+        _chapter_on_top(where)
         priority = _priority(section, where, previous)
         sheet = where.get("sheet")
         if isinstance(sheet, str) and sheet != previous.get("sheet"):
@@ -73,6 +76,19 @@ def assemble(sections: Iterable[Section]) -> tuple[str, dict[int, int], list[_Sp
         offset += len(text)
         previous = where
     return "".join(parts), boundaries, spans
+
+
+def _chapter_on_top(where: dict[str, Any]) -> None:
+    """A chapter's title is the top of its heading path (an EPUB's table of contents names the
+    chapter; its first heading often says the same, and then is not said twice)."""
+    title = where.get("chapter_title")
+    if not isinstance(title, str) or not title.strip():
+        return
+    title = " ".join(title.split())
+    path = where.get("heading_path")
+    path = list(path) if isinstance(path, list) else []
+    if not path or " ".join(str(path[0]).split()).casefold() != title.casefold():
+        where["heading_path"] = [title, *path]
 
 
 def _priority(section: Section, where: dict[str, Any], previous: dict[str, Any]) -> int:

@@ -1,7 +1,11 @@
 """Markdown as sections: headings (ATX and setext) as the structure, fenced code verbatim, the
 text as written minus what a reader never sees (HTML comments, link targets and reference
 definitions, YAML front matter), so that a Markdown file is cut and situated like the HTML, Word
-or PDF made from it."""
+or PDF made from it.
+
+The front matter's `title` is the document's title, and its top heading when the text opens
+without a level-1 heading of its own: what pandoc (its title block), Docusaurus, Jekyll and Hugo
+show above such a page, and what the HTML, Word, EPUB or PDF made from it carries."""
 
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ _IMAGE = re.compile(r"!\[([^\]\n]*)\]\([^)\n]*\)")
 _INLINE_LINK = re.compile(r"\[((?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]\([^)\n]*\)")
 _REFERENCE_LINK = re.compile(r"\[((?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]\[[^\]\n]*\]")
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n.*?\n(?:---|\.\.\.)[ \t]*\n", re.DOTALL)
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.DOTALL)
+_TITLE = re.compile(r"^title:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
 
 
 def read(path: Path, *, fmt: str, max_bytes: int) -> Reading:
@@ -36,16 +42,49 @@ def read(path: Path, *, fmt: str, max_bytes: int) -> Reading:
         raise Unreadable("not Markdown", f"byte {e.start} is not UTF-8: convert the file to UTF-8"
                          ) from None
     sections = list(markdown_sections(text))
-    title = next((s.text for s in sections if s.kind == "heading"), "")
+    title = front_matter_title(text)
+    if title and not (sections and sections[0].kind == "heading" and sections[0].level == 1):
+        sections.insert(0, Section(title, kind="heading", level=1))
+    title = title or next((s.text for s in sections if s.kind == "heading"), "")
     metadata: dict[str, Any] = {}
     return Reading(fmt, iter(sections), title=title, metadata=metadata)
 
 
+def front_matter_title(text: str) -> str:
+    """The `title:` of a YAML front matter block, a one-line scalar (quotes removed), or ""."""
+    front = _FRONT_MATTER.match(text.lstrip("\ufeff").replace("\r\n", "\n"))
+    found = _TITLE.search(front.group(0)) if front else None
+    if found is None:
+        return ""
+    value = found.group(1)
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        value = value[1:-1]
+    elif value[:1] in ("|", ">", "[", "{", "&", "*", "!"):
+        return ""  # a block, a list, a mapping or a tag: not a title read here
+    return heading_text(value)
+
+
 def clean_inline(text: str) -> str:
-    """Text as rendered: images by their alt text, links by their text."""
+    """Text as rendered: images by their alt text, links by their text. A code span is code, its
+    brackets no link (`setLocalAddress([ipv4][, ipv6])` once read as a reference link, "[, ipv6]"
+    lost), as CommonMark gives code spans precedence."""
+    spans: list[str] = []
+
+    def hide(m: re.Match[str]) -> str:
+        spans.append(m.group(2))
+        return f"{m.group(1)}\x00{len(spans) - 1}\x00{m.group(1)}"
+
+    text = _CODE_SPAN.sub(hide, text)
     text = _IMAGE.sub(r"\1", text)
     text = _INLINE_LINK.sub(r"\1", text)
-    return _REFERENCE_LINK.sub(r"\1", text)
+    text = _REFERENCE_LINK.sub(r"\1", text)
+    return re.sub("\x00(\\d+)\x00", lambda m: spans[int(m.group(1))], text) if spans else text
+
+
+def heading_text(text: str) -> str:
+    """A heading's title as every format shows it: inline code as its text, without the
+    backticks (the heading path a chunk's context names is the same in every format)."""
+    return " ".join(_CODE_SPAN.sub(lambda m: m.group(2), clean_inline(text)).split())
 
 
 def markdown_sections(text: str) -> Iterator[Section]:
@@ -83,7 +122,7 @@ def markdown_sections(text: str) -> Iterator[Section]:
         atx = _ATX.match(line)
         if atx:
             yield from flush()
-            title = clean_inline((atx.group(2) or "").strip())
+            title = heading_text((atx.group(2) or "").strip())
             if title:
                 yield Section(title, kind="heading", level=len(atx.group(1)))
             i += 1
@@ -92,7 +131,7 @@ def markdown_sections(text: str) -> Iterator[Section]:
         if line.strip() and not block and _SETEXT.match(following) and not line.startswith(
                 ("    ", "\t", "-", "*", ">")):
             yield from flush()
-            yield Section(clean_inline(line.strip()), kind="heading",
+            yield Section(heading_text(line.strip()), kind="heading",
                           level=1 if following.strip().startswith("=") else 2)
             i += 2
             continue
