@@ -255,6 +255,24 @@ def test_markdown_code_spans_are_code_and_headings_read_as_shown() -> None:
         ("text", "Call `resolver.setLocalAddress([ipv4][, ipv6])` with a link first.")]
 
 
+def test_a_markdown_table_reads_as_every_other_format_reads_it() -> None:
+    """A GFM table: a row a line, cells by " | " (as the HTML, Word and PDF readers give it), the
+    delimiter row and the cells' padding gone. The reader before kept the source's aligned
+    columns, twice the characters of the same table in any other format, so its chunks ended
+    elsewhere."""
+    from situate.tasks.corpus.readers.markdown import markdown_sections
+
+    source = ("Record types:\n\n| `rrtype`  | contains                 | type     |\n"
+              "| --------- | ------------------------ | -------- |\n"
+              "| `'A'`     | IPv4 addresses (default) | {string} |\n"
+              "| `'MX'`    | mail exchange \\| records | [Object](#object) |\n\nAfter the table.\n")
+    assert [(s.kind, s.text) for s in markdown_sections(source)] == [
+        ("text", "Record types:"),
+        ("table", "`rrtype` | contains | type\n`'A'` | IPv4 addresses (default) | {string}\n"
+                  "`'MX'` | mail exchange | records | Object"),
+        ("text", "After the table.")]
+
+
 # --- Where a document's text is cut, and what its context names ------------------------------------
 
 def test_a_page_edge_is_no_cut_of_its_own() -> None:

@@ -26,6 +26,7 @@ _INLINE_LINK = re.compile(r"\[((?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]\([^)\n]*\)")
 _REFERENCE_LINK = re.compile(r"\[((?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]\[[^\]\n]*\]")
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n.*?\n(?:---|\.\.\.)[ \t]*\n", re.DOTALL)
 _CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.DOTALL)
+_DELIMITER_ROW = re.compile(r"^ {0,3}\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$")
 _TITLE = re.compile(r"^title:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
 
 
@@ -87,8 +88,21 @@ def heading_text(text: str) -> str:
     return " ".join(_CODE_SPAN.sub(lambda m: m.group(2), clean_inline(text)).split())
 
 
+def _cells(row: str) -> list[str]:
+    """A GFM table row's cells: split at every pipe not escaped (in code spans too, as GFM
+    does), the outer pipes and the cells' padding dropped, an escaped pipe read as a pipe."""
+    cells = [c.replace("\x00", "|") for c in row.strip().replace("\\|", "\x00").split("|")]
+    if len(cells) > 1 and not cells[0].strip():
+        cells = cells[1:]
+    if len(cells) > 1 and not cells[-1].strip():
+        cells = cells[:-1]
+    return [" ".join(c.split()) for c in cells]
+
+
 def markdown_sections(text: str) -> Iterator[Section]:
-    """Headings, text blocks and code blocks of a Markdown text, in order."""
+    """Headings, text blocks, tables and code blocks of a Markdown text, in order. A GFM table
+    reads as every other format's table does: a row a line, its cells by " | ", the delimiter
+    row and the cells' padding gone."""
     text = text.replace("\r\n", "\n")
     text = _FRONT_MATTER.sub("", text, count=1)
     text = _COMMENT.sub("", text)
@@ -128,6 +142,16 @@ def markdown_sections(text: str) -> Iterator[Section]:
             i += 1
             continue
         following = lines[i + 1] if i + 1 < len(lines) else ""
+        if "|" in line and _DELIMITER_ROW.match(following) and len(_cells(line)) == len(_cells(following)):
+            yield from flush()
+            rows = [line]
+            i += 2
+            while i < len(lines) and lines[i].strip() and "|" in lines[i]:
+                rows.append(lines[i])
+                i += 1
+            table = "\n".join(" | ".join(clean_inline(c) for c in _cells(r)) for r in rows)
+            yield Section(table, kind="table")
+            continue
         if line.strip() and not block and _SETEXT.match(following) and not line.startswith(
                 ("    ", "\t", "-", "*", ">")):
             yield from flush()
