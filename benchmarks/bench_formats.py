@@ -20,7 +20,8 @@ choice of files. Each file is made into
   <section> elements, as pandoc's EPUBs and many static sites have it);
 - (c) DOCX: `pandoc`;
 - (d) PDF: Chromium's headless print of pandoc's HTML (without the boilerplate, as someone prints
-  docs), with Chromium's default running header (date, title) and footer (file URL, page/pages);
+  docs: every <details> open), with Chromium's default running header (date, title) and footer
+  (file URL, page/pages);
 - (e) EPUB: `pandoc -t epub3` (a book of one chapter per file, its sections nested).
 
 Each format is a corpus directory of its own with the same relative paths and stems, so one
@@ -315,6 +316,15 @@ def chromium() -> str:
     sys.exit("chromium not found: apt-get install -y -qq chromium")
 
 
+_DETAILS = re.compile(r"<details(?![^>]*\sopen)(?=[\s>])", re.IGNORECASE)
+
+
+def opened(page: str) -> str:
+    """The page as someone prints docs: every <details> open (a browser prints a closed one's
+    summary alone, so the PDF would lack text the other formats show)."""
+    return _DETAILS.sub("<details open", page)
+
+
 def print_pdf(browser: str, page: Path, out: Path) -> None:
     """Chromium's headless print with its default settings: a header (date, title) and a footer
     (the file's URL, page/pages) on every page."""
@@ -450,7 +460,7 @@ def _render(out: Path, rels: list[str], edited: dict[str, str], formats: tuple[s
         if "pdf" in formats:
             (printable / rel).parent.mkdir(parents=True, exist_ok=True)
             printed = printable / stem.with_suffix(".html")
-            printed.write_text(page, encoding="utf-8")
+            printed.write_text(opened(page), encoding="utf-8")
             print_pdf(browser, printed, out / "pdf" / stem.with_suffix(".pdf"))
 
 

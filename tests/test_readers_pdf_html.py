@@ -166,6 +166,10 @@ def test_pdf_soft_hyphen_and_digits(tmp_path: Path) -> None:
     ("end.", "next", "end. next"), ("a -", "b", "a - b"),
     ("e.g. --", "inspect=9222", "e.g. --inspect=9222"), ("than -", "-dns-order", "than --dns-order"),
     ("write(\"sha256-", "\");", "write(\"sha256-\");"), ("well-", "(known)", "well- (known)"),
+    ("URL 'https://a.example.com/h?", "query=1#hash'", "URL 'https://a.example.com/h?query=1#hash'"),
+    ("new URL('https://x.org/?a=1&", "b=2')", "new URL('https://x.org/?a=1&b=2')"),
+    ("Did it work?", "yes", "Did it work? yes"),
+    ("see https://x.org/a?", "Then", "see https://x.org/a? Then"),
 ])
 def test_pdf_line_join(a: str, b: str, joined: str) -> None:
     assert pdf_reader._join(a, b) == joined

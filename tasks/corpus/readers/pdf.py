@@ -913,7 +913,10 @@ def _join(a: str, b: str) -> str:
     digit ("Franco-" + "Prussian", "2020-" + "2021"); a soft hyphen is always undone. A line
     broken inside a command-line option or code keeps its characters together: after a double
     hyphen ("--" + "inspect"), between two hyphens ("than -" + "-dns"), and before punctuation
-    ("sha256-" + '");')."""
+    ("sha256-" + '");'), and a URL a browser broke at its query's mark ("h?" + "query=x": a URL
+    goes on after '?', '&' or '=', where prose has no space before the next word either)."""
+    if a[-1:] in "?&=" and "://" in a.rsplit(" ", 1)[-1] and b[:1] and not b[0].isupper():
+        return a + b
     if a and b and a[-1] in HYPHENS and len(a) >= 2 and a[-2].isalnum():
         if a[-1] == "\u00ad" or (b[0].islower() and a[-2].isalpha()):
             return a[:-1] + b
