@@ -441,31 +441,64 @@ FORMAT_NAMES = {"md": "Markdown", "html": "HTML", "html-sections": "HTML (nested
                 "docx": "DOCX", "pdf": "PDF", "epub": "EPUB"}
 
 
-def bench_formats() -> list[str]:
-    d = _load("formats.json")
-    rows = [r for r in d["runs"] if r["context"] == "structural"]
-    out = ["## The same documents in every format", "",
-           "40 pages of Node.js's API reference as Markdown and converted to HTML (inside a docs "
-           "site's navigation, banners and footer), DOCX, PDF (printed by Chromium, with its "
-           "running header and footer) and EPUB; one evaluation set of 200 held-out queries for "
-           "all (MiniLM, structural contexts). Every format's chunks hold all 200 golden quotes.",
-           "", "| format | chunks | prose sentences kept in one chunk | hybrid Pass@5 | @10 | @20 | "
-           "measured |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        cov = r["coverage"]
-        kept = (f"{cov['sentences_in_chunks']:,} / {cov['sentences']:,}"
-                if "sentences_in_chunks" in cov else "n/a (markup kept)")
-        scores = r["pass_at_k"]["hybrid"]
-        when = r.get("finished", "2026-11-25 (Pass@k)")
-        out.append(f"| {FORMAT_NAMES[r['format']]} | {r['chunks']:,} | {kept} | "
-                   f"{scores['5']:.1f} | {scores['10']:.1f} | {scores['20']:.1f} | {when} |")
-    out += ["", "- Result file: `benchmarks/results/formats.json`",
-            "- Commands: `.venv/bin/python benchmarks/bench_formats.py --keep DIR --formats F "
-            "--contexts structural --update`, one leg per format (`formats.json` lists each "
-            "under `commands`)",
-            "- Date: per row (UTC; the DOCX row's Pass@k is from the run before)",
+FORMAT_SETS = (
+    ("formats-nodejs.json", "Node.js's API reference",
+     "Debian's `/usr/share/doc/nodejs/api`; the set the readers and the chunker were changed against"),
+    ("formats-jest.json", "Jest's documentation",
+     "jestjs/jest's `docs/` (MIT); held out: measured before the readers and the chunker were "
+     "changed, and again only at the end"))
+
+
+def _format_set(name: str, label: str, about: str) -> list[str]:
+    d = _load(name)
+    build, paired = d["build"], d["paired"]["structural"]
+    diffs = {(c["b"].split(" · ")[1], str(c["k"])): c for c in paired["comparisons"]
+             if c["a"] == "hybrid · formats_md_structural"}
+    out = [f"### {label}: {len(build['files'])} pages, {build['queries']} quotes", "",
+           f"Pages: {about}.", "",
+           "| format | chunks | characters mean / median | quotes in a chunk | hybrid Pass@5 | @10 | "
+           "@20 | Pass@5 − Markdown [95%] | Pass@10 − Markdown [95%] |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in d["runs"]:
+        collection = f"formats_{r['format'].replace('-', '_')}_structural"
+        if r["context"] != "structural" or collection not in paired["collections"]:
+            continue
+        cov, scores = r["coverage"], paired["pass_at_k"][collection]["hybrid"]
+        cells = []
+        for k in ("5", "10"):
+            c = diffs.get((collection, k))
+            cells.append(f"{c['difference']:+.1f} [{c['low']:+.1f}, {c['high']:+.1f}]" if c else "—")
+        out.append(f"| {FORMAT_NAMES[r['format']]} | {r['chunks']:,} | {cov['chars_mean']:.0f} / "
+                   f"{cov['chars_median']} | {cov['covered']} / {build['queries']} | "
+                   f"{scores['5']:.1f} | {scores['10']:.1f} | {scores['20']:.1f} | "
+                   + " | ".join(cells) + " |")
+    out += ["", f"- Result file: `benchmarks/results/{name}`",
+            f"- Commands: {_venv_python(d['build_command'].removeprefix('python '))} (the set "
+            "and every format), then " + "; ".join(
+                _venv_python(c.removeprefix("python ")) for c in d.get("commands", [d["command"]])),
+            (f"- Date: {paired['finished']} UTC (the paired evaluation; each format's own run "
+             "shortly before)" if "how" not in paired else
+             f"- Date: {max(r['finished'] for r in d['runs'])} UTC (the last format's run; formats "
+             "measured side by side in stores of their own, each paired with the Markdown from "
+             "the per-query ranks of its own evaluation by the function `situate evaluate` pairs "
+             "collections with)"),
             f"- Machine: {d['machine']}, Python 3.11.7 (shared with other work: Pass@k does not "
             "depend on load)", ""]
+    return out
+
+
+def bench_formats() -> list[str]:
+    out = ["## The same documents in every format", "",
+           "Two sets of documentation pages written in Markdown by others, each converted to HTML "
+           "(inside a docs site's navigation, banners and footer), DOCX, PDF (printed by Chromium, "
+           "with its running header and footer) and EPUB by pandoc and Chromium; one evaluation "
+           "set per set for all its formats, made by `situate synth`'s held-out generator on the "
+           "Markdown (MiniLM, structural contexts). Chunks and their sizes stand beside Pass@k, so "
+           "a gap shows whether it is ranking or cutting; each format's difference from the "
+           "Markdown is paired, query by query, with its 95% bootstrap interval, as `situate "
+           "evaluate --collection md,html,...` reports it.", ""]
+    for name, label, about in FORMAT_SETS:
+        out += _format_set(name, label, about)
     return out
 
 
