@@ -443,9 +443,9 @@ FORMAT_NAMES = {"md": "Markdown", "html": "HTML", "html-sections": "HTML (nested
 
 FORMAT_SETS = (
     ("formats-nodejs.json", "Node.js's API reference",
-     "Debian's `/usr/share/doc/nodejs/api`; the set the readers and the chunker were changed against"),
+     "Debian's `/usr/share/doc/nodejs/api`; the set the readers were changed against"),
     ("formats-jest.json", "Jest's documentation",
-     "jestjs/jest's `docs/` (MIT); held out: measured before the readers and the chunker were "
+     "jestjs/jest's `docs/` (MIT); held out: measured before the readers were "
      "changed, and again only at the end"))
 
 
