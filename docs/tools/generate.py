@@ -503,7 +503,7 @@ def bench_formats() -> list[str]:
 
 
 def bench_ingest() -> list[str]:
-    d = _load("ingest-issue20.json")
+    d = _load("ingest-refactor.json")
     out = ["## Ingest speed against embedding alone", "",
            f"`situate ingest` of the codebase corpus ({d['chunks']} chunks, {d['context']} "
            "contexts, MiniLM) as a whole command (Prefect's temporary server, reading, contexts, "
@@ -516,9 +516,9 @@ def bench_ingest() -> list[str]:
            "", f"Best against best {d['ratio']:.3f}, median pair {d['median_pair_ratio']:.3f}: "
            f"the whole command takes {(d['median_pair_ratio'] - 1):.0%} longer than embedding "
            "alone.", ""]
-    out += _source("ingest-issue20.json",
+    out += _source("ingest-refactor.json",
                    ".venv/bin/python benchmarks/bench_ingest.py --repeat 3 --out "
-                   "benchmarks/results/ingest-issue20.json", "2026-11-24", d["machine"])
+                   "benchmarks/results/ingest-refactor.json", "2026-11-24", d["machine"])
     return out
 
 
