@@ -37,12 +37,7 @@ from fastapi import Request
 from situate.api.guard import Guard, Policy
 from situate.api.request import SearchRequest
 from situate.api.retriever import Retriever
-from situate.api.wire import (
-    CollectionInfo,
-    SearchHit,
-    SearchResponse,
-    status_of,
-)
+from situate.api.wire import CollectionDescription, SearchResponse, status_of
 from situate.core.errors import InputError, SituateError
 from situate.core.secrets import redact
 from situate.core.version import version
@@ -158,17 +153,17 @@ def create_app(retriever: Retriever, policy: Policy | None = None) -> Any:
         asked = SearchRequest.of_json(await request.body())
         started = time.perf_counter()
         hits = await asyncio.to_thread(retriever.run, asked)
-        answer = SearchResponse(hits=[SearchHit.of(h) for h in hits],
+        answer = SearchResponse(hits=hits,
                                 took_ms=round((time.perf_counter() - started) * 1000, 3))
         # Serialized once, here: returned as a model, FastAPI would validate it again against
         # response_model (which stays, for the OpenAPI page) and encode it a second time.
         return Response(answer.model_dump_json(), media_type="application/json")
 
-    @app.get("/collection", response_model=CollectionInfo, responses=errors)
-    def collection() -> CollectionInfo:
+    @app.get("/collection", response_model=CollectionDescription, responses=errors)
+    def collection() -> CollectionDescription:
         """The collection served: rows, embedder, contexts, when it was last ingested, and the
         modes it can be searched in here."""
-        return CollectionInfo.of(retriever.describe())
+        return retriever.describe()
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:
@@ -256,7 +251,7 @@ def serve(collection: str, uri: str, *, host: str = "127.0.0.1", port: int = 800
         with starting("situate api"):
             retriever = Retriever(collection, uri, mode=mode, fusion=fusion, reranker=reranker,
                                   retry_attempts=SERVING_ATTEMPTS, workers=workers,
-                                  backend=backend, device=device)
+                                  backend=backend, device=device, model_process=True)
     except BaseException:
         sock.close()
         raise

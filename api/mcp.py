@@ -20,19 +20,16 @@ import asyncio
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Annotated, Any
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from situate.api.guard import Guard, Policy
 from situate.api.http import SERVING_ATTEMPTS, check_bind, listen, run_uvicorn, starting
-from situate.api.request import SearchRequest
+from situate.api.request import K, Mode, Query, SearchRequest, Served
 from situate.api.retriever import Retriever
-from situate.api.wire import CollectionInfo, SearchHit, SearchResponse, message_of
+from situate.api.wire import CollectionDescription, SearchResponse, message_of
 from situate.core.errors import SituateError
 from situate.core.uri import is_lite
 from situate.core.version import version
-from situate.tasks.retrieval.search import MAX_K
 
 if TYPE_CHECKING:
     from mcp.server import MCPServer
@@ -70,31 +67,23 @@ def create_server(retriever: Retriever) -> MCPServer[Any]:
         f"The chunks of collection {name!r} most relevant to `query`, best first, ranked as "
         "situate's evaluation ranks them: `hits` (id, doc_id, index, text, context, score, "
         f"metadata) and `took_ms`. Modes here: {modes} (default {retriever.mode})."))
-    async def search(
-            query: Annotated[str, Field(description="what to search for")],
-            k: Annotated[int, Field(description=f"number of hits, 1 to {MAX_K}", ge=1,
-                                    le=MAX_K)] = 10,
-            mode: Annotated[str | None, Field(description=(
-                "dense | bm25 | hybrid | rerank, as the server can run them (the tool's "
-                "description lists them); default: the server's"))] = None,
-            collection: Annotated[str | None, Field(description=(
-                "the collection served (optional: any other is refused)"))] = None,
-    ) -> SearchResponse:
+    async def search(query: Query, k: K = 10, mode: Mode = None,
+                     collection: Served = None    ) -> SearchResponse:
         started = time.perf_counter()
         request = SearchRequest(query=query, k=k, mode=mode, collection=collection)
         try:
             hits = await asyncio.to_thread(retriever.run, request)
         except SituateError as e:
             raise ToolError(message_of(e)) from None
-        return SearchResponse(hits=[SearchHit.of(h) for h in hits],
+        return SearchResponse(hits=hits,
                               took_ms=round((time.perf_counter() - started) * 1000, 3))
 
     @server.tool(name="describe_collection", annotations=read_only, description=(
         f"What collection {name!r} holds: rows, the embedder of its vectors, the contexts its "
         "chunks were given, when it was last ingested, and the search modes."))
-    async def describe_collection() -> CollectionInfo:
+    async def describe_collection() -> CollectionDescription:
         try:
-            return CollectionInfo.of(await asyncio.to_thread(retriever.describe))
+            return await asyncio.to_thread(retriever.describe)
         except SituateError as e:
             raise ToolError(message_of(e)) from None
 
@@ -130,7 +119,7 @@ def serve(collection: str, uri: str, *, transport: str = "stdio", host: str = "1
         with starting("situate mcp"):
             retriever = Retriever(collection, uri, mode=mode, fusion=fusion, reranker=reranker,
                                   retry_attempts=SERVING_ATTEMPTS, workers=workers,
-                                  backend=backend, device=device)
+                                  backend=backend, device=device, model_process=True)
     except BaseException:
         if sock is not None:
             sock.close()

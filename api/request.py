@@ -11,7 +11,7 @@ must be the one served.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -22,20 +22,29 @@ MODES_TEXT = " | ".join(MODES)
 FIELDS = ("query", "k", "mode", "collection")
 
 
+# Each field once, with its bounds and description: the request below, the MCP tool's
+# parameters (situate.api.mcp) and `situate search`'s options (situate.flows.options) are typed by
+# these, and every face checks what it was given through `SearchRequest.of`.
+Query = Annotated[str, Field(description="what to search for",
+                             examples=["how is the retry delay computed?"])]
+K = Annotated[int, Field(ge=1, le=MAX_K,
+                         description=f"number of hits, a whole number from 1 to {MAX_K}")]
+Mode = Annotated[str | None, Field(description=f"{MODES_TEXT}, as the server can run them; "
+                                               "default: the server's --mode (rerank needs a "
+                                               "reranker: COHERE_API_KEY or SITUATE_RERANKER=st:...)")]
+Served = Annotated[str | None, Field(description="the collection served (optional; a server "
+                                                 "serves one and refuses any other)")]
+
+
 class SearchRequest(BaseModel):
     """One query: what to search for, how many hits, in which mode, in which collection."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    query: str = Field(description="what to search for",
-                       examples=["how is the retry delay computed?"])
-    k: int = Field(10, ge=1, le=MAX_K, description=f"number of hits, a whole number from 1 to "
-                                                   f"{MAX_K}")
-    mode: str | None = Field(None, description=f"{MODES_TEXT}; default: the server's --mode "
-                                               "(rerank needs a reranker: COHERE_API_KEY or "
-                                               "SITUATE_RERANKER=st:...)")
-    collection: str | None = Field(None, description="the collection served (optional; a server "
-                                                     "serves one and refuses any other)")
+    query: Query
+    k: K = 10
+    mode: Mode = None
+    collection: Served = None
 
     @field_validator("query", mode="before")
     @classmethod

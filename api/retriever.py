@@ -14,8 +14,9 @@ import asyncio
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
 
 from situate.api.request import SearchRequest
 from situate.core.errors import (
@@ -56,15 +57,20 @@ WARM_UP_QUERY = "warm up"
 LEG_THREADS = 16
 
 
-@dataclass(frozen=True)
-class CollectionDescription:
-    """The collection a retriever searches, as it describes itself: its rows, the embedder its
-    vectors came from, the contexts its chunks were given and when it was last ingested ("" when
-    the collection predates situate recording them), and how the retriever searches it."""
+class CollectionDescription(BaseModel):
+    """The collection a retriever searches, as it describes itself (`Retriever.describe`, HTTP's
+    `GET /collection`, MCP's `describe_collection`): its rows, the embedder its vectors came from
+    and the backend and precision it ran on, the contexts its chunks were given and when it was
+    last ingested ("" where the collection predates situate recording it), and how the retriever
+    searches it."""
+
+    model_config = ConfigDict(frozen=True)
 
     collection: str
     rows: int
     embedder: str
+    backend: str
+    precision: str
     dim: int | None
     contexts: str
     ingested: str
@@ -88,17 +94,21 @@ class Retriever:
     about 30 s in all) before a `StoreUnreachable`; the servers ask for fewer, so that a request
     is answered 503 at once. The token is SITUATE_MILVUS_TOKEN unless `token` is given.
 
-    Queries that threads search at the same time are embedded together, each to the vector it
-    gets alone, by `workers` processes of a local model (default 1; each uses one core), and a
-    hybrid search runs its two legs at the same time: concurrent queries share the model and the
-    cores instead of queueing for them.
+    A local model runs in the calling process, so a script, `python -c`, standard input or a
+    notebook searches without an `if __name__ == "__main__":` guard. With `model_process` (what
+    `situate search` and the servers use: Ctrl-C stops them without waiting on the model), it
+    runs in a process of its own, and with `workers` > 1 in that many (each on one core): queries
+    that threads search at the same time are then embedded together, each to the vector it gets
+    alone. A script that asks for either starts processes, so it needs the guard. A hybrid search
+    runs its two legs at the same time.
     """
 
     def __init__(self, collection: str, uri: str | None = None, *, mode: str = "hybrid",
                  fusion: str | None = None, reranker: str | Reranker | None = None,
                  embedder: str | None = None, token: str | None = None,
                  retry_attempts: int | None = None, workers: int = 1,
-                 backend: str | None = None, device: str | None = None) -> None:
+                 backend: str | None = None, device: str | None = None,
+                 model_process: bool = False) -> None:
         settings = get_settings()
         uri = uri or settings.milvus_uri
         _check_name(collection)
@@ -106,7 +116,7 @@ class Retriever:
         check_workers(workers)
         store = open_existing(uri, collection, settings.milvus_token.get_secret_value()
                               if token is None else token, retry_attempts=retry_attempts)
-        embedders = Embedders()
+        embedders = Embedders(processes=model_process or workers > 1)
         try:
             self._setup(store, collection, embedders, owns=True, mode=mode, fusion=fusion,
                         reranker=reranker, embedder=embedder, workers=workers, backend=backend,
@@ -251,7 +261,8 @@ class Retriever:
         info = self._store.describe(self.collection)
         return CollectionDescription(
             collection=self.collection, rows=self._store.count(self.collection),
-            embedder=info.embedder or self.embedder, dim=info.dim, contexts=info.contexts,
+            embedder=info.embedder or self.embedder, backend=info.backend,
+            precision=info.precision, dim=info.dim, contexts=info.contexts,
             ingested=info.ingested, mode=self.mode, modes=self.modes, fusion=self.fusion)
 
     @property

@@ -1,13 +1,12 @@
 """What the servers send and take, shared by HTTP (`situate.api.http`) and MCP
 (`situate.api.mcp`): one search request (`situate.api.request`), one response (the MCP tool's
-structured result is the same JSON as `POST /search`'s body), the collection's description, and
-each error as a status and one line that says what to do. No secret reaches a message: each is
+structured result is the same JSON as `POST /search`'s body) of `Hit`s, the records `Retriever`
+returns, the collection's description (`CollectionDescription`, as `Retriever.describe` gives it),
+and each error as a status and one line that says what to do. No secret reaches a message: each is
 redacted (`situate.core.secrets.redact`: keys, tokens, a URI's user information).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -30,50 +29,11 @@ REQUEST_SHAPE = (f'send JSON {{"query": "words to search for", "k": 1-{MAX_K}, "
                  f'"{MODES_TEXT}"}}')
 
 
-class SearchHit(BaseModel):
-    """One chunk: its id, document, place in the document, text, context, score (higher is
-    better; fused for hybrid, the reranker's for rerank) and its document's metadata."""
-
-    id: str
-    doc_id: str
-    index: int
-    text: str
-    context: str
-    score: float
-    metadata: dict[str, Any]
-
-    @classmethod
-    def of(cls, hit: Hit) -> SearchHit:
-        return cls(id=hit.id, doc_id=hit.doc_id, index=hit.index, text=hit.text,
-                   context=hit.context, score=hit.score, metadata=dict(hit.metadata))
-
-
 class SearchResponse(BaseModel):
     """The hits, best first, and the time the search took in the server."""
 
-    hits: list[SearchHit]
+    hits: list[Hit]
     took_ms: float
-
-
-class CollectionInfo(BaseModel):
-    """The collection served: rows, embedder, contexts, when it was last ingested ("" when the
-    collection predates situate recording it), and how it is searched."""
-
-    collection: str
-    rows: int
-    embedder: str
-    dim: int | None
-    contexts: str
-    ingested: str
-    mode: str
-    modes: list[str]
-    fusion: str
-
-    @classmethod
-    def of(cls, d: CollectionDescription) -> CollectionInfo:
-        return cls(collection=d.collection, rows=d.rows, embedder=d.embedder, dim=d.dim,
-                   contexts=d.contexts, ingested=d.ingested, mode=d.mode, modes=list(d.modes),
-                   fusion=d.fusion)
 
 
 def status_of(error: SituateError) -> tuple[int, str]:
@@ -105,5 +65,5 @@ def _status(error: SituateError) -> int:
     return 500
 
 
-__all__ = ["CollectionInfo", "SearchHit", "SearchRequest", "SearchResponse", "message_of",
+__all__ = ["CollectionDescription", "Hit", "SearchRequest", "SearchResponse", "message_of",
            "status_of"]

@@ -151,7 +151,9 @@ class CollectionInfo:
 
 @dataclass(frozen=True)
 class Hit:
-    """One retrieved chunk."""
+    """One chunk found: its id, document, place in the document, text, context, score (higher is
+    better; fused for hybrid, the reranker's for rerank) and its document's metadata. What every
+    face returns: `Retriever.search` in Python, and as JSON over HTTP and MCP."""
 
     id: str
     doc_id: str

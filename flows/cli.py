@@ -60,13 +60,21 @@ class Command:
     own_stop: bool = False
 
     def options(self) -> type[Options]:
-        """The options model named by the function's parameter annotation."""
+        """The options model named by the function's parameter annotation: a model of
+        `situate.flows.options` (imported only here: help needs no more), or one declared beside
+        the function."""
         from situate.flows import options
 
         annotation = self.run.__annotations__["options"]
-        model: type[Options] = (getattr(options, annotation) if isinstance(annotation, str)
-                                else annotation)
-        return model
+        if not isinstance(annotation, str):
+            return typing.cast("type[Options]", annotation)
+        found = getattr(sys.modules[self.run.__module__], annotation, None)
+        return typing.cast("type[Options]", found or getattr(options, annotation))
+
+    @property
+    def reaches_milvus(self) -> bool:
+        """Whether the command opens a Milvus store (and so takes `--milvus-token`)."""
+        return "milvus_uri" in self.options().model_fields
 
 
 COMMANDS: dict[str, Command] = {}
@@ -108,8 +116,9 @@ def _parser() -> argparse.ArgumentParser:
         if cmd.server:
             sp.add_argument("--new-token", action=_NewToken, nargs=0,
                             help="print a new random token for SITUATE_API_TOKEN and exit")
-        sp.add_argument("--milvus-token", help="token for a Milvus server or Zilliz Cloud "
-                        "[SITUATE_MILVUS_TOKEN]; prefer the variable, flags show in `ps`")
+        if cmd.reaches_milvus:
+            sp.add_argument("--milvus-token", help="token for a Milvus server or Zilliz Cloud "
+                            "[SITUATE_MILVUS_TOKEN]; prefer the variable, flags show in `ps`")
     return p
 
 
@@ -351,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         values = {k: v for k, v in vars(args).items()
                   if k not in ("command", "verbose", "milvus_token")}
-        with starting, configured(milvus_token=args.milvus_token):  # a secret: no parameter
+        token = getattr(args, "milvus_token", None)
+        with starting, configured(milvus_token=token):  # a secret: no parameter
             return cmd.run(cmd.options().build(**values))
     except SituateError as e:
         from situate.core.secrets import redact

@@ -28,10 +28,10 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from situate.api.request import K, Query, SearchRequest
 from situate.core.errors import InputError, SituateError, StoreError
 from situate.core.settings import MAX_WORKERS, Settings, get_settings
 from situate.core.uri import credentials, is_lite, shown, uri_problem
-from situate.tasks.retrieval.search import MAX_K
 
 DEFAULT_KS = (5, 10, 20)
 TASK_RUNNERS = ("threads", "dask")
@@ -69,10 +69,13 @@ class FromSetting:
         return self.value(settings) if self.value else getattr(settings, self.name)
 
 
-def from_settings(description: str, **constraints: Any) -> Any:
+def from_settings(description: str | None = None, **constraints: Any) -> Any:
     """The default of a field a setting fills: empty (None) until the model is built, then the
-    setting's value (`Options._fill_from_settings`), so the field's type is its value's."""
-    return Field(None, description=description, **constraints)
+    setting's value (`Options._fill_from_settings`), so the field's type is its value's. The
+    description, when the field's type does not carry it."""
+    if description is not None:
+        constraints["description"] = description
+    return Field(None, **constraints)
 
 
 def _meta(field: FieldInfo, kind: type[T]) -> T | None:
@@ -200,6 +203,16 @@ Device = Annotated[str, Flag(("--device",), metavar="DEVICE"), FromSetting("devi
 # Queries: left empty, as the collection was embedded (its recorded backend), on the settings' device.
 QueryBackend = Annotated[str | None, Flag(("--backend",), metavar="BACKEND", choices=_backend_names,
                                           strict=True)]
+# How a search ranks, alike in `situate evaluate`, `search`, `api` and `mcp`: the mode, the
+# reranker of the rerank mode, the fusion of hybrid's two legs.
+SearchMode = Annotated[str, Flag(("--mode",), choices=_mode_names, strict=True),
+                       Field(description="retrieval mode (rerank: hybrid reranked by --rerank)")]
+Reranker = Annotated[str, Flag(("--rerank",), metavar="RERANKER", choices=_reranker_names,
+                               hint="cohere[:model] or st:NAME_OR_PATH"),
+                     FromSetting("reranker"), Field(description="reranker of the rerank mode")]
+Fusion = Annotated[str, Flag(("--fusion",), choices=_fusion_names, strict=True),
+                   FromSetting("fusion"), AfterValidator(lambda value: _check_fusion(value)),
+                   Field(description="how hybrid search fuses dense and BM25")]
 
 
 class IngestOptions(Options):
@@ -317,12 +330,8 @@ class EvaluateOptions(Options):
         default_factory=list, description="retrieval modes to compare, comma-separated (default: "
                                           "all but rerank; rerank too with a local --rerank "
                                           "st:... or when COHERE_API_KEY is set)")
-    reranker: Annotated[str, Flag(("--rerank",), metavar="RERANKER", choices=_reranker_names,
-                                  hint="cohere[:model] or st:NAME_OR_PATH"),
-                        FromSetting("reranker")] = from_settings(description="reranker of the rerank mode")
-    fusion: Annotated[str, Flag(("--fusion",), choices=_fusion_names, strict=True),
-                      FromSetting("fusion")] = from_settings(description="how hybrid search fuses "
-                                                                       "dense and BM25")
+    reranker: Reranker = from_settings()
+    fusion: Fusion = from_settings()
     embedder: Annotated[str | None, Flag(("--embedder",), choices=_embedder_names)] = Field(
         None, description="embedder of the queries (default: the one the collection was built "
                           "with; must be the same)")
@@ -351,11 +360,6 @@ class EvaluateOptions(Options):
             return [m.strip() for m in value.split(",") if m.strip()] or value.split(",")
         return value
 
-    @field_validator("fusion")
-    @classmethod
-    def _fusion(cls, value: str) -> str:
-        return _check_fusion(value)
-
     @model_validator(mode="after")
     def _check(self) -> EvaluateOptions:
         from situate.tasks.retrieval.metrics import parse_ks
@@ -366,10 +370,7 @@ class EvaluateOptions(Options):
         if not self.modes:  # frozen: set once, here
             object.__setattr__(self, "modes", default_modes(self.reranker).split(","))
         check_modes(self.modes)
-        if "rerank" in self.modes:
-            from situate.tasks.rerankers.base import check_reranker
-
-            check_reranker(self.reranker)
+        _check_reranker(self.modes, self.reranker)
         return self
 
     @property
@@ -380,39 +381,33 @@ class EvaluateOptions(Options):
 class SearchOptions(Options):
     """`situate search` (one query: no flow)."""
 
-    query: Annotated[str, Flag()] = Field(description="what to search for")
+    query: Annotated[Query, Flag()]
     collection: Collection = Field(description="Milvus collection name")
     milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
-    k: Annotated[int, Flag(("--k",))] = Field(10, ge=1, le=MAX_K, description="number of hits")
-    mode: Annotated[str, Flag(("--mode",), choices=_mode_names, strict=True)] = Field(
-        "hybrid", description="retrieval mode (rerank: hybrid reranked by --rerank)")
-    reranker: Annotated[str, Flag(("--rerank",), metavar="RERANKER", choices=_reranker_names,
-                                  hint="cohere[:model] or st:NAME_OR_PATH"),
-                        FromSetting("reranker")] = from_settings(description="reranker of the rerank mode")
-    fusion: Annotated[str, Flag(("--fusion",), choices=_fusion_names, strict=True),
-                      FromSetting("fusion")] = from_settings(description="how hybrid search fuses "
-                                                                       "dense and BM25")
+    k: Annotated[K, Flag(("--k",))] = 10
+    mode: SearchMode = "hybrid"
+    reranker: Reranker = from_settings()
+    fusion: Fusion = from_settings()
     backend: QueryBackend = Field(None, description="how the query's embedder runs (default: as "
                                                    "the collection was embedded)")
     device: Device = from_settings(description="where the query's embedder runs: auto, cpu, "
                                    "cuda, cuda:N or mps")
 
-    @field_validator("fusion")
-    @classmethod
-    def _fusion(cls, value: str) -> str:
-        return _check_fusion(value)
+    _request: SearchRequest | None = PrivateAttr(default=None)
+
+    @property
+    def request(self) -> SearchRequest:
+        """The search, checked as every face checks one (`situate.api.request`)."""
+        assert self._request is not None
+        return self._request
 
     @model_validator(mode="after")
     def _check(self) -> SearchOptions:
         from situate.storage.rows import validate_collection_name
-        from situate.tasks.retrieval.search import clean_query
 
         _collection_name(self.collection, validate_collection_name)
-        object.__setattr__(self, "query", clean_query(self.query))
-        if self.mode == "rerank":
-            from situate.tasks.rerankers.base import check_reranker
-
-            check_reranker(self.reranker)
+        self._request = SearchRequest.of({"query": self.query, "k": self.k, "mode": self.mode})
+        _check_reranker([self.mode], self.reranker)
         return self
 
 
@@ -426,14 +421,9 @@ class _ServingOptions(Options):
                                  "SITUATE_API_TOKEN")
     port: Annotated[int, Flag(("--port",))] = Field(8000, ge=0, le=65535,
                                                     description="port to listen on")
-    mode: Annotated[str, Flag(("--mode",), choices=_mode_names, strict=True)] = Field(
-        "hybrid", description="retrieval mode (rerank: hybrid reranked by --rerank)")
-    reranker: Annotated[str, Flag(("--rerank",), metavar="RERANKER", choices=_reranker_names,
-                                  hint="cohere[:model] or st:NAME_OR_PATH"),
-                        FromSetting("reranker")] = from_settings(description="reranker of the rerank mode")
-    fusion: Annotated[str, Flag(("--fusion",), choices=_fusion_names, strict=True),
-                      FromSetting("fusion")] = from_settings(description="how hybrid search fuses "
-                                                                       "dense and BM25")
+    mode: SearchMode = "hybrid"
+    reranker: Reranker = from_settings()
+    fusion: Fusion = from_settings()
     workers: Annotated[int, Flag(("--workers",), metavar="N"), FromSetting("workers")] = \
         from_settings(ge=1, le=MAX_WORKERS, description="processes of a local embedder that "
                       "embed queries, each on one core (concurrent queries are embedded together)")
@@ -456,11 +446,6 @@ class _ServingOptions(Options):
     client_limit: Annotated[int, Flag(("--client-limit",), metavar="N"),
                             FromSetting("api_client_limit")] = from_settings(
         description="requests one client address may have in flight (429 past it)", ge=1)
-
-    @field_validator("fusion")
-    @classmethod
-    def _fusion(cls, value: str) -> str:
-        return _check_fusion(value)
 
     @field_validator("allowed_hosts", "cors_origins", mode="before")
     @classmethod
@@ -493,10 +478,7 @@ class _ServingOptions(Options):
         from situate.storage.rows import validate_collection_name
 
         _collection_name(self.collection, validate_collection_name)
-        if self.mode == "rerank":
-            from situate.tasks.rerankers.base import check_reranker
-
-            check_reranker(self.reranker)
+        _check_reranker([self.mode], self.reranker)
         return self
 
 
@@ -609,6 +591,14 @@ class SynthOptions(Options):
 
 
 # --- checks shared by the models -------------------------------------------------------------------
+
+def _check_reranker(modes: Sequence[str], reranker: str) -> None:
+    """The reranker, checked where a mode asked for needs one."""
+    if "rerank" in modes:
+        from situate.tasks.rerankers.base import check_reranker
+
+        check_reranker(reranker)
+
 
 def _check_fusion(value: str) -> str:
     from situate.tasks.retrieval.search import check_fusion

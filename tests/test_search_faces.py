@@ -274,6 +274,35 @@ def test_every_face_ranks_every_query_as_evaluate_did(codebase, api):
         assert is_error and phrase in text and "\n" not in text and "send JSON" not in text
 
 
+# An application's script as people write them: no `if __name__ == "__main__":` guard.
+APP = """\
+import json, os, sys
+from situate.api import Retriever
+retriever = Retriever("codebase")
+hits = retriever.search(os.environ["APP_QUERY"], k=5)
+print(json.dumps({"hits": [h.id for h in hits],
+                  "prefect": sorted(m for m in sys.modules if m.split(".")[0] == "prefect")}))
+"""
+
+
+def test_an_app_script_needs_no_main_guard_and_loads_no_prefect(codebase, tmp_path):
+    """The script above, run from a file, from standard input and by `python -c`, prints
+    evaluate's top 5 hybrid hits of a query, with no Prefect module loaded: the model runs in the
+    script's own process, so nothing re-imports a `__main__` that standard input cannot give."""
+    script = tmp_path / "app.py"
+    script.write_text(APP)
+    env = {**codebase.env, "APP_QUERY": codebase.queries[0]}
+    runs = {"file": ([sys.executable, str(script)], None),
+            "stdin": ([sys.executable, "-"], APP),
+            "-c": ([sys.executable, "-c", APP], None)}
+    for how, (command, stdin) in runs.items():
+        ran = subprocess.run(command, input=stdin, env=env, cwd=tmp_path, capture_output=True,
+                             text=True, timeout=600)
+        assert ran.returncode == 0, (how, ran.stderr)
+        said = json.loads(ran.stdout.strip().splitlines()[-1])
+        assert said == {"hits": codebase.evaluated["hybrid"][0][:5], "prefect": []}, how
+
+
 def test_concurrent_clients_get_evaluates_rankings(codebase, api):
     """Eight HTTP clients at once, every query of every mode: queries embedded together (in
     batches, by two model processes) and hybrid legs searched at the same time rank each query

@@ -277,15 +277,19 @@ def check_embedder(spec: str, backend: str = "auto", device: str = "auto") -> tu
 class Embedders:
     """The embedders of one run (or command), each loaded once, on first use, and let go together.
 
-    A local model starts loading in a process of its own and `get` returns at once; a failed
-    load is reported on first use, and the next `get` loads afresh. Pickled into another process
-    (a Dask worker), a pool becomes that process's own pool, so a worker loads a model once for
-    every window it is given.
+    With `processes` (the flows, the CLI and the servers), a local model starts loading in a
+    process of its own and `get` returns at once: Ctrl-C stops a run without waiting for torch,
+    and a server's queries can use more than one core (`Embedder.use_lanes`). Without (an app's
+    `Retriever`), the model loads in the calling process, which therefore needs no
+    `if __name__ == "__main__":` guard. A failed load is reported on first use, and the next
+    `get` loads afresh. Pickled into another process (a Dask worker), a pool becomes that
+    process's own pool, so a worker loads a model once for every window it is given.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, processes: bool = True) -> None:
         self._loaded: dict[str, Embedder] = {}
         self._lock = threading.Lock()
+        self._processes = processes
 
     def get(self, spec: str = DEFAULT_EMBEDDER, runtime: Runtime | None = None) -> Embedder:
         """The embedder `name` or `name:model`, a local one on `runtime`'s backend and device
@@ -304,7 +308,7 @@ class Embedders:
                      else entry.build)
             try:
                 spawn = None
-                if entry.local and can_start_process():
+                if entry.local and self._processes and can_start_process():
                     spawn = partial(ModelProcess, build, model)
                     function: object = spawn()
                 else:
@@ -334,7 +338,7 @@ class Embedders:
 
     def __setstate__(self, state: dict[str, object]) -> None:
         shared = _in_this_process()
-        self._loaded, self._lock = shared._loaded, shared._lock
+        self._loaded, self._lock, self._processes = shared._loaded, shared._lock, shared._processes
 
 
 _PROCESS_POOL: list[Embedders] = []  # the pool of a process a pool was sent to (a Dask worker)

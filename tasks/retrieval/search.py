@@ -94,11 +94,10 @@ def search(store: SearchStore, collection: str, mode: str, query_text: str,
            query_vector: Sequence[float] | None, limit: int, fusion: str = "cdbsf",
            pool: Executor | None = None) -> list[Hit]:
     """The top `limit` chunks of one search mode: a leg of the store (`dense`, `bm25`) or both
-    legs fused (`hybrid`, its legs at the same time in `pool`'s threads if given)."""
+    legs fused (`hybrid`, its legs at the same time in `pool`'s threads if given). `mode` and
+    `fusion` were checked where the search was asked for (`Retriever`, the options)."""
     if mode == "hybrid":
         return hybrid(store, collection, query_text, query_vector, limit, fusion, pool)
-    if mode not in LEGS:
-        raise InputError(f"unknown search mode {mode!r}: use one of {', '.join(SEARCH_MODES)}")
     return store.search(collection, mode, query_text, query_vector, limit)
 
 
@@ -123,7 +122,7 @@ def hybrid(store: SearchStore, collection: str, query_text: str,
     fusions) each leg's own scores of the other leg's candidates it did not return, fused by
     `fusion`; each hit's score becomes its fused score. With `pool`, the two legs' searches run
     at the same time, then their two `leg_scores`."""
-    fuse = FUSIONS[check_fusion(fusion)]
+    fuse = FUSIONS[fusion]
     depth = max(limit, FUSION_DEPTH)
     legs = concurrently([_leg_ranking(store, collection, leg, query_text, query_vector, depth)
                          for leg in LEGS], pool)
@@ -164,14 +163,12 @@ def answer(store: SearchStore, collection: str, query: str, mode: str, limit: in
     embeds it beside other threads' queries), searched (hybrid's legs at the same time in
     `pool`), and for `rerank` the hybrid top RERANK_DEPTH reranked by `reranker`. Every face of
     situate's search (`situate.api.Retriever`: the evaluation, `situate search`, the HTTP and
-    MCP servers, the framework retrievers) runs each query through here."""
-    if mode != "bm25" and encoder is None:
-        raise InputError(f"retrieval mode {mode!r} needs an embedder")
-    if mode == "rerank" and reranker is None:
-        raise InputError("retrieval mode 'rerank' needs a reranker")
-    vector = encoder.embed_queries([query])[0] if mode != "bm25" and encoder is not None else None
+    MCP servers, the framework retrievers) runs each query through here, checked once before:
+    `query` cleaned, `mode` one the caller can run (an encoder for every mode but bm25, a
+    reranker for rerank), `fusion` one of FUSIONS."""
+    vector = encoder.embed_queries([query])[0] if encoder is not None and mode != "bm25" else None
     if mode == "rerank":
-        assert reranker is not None
+        assert reranker is not None, "the rerank mode is asked for with a reranker"
         candidates = hybrid(store, collection, query, vector, max(limit, RERANK_DEPTH), fusion,
                             pool)
         return reranker.rerank(query, candidates, limit)
