@@ -25,14 +25,16 @@ from situate.core.errors import InputError, ProviderError, SituateError
 from situate.core.records import batched
 from situate.core.registry import Registry
 from situate.core.secrets import api_key, redact
+from situate.core.settings import default
 from situate.tasks.embedders.batching import QueryBatcher
 from situate.tasks.embedders.e5 import E5_MODEL, build_e5, check_e5
 from situate.tasks.embedders.local import ModelProcess, build_bge_m3, build_minilm, can_start_process
 from situate.tasks.embedders.runtime import Runtime, check_backend, check_device
 from situate.tasks.embedders.sentence import build_sentence_embedding, resolve_model
 
-DEFAULT_EMBEDDER = "minilm"
-EMBED_BATCH = 64
+# Settings' own defaults (SITUATE_EMBEDDER, SITUATE_EMBED_BATCH), for callers that give none.
+DEFAULT_EMBEDDER: str = default("embedder")
+EMBED_BATCH: int = default("embed_batch")
 log = logging.getLogger("situate.embed")
 
 

@@ -1,0 +1,91 @@
+"""The store held in memory (`memory://NAME`): the ChunkStore contract, and what is particular to
+it (shared within the process by URI, never sent to another, no upkeep), and the Retriever and
+the ingest's plan over it, which need none."""
+
+from __future__ import annotations
+
+import pickle
+import uuid
+
+import pytest
+
+from situate.core.errors import StoreError
+from situate.storage import open_existing, open_store
+from situate.storage.memory import MemoryStore, tokens
+from tests.store_contract import EMB, EMBEDDER, ROWS, C, StoreContract, corpus, stored
+
+
+def _uri() -> str:
+    return f"memory://test-{uuid.uuid4().hex}"
+
+
+class TestMemoryStore(StoreContract):
+    @pytest.fixture
+    def store(self):
+        s = open_store(_uri())
+        yield s
+        s.close()
+
+
+@pytest.fixture
+def loaded():
+    s = open_store(_uri())
+    s.ensure_collection(C, EMB.dim, EMBEDDER)
+    s.write(C, corpus())
+    return s
+
+
+def test_open_store_names_it_by_its_uri_and_stores_on_one_uri_share_it(loaded):
+    assert isinstance(loaded, MemoryStore) and loaded.upkeep is None and not loaded.copied
+    again = open_existing(loaded.uri, C)
+    assert again.count(C) == ROWS and stored(again) == stored(loaded)
+    loaded.close()  # nothing is let go: the collection stays for the process
+    assert open_store(loaded.uri).count(C) == ROWS
+    assert not open_store(_uri()).exists(C)
+
+
+def test_it_is_never_sent_to_another_process(loaded):
+    with pytest.raises(StoreError, match="held in this process's memory"):
+        pickle.dumps(loaded)
+
+
+def test_a_vector_of_another_dimension_is_refused(loaded):
+    from tests.store_contract import embedded
+
+    doc = embedded("x.md", ["short"])
+    bad = type(doc)(doc.doc, doc.fingerprint, doc.situated, [[1.0, 0.0]])
+    with pytest.raises(StoreError, match="holds 64-d vectors, not 2-d"):
+        loaded.write(C, [bad])
+    assert loaded.count(C) == ROWS
+
+
+def test_bm25_terms_are_lowercased_words_without_stop_words():
+    assert tokens("The DiffExecutor runs run_target, then stops.") == [
+        "diffexecutor", "runs", "run_target", "stops"]
+
+
+def test_bm25_scores_rarer_terms_higher_and_only_chunks_sharing_a_term(loaded):
+    ranked = loaded.ranking(C, "bm25", "sqlite jitter", None, 10)
+    assert {i for i, _ in ranked} == {r["id"] for r in loaded.rows(C)
+                                     if "sqlite" in r["text"] or "jitter" in r["text"]}
+    scores = loaded.leg_scores(C, "bm25", "sqlite jitter", None, [i for i, _ in ranked] + ["x"])
+    assert scores == {**dict(ranked), "x": 0.0}
+
+
+def test_the_retriever_searches_it(loaded):
+    from situate.api.retriever import Retriever
+
+    with Retriever(C, loaded.uri, embedder="hash") as r:
+        assert r.uri == loaded.uri and r.describe().rows == ROWS
+        for mode in ("dense", "bm25", "hybrid"):
+            assert r.search("how is a job deleted after success", 2, mode)[0].doc_id == "a.py"
+
+
+def test_an_ingest_plans_from_its_rows_with_no_manifest(loaded, tmp_path):
+    from situate.flows.plan import read_held
+
+    held = read_held(loaded, C, str(tmp_path))
+    assert held.source == "store" and held.rows == ROWS
+    assert held.documents == loaded.stored_documents(C) and set(held.documents) == {
+        d.doc.id for d in corpus()}
+    assert not (tmp_path / "manifests").exists()
