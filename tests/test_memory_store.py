@@ -1,6 +1,6 @@
 """The store held in memory (`memory://NAME`): the ChunkStore contract, and what is particular to
-it (shared within the process by URI, never sent to another, no upkeep), and the Retriever and
-the ingest's plan over it, which need none."""
+it (shared within the process by URI, never sent to another, no upkeep), and the Retriever, the
+ingest's plan and the ingest flow over it: none of them needs a store's upkeep."""
 
 from __future__ import annotations
 
@@ -89,3 +89,48 @@ def test_an_ingest_plans_from_its_rows_with_no_manifest(loaded, tmp_path):
     assert held.documents == loaded.stored_documents(C) and set(held.documents) == {
         d.doc.id for d in corpus()}
     assert not (tmp_path / "manifests").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_ingest_flow_keeps_a_store_without_upkeep_up_to_date(prefect_harness, state, tmp_path,
+                                                                   monkeypatch):
+    """The ingest flow over a store that has no upkeep (no drift, rebuild, flush or manifest):
+    a first run, an unchanged one, then one with a document changed and one deleted, which
+    leaves the rows a fresh ingest of the same corpus writes."""
+    import shutil
+
+    from tests.conftest import SAMPLE_CORPUS
+    from tests.helpers import ingest
+
+    uri = _uri()
+    monkeypatch.setattr("situate.flows.resources.open_store",
+                        lambda _uri, token="", **kw: open_store(uri))
+    corpus = tmp_path / "corpus"
+    shutil.copytree(SAMPLE_CORPUS, corpus)
+    params = {"corpus": str(corpus), "collection": "mem", "context": "structural",
+              "embedder": "hash", "prune": True}
+    store = open_store(uri)
+
+    first = ingest(**params)
+    assert first.rows == store.count("mem") == first.chunks_written > 0
+    assert (first.drift_rows, first.rebuilt) == (0, False)
+    assert not (tmp_path / "cache" / "manifests").exists()  # nothing to stamp one with
+    again = ingest(**params)
+    assert (again.new, again.changed, again.chunks_written) == (0, 0, 0)
+
+    files = sorted(p for p in corpus.rglob("*") if p.is_file())
+    files[0].write_text(files[0].read_text() + "\n\nA new closing paragraph about walruses.\n")
+    files[1].unlink()
+    changed = ingest(**params)
+    assert (changed.changed, changed.deleted_documents, changed.rebuilt) == (1, 1, False)
+    fields = ("id", "doc_id", "chunk_index", "text", "context", "doc_hash")
+    kept = sorted(tuple(r[f] for f in fields) for r in store.rows("mem", fields))
+    monkeypatch.setattr("situate.flows.resources.open_store",
+                        lambda _uri, token="", **kw: open_store(uri + "-fresh"))
+    fresh = ingest(**params)
+    assert fresh.rows == changed.rows == len(kept)
+    assert kept == sorted(tuple(r[f] for f in fields)
+                          for r in open_store(uri + "-fresh").rows("mem", fields))
+    walruses = store.search("mem", "bm25", "walruses", None, 1)
+    assert walruses[0].doc_id == files[0].relative_to(corpus).as_posix()
