@@ -25,7 +25,7 @@ from situate.core.errors import (
     SituateError,
     StoreError,
 )
-from situate.core.records import Hit
+from situate.core.records import Hit, same_embedder
 from situate.core.settings import MAX_WORKERS, get_settings
 from situate.storage import open_existing
 from situate.storage.rows import validate_collection_name
@@ -324,13 +324,11 @@ def query_runtime(info: Any, backend: str | None, device: str | None) -> Runtime
 def embedder_of(collection: str, uri: str, stored: str, wanted: str | None) -> str:
     """The embedder of a collection's queries: the one its vectors came from (`stored`);
     `wanted`, if given, must be the same (by name, and by model when it names one), else one
-    InputError. "" when neither says (a collection made before situate recorded it)."""
-    if wanted and stored:
-        name, _, model = wanted.partition(":")
-        stored_name, _, stored_model = stored.partition(":")
-        if name != stored_name or (model and model != stored_model):
-            raise InputError(f"collection {collection!r} at {uri} was embedded with {stored}, not "
-                             f"{wanted}: leave the embedder out or name the same one")
+    InputError (the rule: `situate.core.records.same_embedder`). "" when neither says (a
+    collection made before situate recorded it)."""
+    if not same_embedder(stored, wanted):
+        raise InputError(f"collection {collection!r} at {uri} was embedded with {stored}, not "
+                         f"{wanted}: leave the embedder out or name the same one")
     return stored or wanted or ""
 
 

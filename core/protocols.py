@@ -1,7 +1,12 @@
-"""The interfaces the layers meet through: flows hand a `ChunkStore` (situate.storage; a
-`SearchStore` is the part searching needs, `StoreUpkeep` the part that keeps it) to the tasks
-that search it, and a `ContextCache` (situate.storage) to the contextualizers that use it,
-so tasks and storage never import each other."""
+"""The interfaces the layers meet through: flows hand a `ChunkStore` (situate.storage) to the
+tasks that search it, and a `ContextCache` (situate.storage) to the contextualizers that use it,
+so tasks and storage never import each other.
+
+A store is three parts: `SearchStore`, what searching needs (the Retriever holds one);
+`ChunkStore`, that and what an ingest writes through; and `StoreUpkeep`, optional
+(`ChunkStore.upkeep`), what a store that drifts from a fresh collection needs done (Milvus's).
+Only what the flows and the search path call is here: a store's own extras (dropping a
+collection, deleting by document) are its business and its tests'."""
 
 from __future__ import annotations
 
@@ -30,8 +35,6 @@ class SearchStore(Protocol):
 
     def count(self, collection: str) -> int: ...
 
-    def rows(self, collection: str, fields: Sequence[str] = ...) -> Iterator[dict[str, Any]]: ...
-
     def search(self, collection: str, leg: str, query_text: str,
                query_vector: Sequence[float] | None, limit: int) -> list[Hit]:
         """The top `limit` chunks of one retriever (`leg` in LEGS): dense cosine of
@@ -58,17 +61,71 @@ class SearchStore(Protocol):
 
 
 @runtime_checkable
-class StoreUpkeep(Protocol):
-    """What a store may offer beyond reading and writing: keeping a collection's BM25 statistics
-    fresh (drift, rebuild), finishing a rebuild cut short (tidy), and the token of the local copy
-    of what it holds (manifest)."""
+class ChunkStore(SearchStore, Protocol):
+    """A store of situated, embedded chunks: one collection per corpus, searched one leg at a time;
+    what an ingest writes through.
 
-    def manifest_token(self, collection: str) -> str:
-        """The token of the local copy of `stored_documents` last written for the collection as
-        it is ("" when none may be trusted: a run has written since)."""
+    It owns its rows: given documents' situated chunks and vectors it builds the schema's fields
+    (ids, truncation to the field limits, the BM25 text) itself (`situate.storage.rows`).
+    `write` replaces whole documents (a changed document's chunks it no longer has are deleted).
+    The contract every implementation meets is `tests/store_contract.py`; `open_store`
+    (situate.storage) is the one place that names the implementations.
+    """
+
+    # A copy made in another process (a Dask worker), whose connection ends with its task.
+    copied: bool
+
+    @property
+    def upkeep(self) -> StoreUpkeep | None:
+        """What keeps the store searching as a fresh one and spares a run reading it back
+        (`StoreUpkeep`), or None for a store that needs none: the flows do without it."""
         ...
 
-    def set_manifest_token(self, collection: str, token: str) -> None: ...
+    def ensure_collection(self, collection: str, dim: int, embedder: str, backend: str = "",
+                          precision: str = "") -> None:
+        """The collection created if missing, recording the embedder (`name:model`) and how it
+        ran; one built with another embedder or dimension refused (EmbedderMismatch, by
+        `situate.core.records.same_embedder`)."""
+        ...
+
+    def require_embedder(self, collection: str, embedder: str) -> None:
+        """An existing collection made ready for `embedder`'s vectors, or EmbedderMismatch (the
+        same rule), before any model is loaded to learn the dimension."""
+        ...
+
+    def record_ingest(self, collection: str, contexts: str, ingested: str) -> None:
+        """Record what the last ingest gave the chunks and when it ended (`describe` says)."""
+        ...
+
+    def write(self, collection: str, documents: Iterable[EmbeddedDocument],
+              batch_size: int = ..., absent: Collection[str] = ...,
+              stored: Mapping[str, Collection[str]] | None = ...) -> int:
+        """Whole documents, each replacing what the collection held for it; the rows written.
+        `absent` (documents with no rows) and `stored` (each document's row ids) are what the
+        caller already knows, so a store need not read them back."""
+        ...
+
+    def delete_ids(self, collection: str, ids: Iterable[str]) -> int:
+        """Rows deleted by id (documents gone from the corpus); the rows deleted."""
+        ...
+
+    def rows(self, collection: str, fields: Sequence[str] = ...) -> Iterator[dict[str, Any]]:
+        """Every row, the `fields` asked for, streamed."""
+        ...
+
+    def stored_documents(self, collection: str) -> dict[str, StoredDocument]:
+        """doc id -> what the collection holds for it (fingerprint, chunk indexes), read in
+        one streaming pass: what an incremental ingest plans with."""
+        ...
+
+
+@runtime_checkable
+class StoreUpkeep(Protocol):
+    """What a store may need beyond reading and writing, and the ingest flow does when a store
+    offers it (`ChunkStore.upkeep`): Milvus keeps BM25 statistics per segment, rows deleted or
+    replaced included, so a collection kept up to date drifts from a fresh one (drift,
+    rebuild, tidy, flush); and reading its rows back is slow, so a run keeps a local copy of
+    what it holds, trusted while the token recorded in the store agrees (manifest tokens)."""
 
     def drift(self, collection: str) -> int:
         """Rows written or deleted since the collection was built in one go or last rebuilt: how
@@ -76,7 +133,8 @@ class StoreUpkeep(Protocol):
         ...
 
     def add_drift(self, collection: str, rows: int) -> int:
-        """Count `rows` more written or deleted (before they are); returns the drift now."""
+        """Count `rows` more written or deleted (before they are); returns the drift now. Clears
+        the manifest token: the rows are about to change."""
         ...
 
     def rebuild(self, collection: str, order: Iterable[str] = ..., batch_size: int = ...,
@@ -91,56 +149,16 @@ class StoreUpkeep(Protocol):
         """Whatever a rebuild stopped half-way left behind, finished or undone."""
         ...
 
-
-
-@runtime_checkable
-class ChunkStore(SearchStore, StoreUpkeep, Protocol):
-    """A store of situated, embedded chunks: one collection per corpus, searched one leg at a time.
-
-    It owns its rows: given documents' situated chunks and vectors it builds the schema's fields
-    (ids, truncation to the field limits, the BM25 text) itself. `write` replaces whole documents
-    (a changed document's chunks it no longer has are deleted); `fingerprints` gives, per document
-    id, each stored chunk id and the fingerprint it was written with. The contract every
-    implementation meets is `tests/store_contract.py`; `open_store` (situate.storage) is where
-    the one implementation, Milvus, is named.
-    """
-
-    # A copy made in another process (a Dask worker), whose connection ends with its task.
-    copied: bool
-
-    def ensure_collection(self, collection: str, dim: int, embedder: str, backend: str = "",
-                          precision: str = "") -> None: ...
-
-    def check_embedder(self, collection: str, embedder: str) -> None: ...
-
-    def record_ingest(self, collection: str, contexts: str, ingested: str) -> None:
-        """Record what the last ingest gave the chunks and when it ended (`describe` says)."""
-        ...
-
-    def drop(self, collection: str) -> None: ...
-
-    def write(self, collection: str, documents: Iterable[EmbeddedDocument],
-              batch_size: int = ..., absent: Collection[str] = ...,
-              stored: Mapping[str, Collection[str]] | None = ...) -> int: ...
-
-    def stored_documents(self, collection: str) -> dict[str, StoredDocument]:
-        """doc id -> what the collection holds for it (fingerprint, chunk indexes), read in
-        one streaming pass."""
-        ...
-
-    def fingerprints(self, collection: str,
-                     doc_ids: Sequence[str] | None = None) -> dict[str, dict[str, str]]: ...
-
-    def document_ids(self, collection: str) -> set[str]: ...
-
-    def delete_documents(self, collection: str, doc_ids: Sequence[str]) -> int: ...
-
-    def delete_ids(self, collection: str, ids: Iterable[str]) -> int: ...
-
     def flush(self, collection: str) -> None:
         """What was written sealed into the store's segments (the end of a run)."""
         ...
 
+    def manifest_token(self, collection: str) -> str:
+        """The token of the local copy of `stored_documents` last written for the collection as
+        it is ("" when none may be trusted: a run has written since)."""
+        ...
+
+    def set_manifest_token(self, collection: str, token: str) -> None: ...
 
 
 @runtime_checkable

@@ -149,6 +149,20 @@ class CollectionInfo:
     precision: str = ""  # fp32, fp16, int8 ("": not recorded)
 
 
+def same_embedder(stored: str, wanted: str | None) -> bool:
+    """The one rule of which embedder may write to, or query, a collection: the one its vectors
+    came from (`stored`, as `name:model`). `wanted` names it by name, and by model when it gives
+    one (`minilm` is whichever minilm model the collection holds). How the model ran (backend,
+    precision) is no part of it: another precision of the same model is the same vector space.
+    Either side "" agrees with anything: a collection made before situate recorded its embedder,
+    or a caller that leaves the embedder to the collection."""
+    if not stored or not wanted:
+        return True
+    name, _, model = wanted.partition(":")
+    stored_name, _, stored_model = stored.partition(":")
+    return name == stored_name and (not model or model == stored_model)
+
+
 @dataclass(frozen=True)
 class Hit:
     """One chunk found: its id, document, place in the document, text, context, score (higher is

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ByteSize, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -131,6 +131,12 @@ class Settings(BaseSettings):
         if self.context:
             return self.context
         return "anthropic" if has_key("anthropic") else "structural"
+
+
+def default(name: str) -> Any:
+    """A setting's default as `Settings` declares it, the environment unread: what a module
+    that takes the value as an argument falls back on (the one copy of every default)."""
+    return Settings.model_fields[name].default
 
 
 _configured: dict[str, object] = {}

@@ -49,7 +49,7 @@ def embedder_dim(embedder_id: str, stored: int | None = None) -> int | None:
             return None
         from situate.core.secrets import api_key
 
-        function = spec.build(model, api_key(spec.key, user="") if spec.key else "")
+        function = spec.builder()(model, api_key(spec.key, user="") if spec.key else "")
         return int(getattr(function, "dim"))  # noqa: B009 - pymilvus-model's property, untyped
     except Exception:
         return None

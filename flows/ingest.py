@@ -30,7 +30,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture, wait
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
-from situate.core.protocols import ChunkStore
+from situate.core.protocols import ChunkStore, StoreUpkeep
 from situate.core.records import Document, EmbeddedDocument, StoredDocument, Usage, batched
 from situate.core.settings import get_settings
 from situate.flows.artifacts import DOCUMENTS_SITUATED, IngestProgress, artifact_key
@@ -164,10 +164,10 @@ def window_task(window: Window, contextualizer: Contextualizer, cache: ContextCa
 
 
 @task(task_run_name="rebuild-{collection}", persist_result=False, cache_policy=NO_CACHE)
-def rebuild_task(store: ChunkStore, collection: str, order: Sequence[str],
+def rebuild_task(store: StoreUpkeep, collection: str, order: Sequence[str],
                  stored: Mapping[str, StoredDocument] | None = None) -> int:
     """The collection rebuilt from its own rows in corpus order and swapped in whole
-    (`ChunkStore.rebuild`): BM25 statistics as a fresh ingest's. Returns the rows copied."""
+    (`StoreUpkeep.rebuild`): BM25 statistics as a fresh ingest's. Returns the rows copied."""
     return store.rebuild(collection, order, batch_size=get_settings().write_batch, stored=stored)
 
 
@@ -293,11 +293,12 @@ class _Ingest:
                                                          kept=setup.scan.kept))
                     for docs in windows(documents, window_size(o)):
                         stored = {d.id: held[d.id].ids(d.id) for d in docs if d.id in held}
-                        if setup.existed:  # counted before written: a stop keeps it counted
+                        if setup.existed and store.upkeep is not None:
+                            # counted before written: a stop keeps it counted
                             stale = sum(len(set(stored[d.id]) - {c.id for c in d.chunks})
                                         for d in docs if d.id in stored)
-                            store.add_drift(o.collection,
-                                            sum(len(d.chunks) for d in docs) + stale)
+                            store.upkeep.add_drift(o.collection,
+                                                   sum(len(d.chunks) for d in docs) + stale)
                         pending.append(runner.submit(window_task, {
                             "window": Window(docs, stored),
                             "contextualizer": contextualizer, "cache": cache, "store": store,
@@ -343,7 +344,8 @@ class _Ingest:
         if not (self.options.prune and setup.existed and setup.store is not None and plan.gone):
             return 0
         store, collection, held = setup.store, self.options.collection, setup.held.documents
-        store.add_drift(collection, plan.gone_rows)
+        if store.upkeep is not None:
+            store.upkeep.add_drift(collection, plan.gone_rows)
         store.delete_ids(collection, (i for d in plan.gone for i in held[d].ids(d)))
         self.deleted_docs = plan.gone
         return plan.gone_rows
@@ -357,16 +359,19 @@ class _Ingest:
         if not (setup.existed or self.written) or not store.exists(o.collection):
             return 0
         changed = bool(self.written or self.deleted)
-        if changed:
+        upkeep = store.upkeep
+        if changed and upkeep is not None:
             t = time.perf_counter()
-            store.flush(o.collection)
+            upkeep.flush(o.collection)
             self.seconds["write"] += time.perf_counter() - t
         rows = store.count(o.collection)
-        self.drift = store.drift(o.collection)
+        if upkeep is None:  # a store that needs none searches as a fresh one, and is read back
+            return rows
+        self.drift = upkeep.drift(o.collection)
         held = self._held_after(setup, pipeline)
         if should_rebuild(o, self.drift, rows):
             t = time.perf_counter()
-            rebuild_task(store, o.collection, setup.scan.order,
+            rebuild_task(upkeep, o.collection, setup.scan.order,
                          held if sum(d.rows for d in held.values()) == rows else None)
             self.seconds["rebuild"] = time.perf_counter() - t
             self.rebuilt = True
@@ -380,7 +385,7 @@ class _Ingest:
                 f"({self.drift / max(rows, 1):.1%} of {rows}), under --rebuild-at "
                 f"{o.rebuild_at:g}: not rebuilt; BM25 may score differently from a fresh ingest")
         t = time.perf_counter()
-        self._keep_manifest(setup, held, rows, changed)
+        self._keep_manifest(setup, upkeep, held, rows, changed)
         self.seconds["plan"] += time.perf_counter() - t
         return rows
 
@@ -396,8 +401,8 @@ class _Ingest:
             held.pop(doc_id, None)
         return held
 
-    def _keep_manifest(self, setup: Setup, held: dict[str, StoredDocument], rows: int,
-                       changed: bool) -> None:
+    def _keep_manifest(self, setup: Setup, upkeep: StoreUpkeep, held: dict[str, StoredDocument],
+                       rows: int, changed: bool) -> None:
         """The local manifest written for the collection as the run leaves it, and its token
         recorded in the collection (`situate.storage.manifest`): the next run plans from it
         without reading the collection. Not written when it could be wrong (its rows do not add
@@ -415,7 +420,7 @@ class _Ingest:
             return
         delta = ({*self.plan.process, *self.deleted_docs} if setup.held.source == "manifest"
                  else None)
-        store.set_manifest_token(o.collection, manifest.save(held, changed=delta))
+        upkeep.set_manifest_token(o.collection, manifest.save(held, changed=delta))
 
     def _summary(self, setup: Setup, rows: int) -> IngestSummary:
         o, scan, plan = self.options, setup.scan, self.plan

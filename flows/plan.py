@@ -176,13 +176,13 @@ def prepare(options: IngestOptions, resources: Resources, dry_run: bool = False)
     embedder_id = f"{name}:{model}"
     store = (None if dry_run and is_missing_lite_file(options.milvus_uri)
              else resources.store(options.milvus_uri))
-    if store is not None and not dry_run:
-        store.tidy(options.collection)  # a rebuild stopped half-way: finished or undone
+    if store is not None and store.upkeep is not None and not dry_run:
+        store.upkeep.tidy(options.collection)  # a rebuild stopped half-way: finished or undone
     existed = store is not None and store.exists(options.collection)
     setup = Setup(scan, embedder_id, store, existed)
     if existed:
         assert store is not None
-        store.check_embedder(options.collection, embedder_id)
+        store.require_embedder(options.collection, embedder_id)
         setup.held = read_held(store, options.collection, options.cache_dir)
     return setup
 
@@ -193,12 +193,13 @@ def manifest_of(store: ChunkStore, collection: str, cache_dir: str) -> Manifest:
 
 def read_held(store: ChunkStore, collection: str, cache_dir: str) -> Held:
     """What an existing collection holds: the local manifest when its token and row count agree
-    with the store's, else one streaming pass over the collection."""
+    with the store's (a store with upkeep keeps one), else one streaming pass over the collection."""
     rows = store.count(collection)
-    documents = manifest_of(store, collection, cache_dir).load(store.manifest_token(collection),
-                                                               rows)
-    if documents is not None:
-        return Held(documents, "manifest", rows)
+    if store.upkeep is not None:
+        documents = manifest_of(store, collection, cache_dir).load(
+            store.upkeep.manifest_token(collection), rows)
+        if documents is not None:
+            return Held(documents, "manifest", rows)
     return Held(store.stored_documents(collection), "store", rows)
 
 
@@ -321,10 +322,12 @@ def _drift(options: IngestOptions, setup: Setup, plan: Plan, pruned_rows: int,
     """The drift the run would leave (what it writes or deletes in a collection that held rows
     before it, on top of the drift already there), and whether the run would rebuild."""
     drift = 0
-    if setup.existed and setup.store is not None:
-        drift = (setup.store.drift(options.collection) + plan.chunks + plan.stale_rows
+    if setup.existed and setup.store is not None and setup.store.upkeep is not None:
+        drift = (setup.store.upkeep.drift(options.collection) + plan.chunks + plan.stale_rows
                  + pruned_rows)
-    rebuilt = rows > 0 and should_rebuild(options, drift, rows)
+    # A store without upkeep (None: a dry run's store not opened yet is Milvus) is never rebuilt.
+    upkept = setup.store is None or setup.store.upkeep is not None
+    rebuilt = upkept and rows > 0 and should_rebuild(options, drift, rows)
     return {"drift_rows": drift, "drift_share": round(drift / max(rows, 1), 4), "rebuilt": rebuilt}
 
 

@@ -1,6 +1,6 @@
-"""situate.storage: where chunks and contexts are kept (Milvus, the context disk cache);
-imports only the core. `open_store` is the one place that names the store's implementation:
-flows and the Retriever meet it through `situate.core.protocols` only."""
+"""situate.storage: where chunks and contexts are kept (Milvus, memory, the context disk cache);
+imports only the core. `open_store` is the one place that names the stores' implementations:
+flows and the Retriever meet them through `situate.core.protocols` only."""
 
 from __future__ import annotations
 
@@ -9,9 +9,17 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from situate.core.protocols import ChunkStore
 
+MEMORY = "memory://"
+
 
 def open_store(uri: str, token: str = "", *, retry_attempts: int | None = None) -> ChunkStore:
-    """The store at `uri`: a Milvus Lite file, a Milvus server or Zilliz Cloud (their URI)."""
+    """The store at `uri`: a Milvus Lite file, a Milvus server or Zilliz Cloud (their URI), or
+    `memory://NAME`, a store held in this process (tests, notebooks: nothing is persisted, and
+    stores opened on one NAME share it). `token` and `retry_attempts` are a Milvus server's."""
+    if uri.startswith(MEMORY):
+        from situate.storage.memory import MemoryStore
+
+        return MemoryStore(uri)
     from situate.storage.milvus import MilvusStore
 
     return MilvusStore(uri, token, retry_attempts=retry_attempts)

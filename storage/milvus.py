@@ -16,14 +16,22 @@ from functools import partial
 from typing import Any, TypeVar
 
 from situate.core.errors import CollectionNotFound, EmbedderMismatch, StoreError
-from situate.core.protocols import LEGS
-from situate.core.records import CollectionInfo, EmbeddedDocument, Hit, StoredDocument, batched
+from situate.core.protocols import LEGS, StoreUpkeep
+from situate.core.records import (
+    CollectionInfo,
+    EmbeddedDocument,
+    Hit,
+    StoredDocument,
+    batched,
+    same_embedder,
+)
 from situate.storage.client import RETRY_ATTEMPTS, RETRY_BASE, RETRY_CAP, Connection
 from situate.storage.faults import is_not_loaded, writing
 from situate.storage.generations import Generations
 from situate.storage.manifest import FIELDS as STORED_FIELDS
 from situate.storage.manifest import TOKEN, from_rows
 from situate.storage.rows import (
+    WRITE_BATCH,
     collection_schema,
     dense_search_params,
     doc_filter,
@@ -34,8 +42,6 @@ from situate.storage.rows import (
     validate_collection_name,
 )
 
-# Per-request cap well under Milvus's 256 MiB gRPC limit; rows carry texts of a few KiB at most.
-WRITE_BATCH = 512
 DELETE_BATCH = 4096  # primary keys per delete call
 # Rows per page of a read: the query iterator's most when the fields are narrow, else fewer.
 SCAN_PAGE = 16384
@@ -64,6 +70,11 @@ class MilvusStore(Connection):
     def generations(self) -> Generations:
         return Generations(self)
 
+    @property
+    def upkeep(self) -> StoreUpkeep:
+        """Itself: drift, rebuilds, flushes and manifest tokens are a Milvus store's own."""
+        return self
+
     # --- schema ----------------------------------------------------------------------------------
 
     def exists(self, collection: str) -> bool:
@@ -74,8 +85,8 @@ class MilvusStore(Connection):
     def ensure_collection(self, collection: str, dim: int, embedder: str, backend: str = "",
                           precision: str = "") -> None:
         """Create the collection if missing, recording the embedder and how it ran (`backend`,
-        `precision`); refuse one built with another embedder or dimension (another precision
-        of the same model is the same vector space: allowed).
+        `precision`); refuse one built with another embedder (`same_embedder`: another
+        precision of the same model is the same vector space, allowed) or dimension.
 
         Each step is safe to repeat: a run cut off between creating the collection and indexing
         it (or a retried create whose first attempt went through) finishes the job next time.
@@ -83,7 +94,7 @@ class MilvusStore(Connection):
         validate_collection_name(collection)
         if self.exists(collection):
             info = self.describe(collection)
-            if info.dim != dim or info.embedder not in ("", embedder):
+            if info.dim != dim or not same_embedder(info.embedder, embedder):
                 raise EmbedderMismatch(collection, self.uri, info.embedder, embedder, info.dim, dim)
             self._ensure_indexes(collection)
             self.load(collection)
@@ -123,10 +134,11 @@ class MilvusStore(Connection):
 
         self._call(f"indexing collection {collection!r}", create, write=True)
 
-    def check_embedder(self, collection: str, embedder: str) -> None:
-        """Refuse to add vectors from another embedder to an existing collection."""
+    def require_embedder(self, collection: str, embedder: str) -> None:
+        """An existing collection indexed and loaded for `embedder`'s vectors; one built with
+        another embedder refused (`same_embedder`)."""
         stored = self.describe(collection).embedder
-        if stored and stored != embedder:
+        if not same_embedder(stored, embedder):
             raise EmbedderMismatch(collection, self.uri, stored, embedder)
         self._ensure_indexes(collection)
         self.load(collection)

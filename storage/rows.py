@@ -10,6 +10,11 @@ from typing import Any
 
 from situate.core.errors import StoreError
 from situate.core.records import EmbeddedDocument, grouped
+from situate.core.settings import default
+
+# Rows per write call when the caller does not say (the ingest flow passes SITUATE_WRITE_BATCH):
+# the setting's own default, well under Milvus's 256 MiB gRPC limit for rows of a few KiB.
+WRITE_BATCH: int = default("write_batch")
 
 # VARCHAR limits of the schema, in bytes (a UTF-8 character takes up to 4).
 MAX_TEXT = 65_535

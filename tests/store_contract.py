@@ -1,9 +1,11 @@
 """The `ChunkStore` contract: what every store backend does, as one class of tests (hybrid
-search, which retrieval composes from the store's legs, included).
+search, which retrieval composes from the store's legs, included), and `MilvusContract`, what a
+Milvus store does besides (its upkeep, and the extras its own tests and tools use).
 
-A backend's test module subclasses `StoreContract` and gives it a `store` fixture: an open store
-in which no collection named `contract_*` exists yet (the subclass cleans up after itself). pytest
-collects the subclasses only: this class's name does not start with `Test`.
+A backend's test module subclasses `StoreContract` (a Milvus deployment: `MilvusContract`) and
+gives it a `store` fixture: an open store in which no collection named `contract_*` exists yet
+(the subclass cleans up after itself). pytest collects the subclasses only: these classes' names
+do not start with `Test`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import inspect
 
 import pytest
 
-from situate.core.errors import CollectionNotFound, InputError, StoreError
+from situate.core.errors import CollectionNotFound, StoreError
 from situate.core.fusion import FUSIONS
 from situate.core.protocols import LEGS, ChunkStore, SearchStore, StoreUpkeep
 from situate.core.records import (
@@ -22,6 +24,7 @@ from situate.core.records import (
     EmbeddedDocument,
     Hit,
     Situated,
+    StoredDocument,
     chunk_id,
     sha256,
 )
@@ -62,6 +65,14 @@ def stored(store: ChunkStore, collection: str = C) -> dict[str, dict]:
     return {r["id"]: r for r in store.rows(collection, fields=fields)}
 
 
+def fingerprints(store: ChunkStore, collection: str = C) -> dict[str, dict[str, str]]:
+    """doc id -> {chunk id: fingerprint} of the stored rows (as `MilvusStore.fingerprints`)."""
+    found: dict[str, dict[str, str]] = {}
+    for r in store.rows(collection, fields=("id", "doc_id", "doc_hash")):
+        found.setdefault(r["doc_id"], {})[r["id"]] = r["doc_hash"]
+    return found
+
+
 class StoreContract:
     """Tests every `ChunkStore` passes; subclasses provide the `store` fixture."""
 
@@ -77,12 +88,17 @@ class StoreContract:
     def test_implements_every_protocol_method_with_its_signature(self, store):
         assert isinstance(store, ChunkStore) and isinstance(store.uri, str)
         assert isinstance(store.copied, bool)
-        members = {n: m for part in (SearchStore, StoreUpkeep, ChunkStore) for n, m in vars(part).items()}
-        for name, member in members.items():
+        parts: tuple[type, ...] = (SearchStore, ChunkStore)
+        if store.upkeep is not None:  # optional: a store that needs none has None
+            assert isinstance(store.upkeep, StoreUpkeep)
+            parts += (StoreUpkeep,)
+        members = {n: (part, m) for part in parts for n, m in vars(part).items()}
+        for name, (part, member) in members.items():
             if name.startswith("_") or not callable(member):
                 continue
             want = list(inspect.signature(member).parameters.values())[1:]  # without self
-            got = list(inspect.signature(getattr(store, name)).parameters.values())
+            owner = store.upkeep if part is StoreUpkeep else store
+            got = list(inspect.signature(getattr(owner, name)).parameters.values())
             assert [p.name for p in got[:len(want)]] == [p.name for p in want], name
             assert [p.default is p.empty for p in got[:len(want)]] == [
                 p.default is p.empty for p in want], name
@@ -95,9 +111,11 @@ class StoreContract:
         store.ensure_collection(C, EMB.dim, EMBEDDER)
         assert store.exists(C)
         assert store.describe(C) == CollectionInfo(EMB.dim, EMBEDDER)
-        assert store.count(C) == 0 and store.fingerprints(C) == {}
+        assert store.count(C) == 0 and fingerprints(store) == {}
+        assert store.stored_documents(C) == {}
         store.ensure_collection(C, EMB.dim, EMBEDDER)  # again: a no-op
-        store.check_embedder(C, EMBEDDER)
+        store.require_embedder(C, EMBEDDER)
+        store.require_embedder(C, "hash")  # by name alone: whichever model it holds
         assert store.count(C) == 0
 
     def test_a_collection_from_another_embedder_is_refused(self, loaded):
@@ -106,8 +124,19 @@ class StoreContract:
         with pytest.raises(StoreError, match="from hash:bow-64, not 64-d from other:model"):
             loaded.ensure_collection(C, EMB.dim, "other:model")
         with pytest.raises(StoreError, match="holds vectors from hash:bow-64, not other:model"):
-            loaded.check_embedder(C, "other:model")
+            loaded.require_embedder(C, "other:model")
         assert loaded.count(C) == ROWS
+
+    def test_a_collection_records_how_its_embedder_ran_and_its_last_ingest(self, store):
+        store.ensure_collection(C, EMB.dim, EMBEDDER, backend="onnx", precision="fp32")
+        info = store.describe(C)
+        assert (info.backend, info.precision) == ("onnx", "fp32")
+        # Another backend or precision of the same model is the same vector space: not refused.
+        store.ensure_collection(C, EMB.dim, EMBEDDER, backend="torch", precision="fp16")
+        assert store.describe(C) == info
+        store.record_ingest(C, "structural", "2026-01-02T03:04:05+00:00")
+        assert store.describe(C) == CollectionInfo(EMB.dim, EMBEDDER, "structural",
+                                                   "2026-01-02T03:04:05+00:00", "onnx", "fp32")
 
     def test_missing_collection_and_bad_names(self, store):
         with pytest.raises(CollectionNotFound, match="'contract_nope' not found") as missing:
@@ -119,12 +148,6 @@ class StoreContract:
         with pytest.raises(StoreError, match="invalid collection name"):
             store.exists("bad-name!")
         assert not store.exists("contract_nope")
-
-    def test_drop_removes_the_collection(self, loaded):
-        loaded.drop(C)
-        assert not loaded.exists(C)
-        with pytest.raises(StoreError, match="not found"):
-            loaded.require(C)
 
     # --- writes ----------------------------------------------------------------------------------
 
@@ -163,7 +186,7 @@ class StoreContract:
         # Chunk indexes need not be contiguous (pre-chunked input keeps its original indexes).
         loaded.write(C, [embedded("d.txt", ["one", "two", "three"], indexes=[0, 5, 9])])
         loaded.write(C, [embedded("d.txt", ["one", "seven"], indexes=[0, 7], pipeline="p2")])
-        assert set(loaded.fingerprints(C)["d.txt"]) == {chunk_id("d.txt", 0), chunk_id("d.txt", 7)}
+        assert set(fingerprints(loaded)["d.txt"]) == {chunk_id("d.txt", 0), chunk_id("d.txt", 7)}
 
     def test_a_document_larger_than_a_batch_is_written_and_replaced_whole(self, loaded):
         big = [f"chunk number {i} of the long document" for i in range(1_100)]
@@ -173,7 +196,7 @@ class StoreContract:
         assert loaded.write(C, [*corpus(), embedded("big.txt", big[:600], pipeline="p2")],
                             batch_size=256) == ROWS + 600
         assert loaded.count(C) == ROWS + 600
-        fps = loaded.fingerprints(C)["big.txt"]
+        fps = fingerprints(loaded)["big.txt"]
         assert set(fps) == {chunk_id("big.txt", i) for i in range(600)}
         assert set(fps.values()) == {embedded("big.txt", big[:600], pipeline="p2").fingerprint}
 
@@ -193,7 +216,7 @@ class StoreContract:
         too_long = embedded("huge.txt", ["short chunk", "é" * 40_000])  # 80,000 bytes
         with pytest.raises(StoreError, match=r"huge.txt', chunk 1 is 80000 bytes.*split it"):
             loaded.write(C, [too_long])
-        assert "huge.txt" not in loaded.fingerprints(C)
+        assert "huge.txt" not in fingerprints(loaded)
         assert loaded.count(C) == ROWS + 1
 
     def test_a_document_with_more_chunks_than_vectors_is_refused(self, loaded):
@@ -203,17 +226,20 @@ class StoreContract:
             loaded.write(C, [bad])
         assert loaded.count(C) == ROWS
 
-    def test_fingerprints_are_per_document_and_chunk(self, loaded):
-        assert loaded.fingerprints(C) == {
+    def test_stored_documents_are_each_documents_fingerprint_and_chunks(self, loaded):
+        assert fingerprints(loaded) == {
             d.doc.id: {s.chunk.id: d.fingerprint for s in d.situated} for d in corpus()}
+        assert loaded.stored_documents(C) == {
+            d.doc.id: StoredDocument(d.fingerprint, len(d.situated)) for d in corpus()}
 
-    def test_delete_by_document_and_by_id(self, loaded):
-        assert loaded.delete_documents(C, ["b.md"]) == 2
+    def test_delete_by_id(self, loaded):
+        gone = [chunk_id("b.md", 0), chunk_id("b.md", 1), chunk_id("a.py", 1)]
+        assert loaded.delete_ids(C, gone) == 3
+        loaded.delete_ids(C, gone)  # again: a no-op (Milvus counts the ids asked, not found)
         assert sorted({r["doc_id"] for r in loaded.rows(C)}) == ["a.py", "c.rs"]
-        assert loaded.delete_ids(C, [chunk_id("a.py", 1)]) == 1
         assert loaded.count(C) == 2
-        assert loaded.delete_documents(C, []) == loaded.delete_ids(C, []) == 0
-        assert set(loaded.fingerprints(C)) == {"a.py", "c.rs"}
+        assert loaded.delete_ids(C, []) == 0
+        assert set(fingerprints(loaded)) == {"a.py", "c.rs"}
 
     # --- reads -----------------------------------------------------------------------------------
 
@@ -279,12 +305,38 @@ class StoreContract:
         assert [h.id for h in hits] == ids[:5]
         assert len({h.score for h in hits}) == 1
 
-    def test_an_unknown_fusion_is_refused(self, loaded):
-        with pytest.raises(InputError, match="'max' is not a fusion"):
-            search(loaded, C, "hybrid", "job", EMB._one("job"), 3, fusion="max")
-
     def test_an_unknown_leg_is_refused(self, loaded):
+        """Modes and fusions are checked where a search is asked for (the Retriever, the
+        options); below them a store still refuses a leg it does not have."""
         with pytest.raises(StoreError, match="unknown search leg 'fuzzy'"):
             loaded.search(C, "fuzzy", "job", None, 3)
-        with pytest.raises(InputError, match="unknown search mode 'fuzzy'"):
+        with pytest.raises(StoreError, match="unknown search leg 'fuzzy'"):
             search(loaded, C, "fuzzy", "job", None, 3)
+
+
+class MilvusContract(StoreContract):
+    """What a Milvus store does besides the contract: its upkeep, and the extras its own tests
+    and tools call (dropping a collection, deleting and listing by document)."""
+
+    def test_its_upkeep_is_itself(self, store):
+        assert store.upkeep is store and isinstance(store, StoreUpkeep)
+
+    def test_drop_removes_the_collection(self, loaded):
+        loaded.drop(C)
+        assert not loaded.exists(C)
+        with pytest.raises(StoreError, match="not found"):
+            loaded.require(C)
+
+    def test_fingerprints_are_per_document_and_chunk(self, loaded):
+        assert loaded.fingerprints(C) == fingerprints(loaded) == {
+            d.doc.id: {s.chunk.id: d.fingerprint for s in d.situated} for d in corpus()}
+        assert loaded.fingerprints(C, ["c.rs"]) == {"c.rs": fingerprints(loaded)["c.rs"]}
+        assert loaded.document_ids(C) == set(CORPUS)
+
+    def test_delete_by_document_and_by_id(self, loaded):
+        assert loaded.delete_documents(C, ["b.md"]) == 2
+        assert sorted({r["doc_id"] for r in loaded.rows(C)}) == ["a.py", "c.rs"]
+        assert loaded.delete_ids(C, [chunk_id("a.py", 1)]) == 1
+        assert loaded.count(C) == 2
+        assert loaded.delete_documents(C, []) == loaded.delete_ids(C, []) == 0
+        assert set(loaded.fingerprints(C)) == {"a.py", "c.rs"}

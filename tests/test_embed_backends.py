@@ -175,12 +175,13 @@ def test_two_processes_on_an_empty_cache_both_succeed_with_one_export(tmp_path):
 
 # --- what the collection records, and how its queries are embedded -------------------------------
 
-def test_the_collection_records_backend_and_precision_and_queries_follow_it(state):
+def test_the_collection_records_backend_and_precision_and_queries_follow_it():
+    """(Every store records them: tests/store_contract.py; this test needs no Milvus.)"""
     from situate.api.retriever import query_runtime
     from situate.core.records import CollectionInfo
-    from situate.storage.milvus import MilvusStore
+    from situate.storage import open_store
 
-    store = MilvusStore(state["milvus_uri"])
+    store = open_store("memory://embed-backends")
     try:
         store.ensure_collection("c", 8, "minilm:all-MiniLM-L6-v2", backend="onnx",
                                 precision="fp32")

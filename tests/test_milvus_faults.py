@@ -215,7 +215,7 @@ def test_killed_between_creating_the_collection_and_indexing_it(server, store_fo
         store.ensure_collection(C, EMB.dim, EMBEDDER)
     else:
         assert named
-        store.check_embedder(C, EMBEDDER)
+        store.require_embedder(C, EMBEDDER)
     assert sorted(store.client.list_indexes(physical)) == ["dense", "doc_id", "sparse"]
     assert store.client.list_collections() == [physical]
     store.ensure_collection(C, EMB.dim, EMBEDDER)  # nothing missing: a no-op

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import SAMPLE_CORPUS, SAMPLE_EVAL
 from tests.fakes.milvus_server import milvus_server, snapshot
-from tests.store_contract import StoreContract
+from tests.store_contract import MilvusContract
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -22,7 +22,7 @@ def server_uri(tmp_path_factory):
         yield uri
 
 
-class TestMilvusServer(StoreContract):
+class TestMilvusServer(MilvusContract):
     @pytest.fixture
     def store(self, server_uri):
         from situate.storage.milvus import MilvusStore

@@ -7,10 +7,10 @@ import pytest
 
 from situate.storage.milvus import MilvusStore
 from situate.storage.rows import MAX_CONTEXT, MAX_TEXT, document_rows, lexical_text
-from tests.store_contract import EMB, EMBEDDER, ROWS, C, StoreContract, corpus, embedded, stored
+from tests.store_contract import EMB, EMBEDDER, ROWS, C, MilvusContract, corpus, embedded, stored
 
 
-class TestMilvusLite(StoreContract):
+class TestMilvusLite(MilvusContract):
     @pytest.fixture
     def store(self, tmp_path):
         s = MilvusStore(str(tmp_path / "m.db"))

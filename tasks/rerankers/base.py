@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 
 from situate.core.records import Hit
 from situate.core.registry import Registry
+from situate.core.settings import default
 
-DEFAULT_RERANKER = "cohere"
+DEFAULT_RERANKER: str = default("reranker")  # SITUATE_RERANKER's default
 
 
 class Reranker:
