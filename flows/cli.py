@@ -14,10 +14,13 @@ import textwrap
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+from pydantic import Field
 
 from situate.core.version import version
 from situate.flows import launch, logs, signals
+from situate.flows.options import Flag, Options
 
 if TYPE_CHECKING:
     from situate.flows.options import (
@@ -25,7 +28,6 @@ if TYPE_CHECKING:
         EvaluateOptions,
         IngestOptions,
         McpOptions,
-        Options,
         SearchOptions,
         ServeOptions,
         SynthOptions,
@@ -312,6 +314,37 @@ def cmd_mcp(options: McpOptions) -> int:
                                reranker=options.reranker, workers=options.workers,
                                policy=options.policy(_api_token()), backend=options.backend,
                                device=options.device))
+    return 0
+
+
+class VersionOptions(Options):
+    """`situate version`."""
+
+    json_out: Annotated[bool, Flag(("--json",))] = Field(False, description="print them as JSON")
+
+
+# What a bug report needs beside situate's own version: the engines situate runs on.
+ENGINES = ("prefect", "pymilvus", "milvus-lite", "onnxruntime", "torch", "sentence-transformers",
+           "anthropic", "cohere")
+
+
+@command("print the versions of situate, Python and the engines it runs on (for a bug report)",
+         """\
+  situate version
+  situate version --json""")
+def cmd_version(options: VersionOptions) -> int:
+    import json
+    import platform
+    from importlib import metadata
+
+    found = {"situate": version(), "python": platform.python_version()}
+    for name in ENGINES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    print(json.dumps(found, indent=2) if options.json_out else
+          "\n".join(f"{name:<22} {v}" for name, v in found.items()))
     return 0
 
 
