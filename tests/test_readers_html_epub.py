@@ -140,12 +140,12 @@ def _cpu_seconds(page: str, repeats: int = 3) -> float:
 
 
 def test_furniture_removal_is_linear_in_the_page() -> None:
-    """A ~1 MB page of nested menus reads in well under a few seconds of CPU (the walk before took
-    3-9 s on such pages), and four times the page costs about four times as much: no pass searches
-    a subtree or its ancestors per element. Bounds are generous (a shared machine)."""
+    """Four times a page of nested menus costs about four times as much CPU to read, not sixteen
+    (the walk once took 3-9 s on a ~1 MB page): no pass searches a subtree or its ancestors per
+    element. A ratio of two reads in this test, with room for a shared machine; the time itself
+    is a benchmark's (benchmarks/bench_reading.py)."""
     small = _cpu_seconds(_menus(250_000))
     large = _cpu_seconds(_menus(1_000_000))
-    assert large < 5.0
     assert large < 8 * max(small, 0.05)
 
 
