@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("situate.retrieve")
 
-# The query of the searches that warm a retriever (`prepare`): the model's load and first call,
+# The query of the searches that warm a retriever (`warm`): the model's load and first call,
 # and the store's first search of each kind, are paid when it opens, not by a user's query.
 WARM_UP_QUERY = "warm up"
 # Threads that run the second leg of hybrid searches (each search runs its other leg itself): a
@@ -121,7 +121,7 @@ class Retriever:
             self._setup(store, collection, embedders, owns=True, mode=mode, fusion=fusion,
                         reranker=reranker, embedder=embedder, workers=workers, backend=backend,
                         device=device)
-            self.prepare(mode)
+            self.warm(mode)
         except BaseException:
             self._stop_legs()
             embedders.release(kill=True)  # a model still loading is not waited for
@@ -134,7 +134,7 @@ class Retriever:
              reranker: str | Reranker | None = None, embedder: str | None = None,
              backend: str | None = None, device: str | None = None) -> Retriever:
         """A retriever on a store and models someone else opened and closes (the evaluate
-        flow's run resources): `close()` leaves them open. Loads nothing until `prepare` or a
+        flow's run resources): `close()` leaves them open. Loads nothing until `warm` or a
         search needs it."""
         store.require(collection)
         self = cls.__new__(cls)
@@ -159,7 +159,7 @@ class Retriever:
         self._owns = owns
         self._lock = threading.Lock()
         self._closed = False
-        self._warm: set[str] = set()  # modes searched once already (`prepare`)
+        self._warm: set[str] = set()  # modes searched once already (`warm`)
         self._lanes_warm = False
         self._encoder: Embedder | None = None
         self._reranker = reranker if isinstance(reranker, Reranker) else None
@@ -171,7 +171,7 @@ class Retriever:
 
     # --- what a search needs, loaded once ---------------------------------------------------
 
-    def prepare(self, *modes: str) -> None:
+    def warm(self, *modes: str) -> None:
         """Load and warm what searches in `modes` need (default: the retriever's mode), so that
         no query pays for it: the embedder (every mode but bm25) and the reranker (rerank)
         loaded, and one search of each mode made, its query embedded (rerank's search made

@@ -22,7 +22,7 @@ from situate.tasks.embedders.base import EMBEDDERS
 
 if TYPE_CHECKING:
     from situate.flows.options import IngestOptions
-    from situate.flows.plan import Setup
+    from situate.flows.plan import RunInputs
 
 # Dimensions of the registered embedders' default models, known without loading them.
 KNOWN_DIMS = {"minilm": 384, "e5-small": 384, "bge-m3": 1024, "voyage:voyage-2": 1024,
@@ -111,17 +111,17 @@ def scan_capacity(uri: str, rows: int, dim: int | None, chunk_size: int,
     return store_capacity(uri, rows, dim, sizes, context_bytes(context, 100, None))
 
 
-def run_warning(options: IngestOptions, setup: Setup) -> str:
+def run_warning(options: IngestOptions, inputs: RunInputs) -> str:
     """The warning a run starts with when its Milvus Lite file will not hold the collection
     (empty when it will, or when the store is a server): the scan's chunks plus the rows the
     collection holds now."""
     if not is_lite(options.milvus_uri):
         return ""
     held, stored_dim = 0, None
-    if setup.existed and setup.store is not None:
-        held = setup.store.count(options.collection)
-        stored_dim = setup.store.describe(options.collection).dim
-    capacity = scan_capacity(options.milvus_uri, held + setup.scan.chunks,
-                             embedder_dim(setup.embedder_id, stored_dim), options.chunk_size,
+    if inputs.existed and inputs.store is not None:
+        held = inputs.store.count(options.collection)
+        stored_dim = inputs.store.describe(options.collection).dim
+    capacity = scan_capacity(options.milvus_uri, held + inputs.scan.chunks,
+                             embedder_dim(inputs.embedder_id, stored_dim), options.chunk_size,
                              options.context or get_settings().default_context())
     return capacity.warning

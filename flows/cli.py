@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     from situate.core.secrets import install_log_redaction
 
     install_log_redaction()  # no secret in any log line of this process, whoever writes it
-    launch.prepare_process()
+    launch.configure_process()
     args = _parser().parse_args(argv)
     from situate.core.errors import SituateError
     from situate.core.settings import configured

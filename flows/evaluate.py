@@ -23,7 +23,7 @@ from situate.core.records import Hit
 from situate.flows.artifacts import artifact_key
 from situate.flows.options import EvaluateOptions
 from situate.flows.progress import bar
-from situate.flows.resources import Resources, for_run
+from situate.flows.resources import Resources, run_resources
 from situate.tasks.rerankers.base import Reranker, get_reranker
 from situate.tasks.retrieval.chart import pass_at_k_chart
 from situate.tasks.retrieval.failures import failure_analysis
@@ -61,7 +61,7 @@ def retrieve_task(retriever: Retriever, collection: str, queries: list[str], mod
     (the terminal's progress bar). With `keep`, what it returns of query i's hits is kept instead
     of all of them (memory bounded by what the caller keeps, not by the set). A query's seconds
     are what a user of a warm retriever waits: its embedding and search, not the model's load
-    (`Retriever.prepare`, before)."""
+    (`Retriever.warm`, before)."""
     seconds: list[float] = []
     hits: list[list[Hit]] = []
     for i, query in enumerate(queries):
@@ -80,7 +80,7 @@ def evaluate_flow(options: EvaluateOptions) -> Evaluation:
     and list the queries every mode misses; several collections, comma-separated, are evaluated
     one after the other and compared in one chart."""
     names = options.names
-    with for_run() as resources:
+    with run_resources() as resources:
         queries = resources.eval_set or load_eval_set(options.eval_set)
         resources.eval_set = None  # taken once
         for name in names[1:]:  # a missing collection fails before the first is evaluated
@@ -130,7 +130,7 @@ def _evaluate_collection(options: EvaluateOptions, collection: str, queries: lis
                                mode=options.modes[0], fusion=options.fusion, reranker=reranker,
                                embedder=options.embedder, backend=options.backend,
                                device=options.device)
-    retriever.prepare(*options.modes)  # the model loaded and warmed: no query times its load
+    retriever.warm(*options.modes)  # the model loaded and warmed: no query times its load
     spec = retriever.embedder
     started = time.perf_counter()
     texts = [q.query for q in queries]

@@ -39,21 +39,21 @@ from situate.flows.options import IngestOptions, check_task_runner
 from situate.flows.plan import (
     IN_FLIGHT,
     Plan,
-    Setup,
+    RunInputs,
     context_config,
     fingerprint,
     fingerprint_of,
+    gather_inputs,
     manifest_of,
     pipeline_id,
     plan_corpus,
     plan_run,
-    prepare,
     should_rebuild,
     window_size,
     windows,
 )
 from situate.flows.progress import reporter
-from situate.flows.resources import Resources, for_run
+from situate.flows.resources import Resources, run_resources
 from situate.flows.results import Bill, IngestPlan, IngestSummary
 from situate.storage.cache import ContextCache
 from situate.tasks.contexts.base import Contextualizer, contexts_of, get_contextualizer
@@ -188,7 +188,7 @@ def ingest_flow(options: IngestOptions) -> IngestSummary | IngestPlan:
     With `dry_run`, only plans the run (`plan_run`: writes nothing, calls no provider) and returns
     the plan, recorded as the `ingest-plan-<collection>` table artifact.
     """
-    with for_run() as resources:
+    with run_resources() as resources:
         if resources.scan is None:
             resources.scan = scan_corpus_task(options.corpus, options.chunk_size,
                                               options.chunk_overlap, options.code_chunks,
@@ -233,29 +233,29 @@ class _Ingest:
 
     def run(self) -> IngestSummary:
         t = time.perf_counter()
-        setup = prepare(self.options, self.resources)
-        if warning := run_warning(self.options, setup):  # a Lite file too small for the corpus
+        inputs = gather_inputs(self.options, self.resources)
+        if warning := run_warning(self.options, inputs):  # a Lite file too small for the corpus
             get_run_logger().warning(warning)
         config = context_config(self.options)
         contextualizer = get_contextualizer(config)
         pipeline = pipeline_id(contextualizer, self.options.chunk_size, self.options.chunk_overlap)
-        self.plan = plan_corpus(setup.scan, setup.held.documents, pipeline, self.options.force)
-        self.seconds["scan"] = setup.scan.seconds
+        self.plan = plan_corpus(inputs.scan, inputs.contents.documents, pipeline, self.options.force)
+        self.seconds["scan"] = inputs.scan.seconds
         self.seconds["plan"] = time.perf_counter() - t
         try:
-            self._windows(setup, contextualizer, pipeline)
+            self._windows(inputs, contextualizer, pipeline)
         finally:
             contextualizer.close()
             # No window is left to embed: let a local model's process exit now.
             self.resources.embedders.release()
         t = time.perf_counter()
-        self.deleted = self.plan.stale_rows + self._prune(setup)
+        self.deleted = self.plan.stale_rows + self._prune(inputs)
         self.seconds["prune"] = time.perf_counter() - t
-        rows = self._maintain(setup, pipeline)
-        if rows and setup.store is not None:  # what `situate mcp`'s description tool says
-            setup.store.record_ingest(self.options.collection, contexts_of(config),
+        rows = self._maintain(inputs, pipeline)
+        if rows and inputs.store is not None:  # what `situate mcp`'s description tool says
+            inputs.store.record_ingest(self.options.collection, contexts_of(config),
                                       datetime.now(UTC).isoformat(timespec="seconds"))
-        return self._summary(setup, rows)
+        return self._summary(inputs, rows)
 
     def _read(self, documents: Iterator[Document]) -> Iterator[Document]:
         """The documents as the stream reads them, the time spent reading counted."""
@@ -267,20 +267,20 @@ class _Ingest:
                 return
             yield doc
 
-    def _windows(self, setup: Setup, contextualizer: Contextualizer, pipeline: str) -> None:
+    def _windows(self, inputs: RunInputs, contextualizer: Contextualizer, pipeline: str) -> None:
         """Every window of the documents the plan processes (read again, the others not) handed
         to a task; at most IN_FLIGHT in flight, the first alone (it creates the collection)."""
         o, plan = self.options, self.plan
         if plan.unchanged:
             get_run_logger().info(f"{o.collection}: {plan.unchanged} unchanged document(s) "
                                   "skipped unread")
-        if not plan.process:
+        if not plan.documents:
             return
-        store = setup.store
+        store = inputs.store
         assert store is not None
-        held = setup.held.documents
+        held = inputs.contents.documents
         cache = ContextCache(o.cache_dir)
-        progress = IngestProgress(o.collection, plan.chunks, len(plan.process))
+        progress = IngestProgress(o.collection, plan.chunks, len(plan.documents))
         pending: deque[PrefectFuture[WindowResult]] = deque()
         submitted = 0
         try:
@@ -289,11 +289,11 @@ class _Ingest:
                     documents = self._read(stream_corpus(o.corpus, o.chunk_size, o.chunk_overlap,
                                                          code_chunks=o.code_chunks,
                                                          follow_links=o.follow_links,
-                                                         wanted=plan.process,
-                                                         kept=setup.scan.kept))
+                                                         wanted=plan.documents,
+                                                         kept=inputs.scan.kept))
                     for docs in windows(documents, window_size(o)):
                         stored = {d.id: held[d.id].ids(d.id) for d in docs if d.id in held}
-                        if setup.existed and store.upkeep is not None:
+                        if inputs.existed and store.upkeep is not None:
                             # counted before written: a stop keeps it counted
                             stale = sum(len(set(stored[d.id]) - {c.id for c in d.chunks})
                                         for d in docs if d.id in stored)
@@ -309,9 +309,9 @@ class _Ingest:
                         progress.submitted(len(docs))
                         submitted += 1
                         while pending and (len(pending) >= IN_FLIGHT or submitted == 1):
-                            self._settle(pending.popleft(), progress)
+                            self._take_result(pending.popleft(), progress)
                     while pending:
-                        self._settle(pending.popleft(), progress)
+                        self._take_result(pending.popleft(), progress)
                 except BaseException:
                     # A window failed (or the run was stopped): the other windows stop too (on
                     # threads; on Dask the workers' own copies finish their documents), and the
@@ -325,7 +325,7 @@ class _Ingest:
             progress.close()
             cache.close()
 
-    def _settle(self, future: PrefectFuture[WindowResult], progress: IngestProgress) -> None:
+    def _take_result(self, future: PrefectFuture[WindowResult], progress: IngestProgress) -> None:
         result = future.result()
         self.usage.add(result.usage)
         self.written += result.written
@@ -336,27 +336,27 @@ class _Ingest:
         self.embedder = self.embedder or result.embedder
         progress.window_done(result.chunks)
 
-    def _prune(self, setup: Setup) -> int:
+    def _prune(self, inputs: RunInputs) -> int:
         """With `prune`, delete the rows of the documents gone from the corpus, by primary key
         (what the collection holds per document says which); the rows deleted, counted as drift
         before."""
         plan = self.plan
-        if not (self.options.prune and setup.existed and setup.store is not None and plan.gone):
+        if not (self.options.prune and inputs.existed and inputs.store is not None and plan.gone):
             return 0
-        store, collection, held = setup.store, self.options.collection, setup.held.documents
+        store, collection, held = inputs.store, self.options.collection, inputs.contents.documents
         if store.upkeep is not None:
             store.upkeep.add_drift(collection, plan.gone_rows)
         store.delete_ids(collection, (i for d in plan.gone for i in held[d].ids(d)))
         self.deleted_docs = plan.gone
         return plan.gone_rows
 
-    def _maintain(self, setup: Setup, pipeline: str) -> int:
+    def _maintain(self, inputs: RunInputs, pipeline: str) -> int:
         """The collection's drift, and a rebuild when it passes `rebuild_at` of its rows (or
         `rebuild` asks for one); then the local manifest of what it holds. Returns the rows the
         collection holds."""
-        o, store = self.options, setup.store
+        o, store = self.options, inputs.store
         assert store is not None
-        if not (setup.existed or self.written) or not store.exists(o.collection):
+        if not (inputs.existed or self.written) or not store.exists(o.collection):
             return 0
         changed = bool(self.written or self.deleted)
         upkeep = store.upkeep
@@ -368,10 +368,10 @@ class _Ingest:
         if upkeep is None:  # a store that needs none searches as a fresh one, and is read back
             return rows
         self.drift = upkeep.drift(o.collection)
-        held = self._held_after(setup, pipeline)
+        held = self._held_after(inputs, pipeline)
         if should_rebuild(o, self.drift, rows):
             t = time.perf_counter()
-            rebuild_task(upkeep, o.collection, setup.scan.order,
+            rebuild_task(upkeep, o.collection, inputs.scan.order,
                          held if sum(d.rows for d in held.values()) == rows else None)
             self.seconds["rebuild"] = time.perf_counter() - t
             self.rebuilt = True
@@ -385,31 +385,31 @@ class _Ingest:
                 f"({self.drift / max(rows, 1):.1%} of {rows}), under --rebuild-at "
                 f"{o.rebuild_at:g}: not rebuilt; BM25 may score differently from a fresh ingest")
         t = time.perf_counter()
-        self._keep_manifest(setup, upkeep, held, rows, changed)
+        self._keep_manifest(inputs, upkeep, held, rows, changed)
         self.seconds["plan"] += time.perf_counter() - t
         return rows
 
-    def _held_after(self, setup: Setup, pipeline: str) -> dict[str, StoredDocument]:
+    def _held_after(self, inputs: RunInputs, pipeline: str) -> dict[str, StoredDocument]:
         """What the collection holds after the run's writes and deletes, per document: what it
         held, with the processed documents as written and the pruned ones gone."""
-        held = setup.held.documents
-        for doc_id in self.plan.process:
-            scanned = setup.scan.scanned[doc_id]
+        held = inputs.contents.documents
+        for doc_id in self.plan.documents:
+            scanned = inputs.scan.scanned[doc_id]
             held[doc_id] = StoredDocument(fingerprint_of(scanned.hash, scanned.cut, pipeline),
                                           scanned.indexes)
         for doc_id in self.deleted_docs:
             held.pop(doc_id, None)
         return held
 
-    def _keep_manifest(self, setup: Setup, upkeep: StoreUpkeep, held: dict[str, StoredDocument],
+    def _keep_manifest(self, inputs: RunInputs, upkeep: StoreUpkeep, held: dict[str, StoredDocument],
                        rows: int, changed: bool) -> None:
         """The local manifest written for the collection as the run leaves it, and its token
         recorded in the collection (`situate.storage.manifest`): the next run plans from it
         without reading the collection. Not written when it could be wrong (its rows do not add
         up to the collection's); nothing to do when the run changed nothing it already held."""
-        o, store = self.options, setup.store
+        o, store = self.options, inputs.store
         assert store is not None
-        if not changed and setup.held.source == "manifest":
+        if not changed and inputs.contents.source == "manifest":
             return
         manifest = manifest_of(store, o.collection, o.cache_dir)
         if sum(d.rows for d in held.values()) != rows:
@@ -418,16 +418,16 @@ class _Ingest:
                 f"{sum(d.rows for d in held.values())}; the next run reads them from the store")
             manifest.forget()
             return
-        delta = ({*self.plan.process, *self.deleted_docs} if setup.held.source == "manifest"
+        delta = ({*self.plan.documents, *self.deleted_docs} if inputs.contents.source == "manifest"
                  else None)
         upkeep.set_manifest_token(o.collection, manifest.save(held, changed=delta))
 
-    def _summary(self, setup: Setup, rows: int) -> IngestSummary:
-        o, scan, plan = self.options, setup.scan, self.plan
+    def _summary(self, inputs: RunInputs, rows: int) -> IngestSummary:
+        o, scan, plan = self.options, inputs.scan, self.plan
         self.seconds["total"] = time.perf_counter() - self.started + scan.seconds
         summary = IngestSummary(
             collection=o.collection, corpus=o.corpus, context=o.context,
-            embedder=setup.embedder_id, documents=scan.documents, new=plan.new,
+            embedder=inputs.embedder_id, documents=scan.documents, new=plan.new,
             changed=plan.changed, unchanged=plan.unchanged,
             deleted_documents=len(self.deleted_docs), skipped_empty=scan.skipped_empty,
             skipped_large_files=scan.skipped_large_files, skipped_chunks=scan.skipped_chunks,

@@ -1,7 +1,7 @@
 """Starting a one-off `situate` command's flow run: each step here exists to make a run start
 sooner, print less noise or end cleanly, and says which.
 
-The CLI calls `prepare_process` first, then `launch_ingest` or `launch_evaluate`; deployment
+The CLI calls `configure_process` first, then `launch_ingest` or `launch_evaluate`; deployment
 runs call the flows directly and need none of this. In order, because each step is slower than
 the one before: the options (checked as they were built, before Prefect is imported), the input
 (read once, here; the flow run takes it), the model's load (seconds, in its own process) and the
@@ -51,7 +51,7 @@ PREFECT_DEFAULTS = {
     # handlers are for children that go on using gRPC, and every child here runs a new program.
     "GRPC_ENABLE_FORK_SUPPORT": "false",
     # The temporary server writes the events it receives every this many seconds (Prefect's
-    # default: 5); the command waits for the last write before it stops the server (`settle`).
+    # default: 5); the command waits for the last write before it stops the server (`wait_until_recorded`).
     "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "0.5",
 }
 
@@ -62,7 +62,7 @@ SETTLE_SECONDS = 10.0
 RECORDED_EVENT = "situate.run.recorded"
 
 
-def prepare_process() -> None:
+def configure_process() -> None:
     """Environment defaults before Prefect is imported, and the collector kept off the objects
     every command loads: a one-off command loads several hundred thousand long-lived objects,
     and the interpreter's final collections would walk them all for about a second after the
@@ -145,7 +145,7 @@ def launch_evaluate(options: EvaluateOptions) -> Evaluation:
 def run_flow(flow: Any, tags: tuple[str, ...], options: Options, resources: Resources) -> Any:
     """Run `flow` on `options` with the command's `resources`, under the deployments' tags (so
     the UI filters CLI runs the same way), and return its result; its exception, if it failed,
-    is raised after the temporary server has recorded the run (see `settle`)."""
+    is raised after the temporary server has recorded the run (see `wait_until_recorded`)."""
     from prefect import tags as prefect_tags
 
     from situate.flows import prefect_internals
@@ -156,7 +156,7 @@ def run_flow(flow: Any, tags: tuple[str, ...], options: Options, resources: Reso
     gc.freeze()  # what is loaded by now lives to the end: keep the collector off it
     with provided(resources), prefect_tags(*tags):
         state = flow(options, return_state=True)
-    prefect_internals.kill_at_exit(settle(state.state_details.flow_run_id))
+    prefect_internals.kill_at_exit(wait_until_recorded(state.state_details.flow_run_id))
     return state.result()
 
 
@@ -178,7 +178,7 @@ def start_temporary_server() -> None:
         pass
 
 
-def settle(flow_run_id: Any, wait: Callable[[float], None] = time.sleep) -> bool:
+def wait_until_recorded(flow_run_id: Any, wait: Callable[[float], None] = time.sleep) -> bool:
     """Let the temporary server record everything the run sent before it stops at exit; True
     once it has (and the server may then be killed instead of shut down:
     `prefect_internals.kill_at_exit` says why).

@@ -1,11 +1,11 @@
 """The plan of an ingest run, shared by the run and its dry run.
 
 `plan_corpus` compares the corpus, as its checking pass saw it, with what the collection holds
-per document (`read_held`: the local manifest when the store agrees with it, else one pass over
+per document (`read_contents`: the local manifest when the store agrees with it, else one pass over
 the collection), by fingerprint and chunk indexes: new, changed, unchanged, the rows a changed
 document no longer has, and the documents gone. The ingest flow (`situate.flows.ingest`) plans
 the whole run with it before reading any document again. `plan_run` makes the same plan without
-acting on it, and prices it (`situate ingest --dry-run`) as an `IngestPlan`. `prepare` is the
+acting on it, and prices it (`situate ingest --dry-run`) as an `IngestPlan`. `gather_inputs` is the
 start both share. The flow imports this module, never the other way round.
 """
 
@@ -83,7 +83,7 @@ class Plan:
     or changed, with their chunks), how many were found unchanged, and the documents the
     collection holds that the corpus no longer has (deleted with `prune`)."""
 
-    process: dict[str, int] = field(default_factory=dict)  # doc id -> its chunks, corpus order
+    documents: dict[str, int] = field(default_factory=dict)  # doc id -> its chunks, corpus order
     new: int = 0
     changed: int = 0
     unchanged: int = 0
@@ -95,7 +95,7 @@ class Plan:
     @property
     def chunks(self) -> int:
         """The chunks the run situates, embeds and writes."""
-        return sum(self.process.values())
+        return sum(self.documents.values())
 
 
 def is_unchanged(scanned: ScannedDocument, stored: StoredDocument, pipeline: str) -> bool:
@@ -120,7 +120,7 @@ def plan_corpus(scan: CorpusScan, stored: Mapping[str, StoredDocument], pipeline
             plan.changed += 1
             plan.replaced_rows += held.rows
             plan.stale_rows += len(_positions(held) - _positions_of(scanned.indexes))
-        plan.process[doc_id] = (scanned.indexes if isinstance(scanned.indexes, int)
+        plan.documents[doc_id] = (scanned.indexes if isinstance(scanned.indexes, int)
                                 else len(scanned.indexes))
     plan.gone = sorted(set(stored) - set(scan.scanned))
     plan.gone_rows = sum(stored[d].rows for d in plan.gone)
@@ -141,20 +141,20 @@ def windows(documents: Iterable[Document], size: int) -> Iterator[list[Document]
 
 
 @dataclass
-class Setup:
+class RunInputs:
     """What a run and its dry run start from: the checked corpus, the embedder's id, the store
     with whether the collection exists (None: a Milvus Lite file that does not exist, which a
-    dry run does not create), and what the collection holds (`Held`)."""
+    dry run does not create), and what the collection holds (`CollectionContents`)."""
 
     scan: CorpusScan
     embedder_id: str
     store: ChunkStore | None
     existed: bool
-    held: Held = field(default_factory=lambda: Held({}, "none", 0))
+    contents: CollectionContents = field(default_factory=lambda: CollectionContents({}, "none", 0))
 
 
 @dataclass
-class Held:
+class CollectionContents:
     """What the collection holds before the run, per document, and where that was read from:
     "manifest" (the local copy, its token and row count checked against the store), "store"
     (one pass over the collection's rows) or "none" (no collection)."""
@@ -164,10 +164,10 @@ class Held:
     rows: int
 
 
-def prepare(options: IngestOptions, resources: Resources, dry_run: bool = False) -> Setup:
+def gather_inputs(options: IngestOptions, resources: Resources, dry_run: bool = False) -> RunInputs:
     """The corpus checked (or the command's check taken), the embedder checked, the store opened,
     an existing collection checked against the embedder (no model is loaded for it) and what it
-    holds read (`read_held`)."""
+    holds read (`read_contents`)."""
     scan = resources.scan or scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
                                          code_chunks=options.code_chunks,
                                          follow_links=options.follow_links)
@@ -179,19 +179,19 @@ def prepare(options: IngestOptions, resources: Resources, dry_run: bool = False)
     if store is not None and store.upkeep is not None and not dry_run:
         store.upkeep.tidy(options.collection)  # a rebuild stopped half-way: finished or undone
     existed = store is not None and store.exists(options.collection)
-    setup = Setup(scan, embedder_id, store, existed)
+    inputs = RunInputs(scan, embedder_id, store, existed)
     if existed:
         assert store is not None
         store.require_embedder(options.collection, embedder_id)
-        setup.held = read_held(store, options.collection, options.cache_dir)
-    return setup
+        inputs.contents = read_contents(store, options.collection, options.cache_dir)
+    return inputs
 
 
 def manifest_of(store: ChunkStore, collection: str, cache_dir: str) -> Manifest:
     return Manifest(cache_dir, store.uri, collection)
 
 
-def read_held(store: ChunkStore, collection: str, cache_dir: str) -> Held:
+def read_contents(store: ChunkStore, collection: str, cache_dir: str) -> CollectionContents:
     """What an existing collection holds: the local manifest when its token and row count agree
     with the store's (a store with upkeep keeps one), else one streaming pass over the collection."""
     rows = store.count(collection)
@@ -199,8 +199,8 @@ def read_held(store: ChunkStore, collection: str, cache_dir: str) -> Held:
         documents = manifest_of(store, collection, cache_dir).load(
             store.upkeep.manifest_token(collection), rows)
         if documents is not None:
-            return Held(documents, "manifest", rows)
-    return Held(store.stored_documents(collection), "store", rows)
+            return CollectionContents(documents, "manifest", rows)
+    return CollectionContents(store.stored_documents(collection), "store", rows)
 
 
 # --- the plan of a run, made without running it (`situate ingest --dry-run`) ---------------------
@@ -243,16 +243,16 @@ def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
     assumptions = Assumptions(chars_per_token=options.chars_per_token,
                               context_tokens=options.context_tokens or Assumptions.context_tokens)
     t = time.perf_counter()
-    setup = prepare(options, resources, dry_run=True)
+    inputs = gather_inputs(options, resources, dry_run=True)
     models = get_cost_models(config, assumptions)
-    seconds = {"scan": setup.scan.seconds, "plan": time.perf_counter() - t}
+    seconds = {"scan": inputs.scan.seconds, "plan": time.perf_counter() - t}
     t = time.perf_counter()
-    tallies = [_ModeTally(m, plan_corpus(setup.scan, setup.held.documents,
+    tallies = [_ModeTally(m, plan_corpus(inputs.scan, inputs.contents.documents,
                                          pipeline_id(m, options.chunk_size, options.chunk_overlap),
                                          options.force))
                for m in models]
     sizes = RowSizes()
-    _tally(options, setup.scan, tallies, sizes)
+    _tally(options, inputs.scan, tallies, sizes)
     seconds["read"] = time.perf_counter() - t
 
     batch_window = get_settings().window * BATCH_WINDOW_FACTOR
@@ -262,12 +262,12 @@ def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
 
     chosen = tallies[0]
     plan = chosen.plan
-    scan = setup.scan
+    scan = inputs.scan
     pruned_rows = plan.gone_rows if options.prune else 0
-    rows = setup.held.rows + plan.chunks - plan.replaced_rows - pruned_rows
+    rows = inputs.contents.rows + plan.chunks - plan.replaced_rows - pruned_rows
     return IngestPlan(
         collection=options.collection, corpus=options.corpus, context=config.name,
-        embedder=setup.embedder_id, mode=chosen.model.mode, documents=scan.documents,
+        embedder=inputs.embedder_id, mode=chosen.model.mode, documents=scan.documents,
         new=plan.new, changed=plan.changed, unchanged=plan.unchanged,
         deleted_documents=len(plan.gone) if options.prune else 0,
         skipped_empty=scan.skipped_empty,
@@ -275,7 +275,7 @@ def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
         cleaned_chars=scan.cleaned_chars, formats=dict(scan.formats),
         units=dict(scan.units), skipped=dict(scan.skipped), chunks_written=plan.chunks,
         chunks_deleted=plan.stale_rows + pruned_rows, rows=rows,
-        **_drift(options, setup, plan, pruned_rows, rows),
+        **_drift(options, inputs, plan, pruned_rows, rows),
         **chosen.bill(waves(chosen)),
         alternatives={t.model.mode: Alternative(flags=t.model.flags, changed=t.plan.changed,
                                                 **t.bill(waves(t)))
@@ -288,15 +288,15 @@ def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
         seconds={k: round(v, 3) for k, v in seconds.items()},
         store_memory=store_capacity(
             options.milvus_uri, rows,
-            embedder_dim(setup.embedder_id, _stored_dim(setup, options.collection)), sizes,
+            embedder_dim(inputs.embedder_id, _stored_dim(inputs, options.collection)), sizes,
             context_bytes(config.name, assumptions.context_tokens, chosen.model.chars_per_token)))
 
 
-def _stored_dim(setup: Setup, collection: str) -> int | None:
+def _stored_dim(inputs: RunInputs, collection: str) -> int | None:
     """The existing collection's vector dimension (None for a new one)."""
-    if not setup.existed or setup.store is None:
+    if not inputs.existed or inputs.store is None:
         return None
-    return setup.store.describe(collection).dim
+    return inputs.store.describe(collection).dim
 
 
 def should_rebuild(options: IngestOptions, drift: int, rows: int) -> bool:
@@ -317,16 +317,16 @@ def should_rebuild(options: IngestOptions, drift: int, rows: int) -> bool:
     return drift >= options.rebuild_at * rows or rows <= options.rebuild_below
 
 
-def _drift(options: IngestOptions, setup: Setup, plan: Plan, pruned_rows: int,
+def _drift(options: IngestOptions, inputs: RunInputs, plan: Plan, pruned_rows: int,
            rows: int) -> dict[str, int | float | bool]:
     """The drift the run would leave (what it writes or deletes in a collection that held rows
     before it, on top of the drift already there), and whether the run would rebuild."""
     drift = 0
-    if setup.existed and setup.store is not None and setup.store.upkeep is not None:
-        drift = (setup.store.upkeep.drift(options.collection) + plan.chunks + plan.stale_rows
+    if inputs.existed and inputs.store is not None and inputs.store.upkeep is not None:
+        drift = (inputs.store.upkeep.drift(options.collection) + plan.chunks + plan.stale_rows
                  + pruned_rows)
     # A store without upkeep (None: a dry run's store not opened yet is Milvus) is never rebuilt.
-    upkept = setup.store is None or setup.store.upkeep is not None
+    upkept = inputs.store is None or inputs.store.upkeep is not None
     rebuilt = upkept and rows > 0 and should_rebuild(options, drift, rows)
     return {"drift_rows": drift, "drift_share": round(drift / max(rows, 1), 4), "rebuilt": rebuilt}
 
@@ -344,7 +344,7 @@ def _tally(options: IngestOptions, scan: CorpusScan, tallies: list[_ModeTally],
                                  wanted=scan.order if scan.kept else None, kept=scan.kept):
             sizes.add_document(doc)
             for tally in tallies:
-                if doc.id in tally.plan.process:
+                if doc.id in tally.plan.documents:
                     tally.add(doc, cache)
     finally:
         if cache is not None:

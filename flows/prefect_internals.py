@@ -71,7 +71,7 @@ def temporary_server() -> Any:
 # Prefect's ephemeral server would otherwise evaluate automations every 5 s and run every event
 # through its reactive triggers (reading and writing their tables in the same SQLite file as the
 # run's own writes), and cancel them wherever they are when it shuts down (issue 36). What the
-# run needs stays: the API, the task-run recorder and the event persister (`launch.settle`
+# run needs stays: the API, the task-run recorder and the event persister (`launch.wait_until_recorded`
 # waits for both). Only that server's process gets it: a `prefect server start` the user (or a
 # test) starts from the same environment keeps its automations.
 TEMPORARY_SERVER_ENV = {"PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false"}
@@ -137,7 +137,7 @@ class _ServerProcess(subprocess.Popen):  # type: ignore[type-arg]
 
 def kill_at_exit(recorded: bool) -> bool:
     """Have the temporary server killed at exit (`recorded`: everything this process's runs sent
-    is in its database, as the command checked: `launch.settle`) or asked to shut down, Prefect's
+    is in its database, as the command checked: `launch.wait_until_recorded`) or asked to shut down, Prefect's
     way (not `recorded`); False if this process has no temporary server that
     `start_temporary_server` started.
 

@@ -70,9 +70,9 @@ class Resources:
                            then: Callable[[ChunkStore], object] | None = None) -> None:
         """Start opening the store at `uri` now (a second or two), for the run to find open, and
         then call `then(store)` (to start loading the model the run will need)."""
-        threading.Thread(target=self._quietly, args=(uri, then), daemon=True).start()
+        threading.Thread(target=self._open_ignoring_errors, args=(uri, then), daemon=True).start()
 
-    def _quietly(self, uri: str, then: Callable[[ChunkStore], object] | None) -> None:
+    def _open_ignoring_errors(self, uri: str, then: Callable[[ChunkStore], object] | None) -> None:
         try:
             store = self.store(uri)
             if then is not None:
@@ -108,7 +108,7 @@ def provided(resources: Resources) -> Iterator[Resources]:
 
 
 @contextmanager
-def for_run() -> Iterator[Resources]:
+def run_resources() -> Iterator[Resources]:
     """The resources of a flow run: the command's (closed by the command), or its own (closed
     when the run ends)."""
     given = _provided.get()

@@ -208,7 +208,7 @@ def test_a_run_starts_with_the_warning_when_its_lite_file_will_not_fit(state, ha
     from situate.core.settings import get_settings
     from situate.flows.capacity import run_warning
     from situate.flows.options import IngestOptions
-    from situate.flows.plan import prepare
+    from situate.flows.plan import gather_inputs
     from situate.flows.resources import Resources
 
     corpus = _corpus(tmp_path / "corpus.jsonl", 20)
@@ -216,7 +216,7 @@ def test_a_run_starts_with_the_warning_when_its_lite_file_will_not_fit(state, ha
                                   context="structural")
     resources = Resources()
     try:
-        setup = prepare(options, resources, dry_run=True)
+        setup = gather_inputs(options, resources, dry_run=True)
         assert setup.scan.chunks == 160
         assert run_warning(options, setup) == ""
         monkeypatch.setenv("SITUATE_STORE_MEMORY_LIMIT", "100KiB")

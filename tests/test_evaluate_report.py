@@ -290,7 +290,7 @@ def test_evaluation_handles_and_times_each_query_alone(mode, embedders):
 
     store = _RecordingStore()
     retriever = Retriever.over(store, "c", embedders=embedders, mode=mode)
-    retriever.prepare(mode)
+    retriever.warm(mode)
     assert {q for _, q, _, _ in store.searches} == {WARM_UP_QUERY}
     store.searches.clear()
     queries = ["alpha beta", "gamma", "delta epsilon zeta"]

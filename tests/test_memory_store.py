@@ -82,9 +82,9 @@ def test_the_retriever_searches_it(loaded):
 
 
 def test_an_ingest_plans_from_its_rows_with_no_manifest(loaded, tmp_path):
-    from situate.flows.plan import read_held
+    from situate.flows.plan import read_contents
 
-    held = read_held(loaded, C, str(tmp_path))
+    held = read_contents(loaded, C, str(tmp_path))
     assert held.source == "store" and held.rows == ROWS
     assert held.documents == loaded.stored_documents(C) and set(held.documents) == {
         d.doc.id for d in corpus()}

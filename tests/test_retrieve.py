@@ -1,5 +1,5 @@
 """The Retriever's warm-up: a model's first call (its load) and the store's first search of each
-kind are paid when it opens (`prepare`), never by a user's query, and once per mode, not once
+kind are paid when it opens (`warm`), never by a user's query, and once per mode, not once
 per query; every query after it is embedded alone."""
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def test_a_retriever_is_warmed_once_per_mode_and_never_with_a_users_query(hash_e
 
     retriever = Retriever.over(_EmptyStore(), "c", embedders=embedders)
     assert hash_embedder == []  # `over` loads nothing
-    retriever.prepare("dense", "bm25", "hybrid")
-    retriever.prepare("dense", "hybrid")  # already warm: nothing more
+    retriever.warm("dense", "bm25", "hybrid")
+    retriever.warm("dense", "hybrid")  # already warm: nothing more
     assert hash_embedder == [[WARM_UP_QUERY]] * 2  # one warm search per mode that embeds
     queries = ["alpha beta", "gamma", "delta"]
     for mode in ("dense", "bm25", "hybrid"):
@@ -65,7 +65,7 @@ def test_a_bm25_retriever_loads_no_model(embedders):
     from situate.api.retriever import Retriever
 
     retriever = Retriever.over(_EmptyStore(), "c", embedders=embedders, mode="bm25")
-    retriever.prepare()
+    retriever.warm()
     assert retriever.search("alpha", 5) == []
     assert embedders._loaded == {}
 

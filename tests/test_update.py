@@ -52,8 +52,8 @@ def test_the_plan_compares_per_document_from_the_scan(tmp_path):
                                 "shrunk": "shrunk short"})
     plan = plan_corpus(after, held, pipeline, force=False)
     assert (plan.new, plan.changed, plan.unchanged) == (1, 2, 1)
-    assert list(plan.process) == ["edited", "shrunk", "new"]  # corpus order
-    assert plan.chunks == sum(after.scanned[d].indexes for d in plan.process)
+    assert list(plan.documents) == ["edited", "shrunk", "new"]  # corpus order
+    assert plan.chunks == sum(after.scanned[d].indexes for d in plan.documents)
     assert plan.stale_rows == held["shrunk"].rows - after.scanned["shrunk"].indexes > 0
     assert plan.gone == ["gone"] and plan.gone_rows == held["gone"].rows
     assert plan_corpus(after, held, "another pipeline", force=False).unchanged == 0
