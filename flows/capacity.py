@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from situate.core.errors import InputError
 from situate.core.settings import get_settings
 from situate.core.uri import is_lite
-from situate.flows.results import StoreCapacity
+from situate.flows.ingest_report import StoreCapacity
 from situate.storage.capacity import RowSizes, estimate_store, human, parse_bytes
 from situate.tasks.embedders.base import EMBEDDERS
 

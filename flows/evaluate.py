@@ -26,6 +26,13 @@ from situate.flows.progress import bar
 from situate.flows.resources import Resources, run_resources
 from situate.tasks.rerankers.base import Reranker, get_reranker
 from situate.tasks.retrieval.chart import pass_at_k_chart
+from situate.tasks.retrieval.evaluation import (
+    CollectionEvaluation,
+    Comparison,
+    Evaluation,
+    Latency,
+    QueryRanks,
+)
 from situate.tasks.retrieval.failures import failure_analysis
 from situate.tasks.retrieval.ir import ir_metrics, write_trec
 from situate.tasks.retrieval.metrics import (
@@ -40,13 +47,6 @@ from situate.tasks.retrieval.report import (
     log_line,
     markdown_report,
     pass_at_k_table,
-)
-from situate.tasks.retrieval.results import (
-    CollectionEvaluation,
-    Comparison,
-    Evaluation,
-    Latency,
-    QueryRanks,
 )
 from situate.tasks.retrieval.stats import compare, intervals_of, mode_pairs
 

@@ -35,6 +35,7 @@ from situate.core.records import Document, EmbeddedDocument, StoredDocument, Usa
 from situate.core.settings import get_settings
 from situate.flows.artifacts import DOCUMENTS_SITUATED, IngestProgress, artifact_key
 from situate.flows.capacity import run_warning
+from situate.flows.ingest_report import Bill, IngestPlan, IngestSummary
 from situate.flows.options import IngestOptions, check_task_runner
 from situate.flows.plan import (
     IN_FLIGHT,
@@ -54,7 +55,6 @@ from situate.flows.plan import (
 )
 from situate.flows.progress import reporter
 from situate.flows.resources import Resources, run_resources
-from situate.flows.results import Bill, IngestPlan, IngestSummary
 from situate.storage.cache import ContextCache
 from situate.tasks.contexts.base import Contextualizer, contexts_of, get_contextualizer
 from situate.tasks.contexts.cache import situate_documents

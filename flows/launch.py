@@ -19,10 +19,10 @@ from typing import Any
 
 from situate.core.errors import CollectionNotFound
 from situate.core.uri import is_missing_lite_file
+from situate.flows.ingest_report import IngestPlan, IngestSummary
 from situate.flows.options import EvaluateOptions, IngestOptions, Options
 from situate.flows.resources import Resources, provided
-from situate.flows.results import IngestPlan, IngestSummary
-from situate.tasks.retrieval.results import Evaluation
+from situate.tasks.retrieval.evaluation import Evaluation
 
 # Quiet, offline one-off runs: set before Prefect is imported (a user's own values win).
 PREFECT_DEFAULTS = {

@@ -23,10 +23,10 @@ from situate.core.records import Document, Indexes, StoredDocument, grouped, sha
 from situate.core.settings import get_settings
 from situate.core.uri import is_missing_lite_file
 from situate.flows.capacity import context_bytes, embedder_dim, store_capacity
+from situate.flows.ingest_report import Alternative, Bill, IngestPlan, PlanAssumptions
 from situate.flows.options import IngestOptions
 from situate.flows.providers import provider_config
 from situate.flows.resources import Resources
-from situate.flows.results import Alternative, Bill, IngestPlan, PlanAssumptions
 from situate.storage.cache import ContextCache
 from situate.storage.capacity import RowSizes
 from situate.storage.manifest import Manifest

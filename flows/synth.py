@@ -17,7 +17,7 @@ from situate.flows.options import SynthOptions
 from situate.flows.providers import provider_config
 from situate.tasks.contexts.base import ContextConfig
 from situate.tasks.contexts.cost import Assumptions
-from situate.tasks.synth.results import SynthSummary
+from situate.tasks.synth.summary import SynthSummary
 
 log = logging.getLogger("situate.synth")
 

@@ -159,13 +159,13 @@ def test_intervals_contain_the_estimate_and_are_in_percent():
 
 def test_reports_carry_intervals_and_mark_a_difference_covering_zero(tmp_path):
     from situate.tasks.retrieval.chart import pass_at_k_chart
-    from situate.tasks.retrieval.report import difference_row, markdown_report, summary_text
-    from situate.tasks.retrieval.results import (
+    from situate.tasks.retrieval.evaluation import (
         CollectionEvaluation,
         Comparison,
         Evaluation,
         Failures,
     )
+    from situate.tasks.retrieval.report import difference_row, markdown_report, summary_text
 
     same = Comparison(a="bm25", b="hybrid", k=5, difference=-0.86, low=-3.2, high=1.5, p=0.52)
     sure = Comparison(a="dense", b="hybrid", k=5, difference=13.5, low=9.1, high=18.0, p=0.0001)

@@ -143,9 +143,9 @@ def test_golden_document_paths_are_optional_and_odd_shapes_are_ignored(tmp_path)
 
 def test_markdown_report_embeds_the_chart_and_the_failure_tables():
     from situate.tasks.retrieval.chart import pass_at_k_chart
+    from situate.tasks.retrieval.evaluation import CollectionEvaluation
     from situate.tasks.retrieval.failures import failure_analysis
     from situate.tasks.retrieval.report import markdown_report
-    from situate.tasks.retrieval.results import CollectionEvaluation
 
     queries, ranks, firsts = _case()
     result = CollectionEvaluation.model_validate(

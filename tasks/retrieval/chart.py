@@ -9,7 +9,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from situate.tasks.retrieval.results import Comparison
+from situate.tasks.retrieval.evaluation import Comparison
 
 # One colour per retrieval mode (tab10's first four); collections are told apart by hatching.
 MODE_COLOURS = {"dense": "#1f77b4", "bm25": "#ff7f0e", "hybrid": "#2ca02c", "rerank": "#d62728"}

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from situate.core.records import Hit
+from situate.tasks.retrieval.evaluation import DocRef, Failures, FirstHit, Missed, MissSources
 from situate.tasks.retrieval.metrics import EvalQuery, Golden, miss_sources
-from situate.tasks.retrieval.results import DocRef, Failures, FirstHit, Missed, MissSources
 
 FAILURES_LISTED = 20  # failures listed in the Markdown report; the JSON keeps every rank
 SNIPPET_CHARS = 160

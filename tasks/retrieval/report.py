@@ -1,6 +1,6 @@
 """An evaluation in words: the Pass@k table (polars), the console summary, and the Markdown
 reports (one collection, with the change since its previous run, its chart and its failures; or
-several collections compared). Views of `situate.tasks.retrieval.results`."""
+several collections compared). Views of `situate.tasks.retrieval.evaluation`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import base64
 
 import polars as pl
 
-from situate.tasks.retrieval.results import (
+from situate.tasks.retrieval.evaluation import (
     CollectionEvaluation,
     Comparison,
     DocRef,
