@@ -1,0 +1,592 @@
+"""docs/benchmarks/index.md: the current figures, each read from the result file its benchmark
+wrote under benchmarks/results/ and printed with the command that wrote it, the date and the
+machine. One function per benchmark gives its section; `benchmarks_page` puts them in order.
+Written by `python -m docs.tools.generate` (docs/tools/generate.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from docs.tools.common import NOTE, RESULTS
+
+
+def _load(name: str) -> dict[str, Any]:
+    return json.loads((RESULTS / name).read_text())  # type: ignore[no-any-return]
+
+
+def _machine(value: Any) -> str:
+    if isinstance(value, dict):
+        return (f"{value.get('cpus', '?')} CPUs, {value.get('platform', 'Linux x86_64')}, "
+                f"Python {value.get('python', '?')}")
+    return str(value)
+
+
+def _f(value: float, digits: int = 2) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def _venv_python(command: str) -> str:
+    return f"`.venv/bin/python {' '.join(command.split()).removeprefix('.venv/bin/python ')}`"
+
+
+def _source(name: str, command: str, date: str, machine: str) -> list[str]:
+    return [f"- Result file: `benchmarks/results/{name}`",
+            f"- Command: `{' '.join(command.split())}`",
+            f"- Date: {date}", f"- Machine: {machine}", ""]
+
+
+def _pass_row(label: str, scores: dict[str, float], intervals: dict[str, list[float]] | None = None
+              ) -> str:
+    cells = []
+    for k in ("5", "10", "20"):
+        cell = _f(scores[k])
+        if intervals:
+            low, high = intervals[k]
+            cell += f" [{low:.1f}, {high:.1f}]"
+        cells.append(cell)
+    return f"| {label} | " + " | ".join(cells) + " |"
+
+
+def _diff(d: dict[str, Any]) -> str:
+    sign = "+" if d["difference"] >= 0 else "−"
+    low, high = d["low"], d["high"]
+    p = "p < 0.001" if d["p"] < 0.001 else f"p = {d['p']:.2f}"
+    ns = " (n.s.)" if low <= 0 <= high else ""
+    return f"{sign}{abs(d['difference']):.2f} [{low:+.2f}, {high:+.2f}], {p}{ns}"
+
+
+def bench_quality() -> list[str]:
+    d = _load("synth.json")
+    labelled = d["labelled"]
+    out = ["## Quality on the codebase benchmark", "",
+           "The public codebase benchmark of Anthropic's contextual-retrieval guide (90 source "
+           f"files, 737 chunks, {labelled['queries']} questions with golden chunks), ingested "
+           "and evaluated by `situate ingest` and `situate evaluate` with the defaults: MiniLM, "
+           "structural contexts, `cdbsf` fusion. Pass@k in percent with its 95% bootstrap "
+           "interval over queries:", "",
+           "| mode | Pass@5 | Pass@10 | Pass@20 | MRR@20 | nDCG@20 |", "|---|---|---|---|---|---|"]
+    for mode, label in (("dense", "dense"), ("bm25", "BM25"), ("hybrid", "hybrid")):
+        row = _pass_row(label, labelled["pass_at_k"][mode], labelled["intervals"][mode])
+        metrics = labelled["metrics"][mode]
+        out.append(f"{row} {metrics['mrr@20']:.3f} | {metrics['ndcg@20']:.3f} |")
+    diffs = d["hybrid_minus_bm25"]["codebase_labelled"]
+    out += ["", "Hybrid against BM25, paired over the same queries (difference in points, 95% "
+            "interval, randomization p): " + "; ".join(f"@{k} {_diff(diffs[k])}"
+                                                         for k in ("5", "10", "20")) +
+            ". On these questions hybrid and BM25 cannot be told apart; both are far above "
+            "dense. For scale, the guide publishes voyage-2 dense embeddings at 80.92 / 87.15 / "
+            "90.06 and Claude contexts with a BM25 hybrid at 86.43 / 93.21 / 94.99 (Pass@5 / 10 "
+            "/ 20; not measured here).", ""]
+    out += _source("synth.json", ".venv/bin/python " + d["command"], d["started"],
+                   _machine(d["machine"]) + " (shared with other work: Pass@k does not "
+                   "depend on load)")
+    return out
+
+
+def bench_heldout() -> list[str]:
+    d = _load("synth.json")
+    out = ["## Evaluation sets made from the corpus (`situate synth`)", "",
+           "Does the free held-out set (`situate synth --generator held-out`) rank the search "
+           "modes as a labelled set does? Hybrid Pass@k of the held-out set beside the labelled "
+           "reference, and the order of the three modes:", "",
+           "| corpus | k | labelled: dense / BM25 / hybrid | held-out: dense / BM25 / hybrid | "
+           "same order |", "|---|---|---|---|---|"]
+    for row in d["orders"]:
+        ref, held = row["reference_scores"], row["held_out_scores"]
+        out.append(f"| {row['corpus']} | {row['k']} | "
+                   f"{_f(ref['dense'])} / {_f(ref['bm25'])} / {_f(ref['hybrid'])} | "
+                   f"{_f(held['dense'])} / {_f(held['bm25'])} / {_f(held['hybrid'])} | "
+                   f"{'yes' if row['same'] else 'no'} |")
+    out += ["", "Use a held-out set to compare configurations on your own documents; it measures "
+            "how well a passage is found from its author's one-line summary, not how your users "
+            "ask.", ""]
+    out += _source("synth.json", ".venv/bin/python " + d["command"], d["started"],
+                   _machine(d["machine"]))
+    return out
+
+
+def bench_code_chunks() -> list[str]:
+    d = _load("code-synth.json")
+    out = ["## Code cut along its syntax", "",
+           "Source code cut along its syntax tree (`--code-chunks syntax`, the default) against "
+           "line-based cutting (`text`), on two code corpora, with held-out queries from "
+           "`situate synth` (MiniLM, structural contexts):", "",
+           "| corpus | chunker | chunks | hybrid Pass@5 | @10 | @20 |", "|---|---|---|---|---|---|"]
+    for run in d["runs"]:
+        corpus = d["corpora"][run["corpus"]]
+        label = (f"{run['corpus']} ({', '.join(corpus['packages'])}; {corpus['files']} files)"
+                 if run["chunker"] == "text" else "")
+        scores = run["pass_at_k"]["hybrid"]
+        out.append(f"| {label} | {run['chunker']} | {run['ingest']['chunks_written']:,} | "
+                   f"{_f(scores['5'])} | {_f(scores['10'])} | {_f(scores['20'])} |")
+    ahead = all(v["syntax_not_below_at_every_k"] for v in d["verdict"].values())
+    out += ["", ("Syntax is not below text at any k on either corpus"
+                 if ahead else "Syntax is below text at some k") +
+            "; no single difference is significant on its own (every paired interval reaches 0).",
+            ""]
+    out += _source("code-synth.json", ".venv/bin/python " + d["command"].removeprefix("python "),
+                   d["started"].replace("T", " ").replace("Z", " UTC"), _machine(d["machine"]))
+    return out
+
+
+FORMAT_NAMES = {"md": "Markdown", "html": "HTML", "html-sections": "HTML (nested sections)",
+                "docx": "DOCX", "pdf": "PDF", "epub": "EPUB"}
+
+
+FORMAT_SETS = (
+    ("formats-nodejs.json", "Node.js's API reference",
+     "Debian's `/usr/share/doc/nodejs/api`; the set the readers were changed against"),
+    ("formats-jest.json", "Jest's documentation",
+     "jestjs/jest's `docs/` (MIT); held out: measured before the readers were "
+     "changed, and again only at the end"))
+
+
+def _format_set(name: str, label: str, about: str) -> list[str]:
+    d = _load(name)
+    build, paired = d["build"], d["paired"]["structural"]
+    diffs = {(c["b"].split(" · ")[1], str(c["k"])): c for c in paired["comparisons"]
+             if c["a"] == "hybrid · formats_md_structural"}
+    out = [f"### {label}: {len(build['files'])} pages, {build['queries']} quotes", "",
+           f"Pages: {about}.", "",
+           "| format | chunks | characters mean / median | quotes in a chunk | hybrid Pass@5 | @10 | "
+           "@20 | Pass@5 − Markdown [95%] | Pass@10 − Markdown [95%] |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in d["runs"]:
+        collection = f"formats_{r['format'].replace('-', '_')}_structural"
+        if r["context"] != "structural" or collection not in paired["collections"]:
+            continue
+        cov, scores = r["coverage"], paired["pass_at_k"][collection]["hybrid"]
+        cells = []
+        for k in ("5", "10"):
+            c = diffs.get((collection, k))
+            cells.append(f"{c['difference']:+.1f} [{c['low']:+.1f}, {c['high']:+.1f}]" if c else "—")
+        out.append(f"| {FORMAT_NAMES[r['format']]} | {r['chunks']:,} | {cov['chars_mean']:.0f} / "
+                   f"{cov['chars_median']} | {cov['covered']} / {build['queries']} | "
+                   f"{scores['5']:.1f} | {scores['10']:.1f} | {scores['20']:.1f} | "
+                   + " | ".join(cells) + " |")
+    out += ["", f"- Result file: `benchmarks/results/{name}`",
+            f"- Commands: {_venv_python(d['build_command'].removeprefix('python '))} (the set "
+            "and every format), then " + "; ".join(
+                _venv_python(c.removeprefix("python ")) for c in d.get("commands", [d["command"]])),
+            (f"- Date: {paired['finished']} UTC (the paired evaluation; each format's own run "
+             "shortly before)" if "how" not in paired else
+             f"- Date: {max(r['finished'] for r in d['runs'])} UTC (the last format's run; formats "
+             "measured side by side in stores of their own, each paired with the Markdown from "
+             "the per-query ranks of its own evaluation by the function `situate evaluate` pairs "
+             "collections with)"),
+            f"- Machine: {d['machine']}, Python 3.11.7 (shared with other work: Pass@k does not "
+            "depend on load)", ""]
+    return out
+
+
+def bench_formats() -> list[str]:
+    out = ["## The same documents in every format", "",
+           "Two sets of documentation pages written in Markdown by others, each converted to HTML "
+           "(inside a docs site's navigation, banners and footer), DOCX, PDF (printed by Chromium, "
+           "with its running header and footer) and EPUB by pandoc and Chromium; one evaluation "
+           "set per set for all its formats, made by `situate synth`'s held-out generator on the "
+           "Markdown (MiniLM, structural contexts). Chunks and their sizes stand beside Pass@k, so "
+           "a gap shows whether it is ranking or cutting; each format's difference from the "
+           "Markdown is paired, query by query, with its 95% bootstrap interval, as `situate "
+           "evaluate --collection md,html,...` reports it.", ""]
+    for name, label, about in FORMAT_SETS:
+        out += _format_set(name, label, about)
+    return out
+
+
+def bench_ingest() -> list[str]:
+    d = _load("ingest-refactor.json")
+    out = ["## Ingest speed against embedding alone", "",
+           f"`situate ingest` of the codebase corpus ({d['chunks']} chunks, {d['context']} "
+           "contexts, MiniLM) as a whole command (Prefect's temporary server, reading, contexts, "
+           "embedding, writing) against a bare process that only loads MiniLM and embeds the "
+           "same texts, alternating:", "",
+           "| | run 1 | run 2 | run 3 |", "|---|---|---|---|",
+           "| embedding alone, s | " + " | ".join(_f(x) for x in d["all_embed_alone"]) + " |",
+           "| `situate ingest`, s | " + " | ".join(_f(x) for x in d["all_ingest"]) + " |",
+           "| ratio of the pair | " + " | ".join(f"{x:.3f}" for x in d["pair_ratios"]) + " |",
+           "", f"Best against best {d['ratio']:.3f}, median pair {d['median_pair_ratio']:.3f}: "
+           f"the whole command takes {(d['median_pair_ratio'] - 1):.0%} longer than embedding "
+           "alone.", ""]
+    out += _source("ingest-refactor.json",
+                   ".venv/bin/python benchmarks/bench_ingest.py --repeat 3 --out "
+                   "benchmarks/results/ingest-refactor.json", "2026-11-24", d["machine"])
+    return out
+
+
+def bench_scale() -> list[str]:
+    runs = [_load("scale-10k-384.json"), _load("scale-100k-384.json"), _load("scale-1m-384.json")]
+    out = ["## Ingest at scale", "",
+           "A generated corpus (JSONL documents of 8 chunks of ~760 characters), `situate ingest "
+           "--context structural` with 384-d vectors from a loopback embeddings service (so the "
+           "figures are situate's and the store's, not a model's), into a `milvus-lite server`. "
+           "Memory is the peak resident size of situate's process tree (the flow and Prefect's "
+           "temporary server) and, apart, of the Milvus server:", "",
+           "| chunks | seconds | chunks/s | situate's tree, peak | Milvus server, peak |",
+           "|---|---|---|---|---|"]
+    for d in runs:
+        r = d["runs"][0]
+        out.append(f"| {r['chunks']:,} | {_f(r['seconds'], 1)} | {_f(r['chunks_per_second'], 1)} "
+                   f"| {_f(r['peak_rss_mib'], 0)} MiB | {_f(r['milvus_server_peak_rss_mib'], 0)} "
+                   "MiB |")
+    flat = all(d["runs"][0]["peak_rss_mib"] < 1024 for d in runs)
+    out += ["", f"situate's side stays {'under' if flat else 'over'} 1 GiB at every size; the "
+            "store's grows with the rows "
+            "(see [Lite or a server](../how-to/sizing.md)). The machine was shared with other "
+            "work (load average 11-18): the seconds are loose upper bounds, memory is not "
+            "affected.", ""]
+    out += ["- Result files: `benchmarks/results/scale-10k-384.json`, `scale-100k-384.json`, "
+            "`scale-1m-384.json`",
+            "- Commands: " + "; ".join(_venv_python(d["command"]) for d in runs),
+            "- Date: 2026-11-25", f"- Machine: {runs[2]['machine'].split(';')[0]}", ""]
+    return out
+
+
+def bench_search_latency() -> list[str]:
+    quiet = [_load("eval-hybrid-100k-384-quiet.json"), _load("eval-hybrid-1m-384-quiet.json")]
+    dense = _load("eval-scale-100k-384-quiet.json")
+    out = ["## Search latency by collection size (Milvus Lite)", "",
+           "`situate evaluate` against a `milvus-lite server` holding the collections written "
+           "above, restarted on their data, nothing else running; one query at a time, as a "
+           "user's (embedding included):", "",
+           "| chunks | mode | queries | p50 | p95 | evaluate's tree, peak | server, peak |",
+           "|---|---|---|---|---|---|---|"]
+    rows = [(100_000, dense["runs"][1]), (100_000, quiet[0]["runs"][0]),
+            (1_000_000, quiet[1]["runs"][0])]
+    for size, r in rows:
+        (mode, lat), = r["latency_ms"].items()
+        out.append(f"| {size:,} | {mode} | {r['queries']:,} | {_f(lat['median'], 0)} ms | "
+                   f"{_f(lat['p95'], 0)} ms | {_f(r['peak_rss_mib'], 0)} MiB | "
+                   f"{_f(r['server_peak_rss_mib'], 0)} MiB |")
+    first, last = dense["runs"][0], dense["runs"][2]
+    out += ["", f"Milvus Lite computes BM25 in Python, so hybrid search grows with the rows: past "
+            "about 100,000 chunks, serve the collection from a Milvus server. Evaluating 5,000 "
+            f"queries took {dense['runs'][1]['seconds_per_query'] * 1000:.1f} ms a query against "
+            f"{first['seconds_per_query'] * 1000:.1f} and {last['seconds_per_query'] * 1000:.1f} "
+            "ms for 200 before and after, in flat memory.", ""]
+    out += ["- Result files: `benchmarks/results/eval-scale-100k-384-quiet.json`, "
+            "`eval-hybrid-100k-384-quiet.json`, `eval-hybrid-1m-384-quiet.json`",
+            "- Commands: " + "; ".join(f"`.venv/bin/python {' '.join(d['command'].split())}`"
+                                       for d in (dense, *quiet)),
+            "- Date: 2026-11-25 (quiet machine)", f"- Machine: {dense['machine']}", ""]
+    return out
+
+
+def bench_faces() -> list[str]:
+    d = _load("search-faces.json")
+    out = ["## Search from an app: every face against `situate evaluate`", "",
+           "Each way of searching from an app runs the same queries in each mode; the figure is "
+           "its median latency over `situate evaluate`'s in the same round (1.00: the same; the "
+           "median of two rounds). `situate evaluate`'s own p50 is in milliseconds.", ""]
+    for target in d["targets"]:
+        ref = [r["evaluate"] for r in target["rounds"]]
+        out += [f"**{target['collection']}** ({target['rows']:,} chunks, {target['embedder']}, "
+                f"{target['queries']} queries, {len(ref)} rounds):", "",
+                "| mode | evaluate p50 (ms, per round) | " + " | ".join(
+                    f for f in target["ratios"]) + " |",
+                "|---|---|" + "---|" * len(target["ratios"])]
+        for mode in ("dense", "bm25", "hybrid"):
+            evaluate = " / ".join(f"{r[mode]['median']:.0f}" for r in ref)
+            cells = " | ".join(f"{faces[mode]['median_ratio']:.2f}x"
+                               for faces in target["ratios"].values())
+            out.append(f"| {mode} | {evaluate} | {cells} |")
+        c = target["concurrent_http"]
+        out += ["", f"`situate api` with {c['clients']} concurrent clients (hybrid, "
+                f"{c['seconds']:.0f} s): {c['qps']} queries/s, {c['errors']} errors, p50 "
+                f"{_f(c['latency_ms']['median'], 0)} ms.", ""]
+    out += ["`situate search` starts a process per query (the store, the model): seconds a "
+            "query. That is what the warm faces are for. On a collection this small a BM25 "
+            "search takes 8-10 ms, so a face's own milliseconds (a socket, a JSON-RPC message) "
+            "show as a ratio; on a real query they vanish into it.", ""]
+    out += _source("search-faces.json",
+                   ".venv/bin/python benchmarks/bench_search_faces.py --target "
+                   "codebase,http://127.0.0.1:19634,../shared/datasets/codebase/evaluation_set.jsonl"
+                   " --target scale,http://127.0.0.1:19635,EVAL100K.jsonl,bow --queries 16 "
+                   "--rounds 2 --cli-queries 1 --concurrent-seconds 30",
+                   "2026-11-27 02:27-02:49 UTC (quiet machine)", _machine(d["machine"]))
+    return out
+
+
+def bench_updates() -> list[str]:
+    d = _load("update-100k.json")
+    new = d["runs"][0]["codes"]["new"]
+    fresh = new["fresh"]["wall_seconds"]
+    out = ["## A scheduled run pays for what changed", "",
+           "100,000 chunks (12,500 documents) on a `milvus-lite server`; then the same corpus with "
+           "1% of the documents rewritten; then again with nothing changed. Each step is `situate "
+           "ingest ... --prune` in a fresh process with the default settings; after each, the "
+           "stored rows were checked whole against the corpus (exact every time):", "",
+           "| step | wall s | of the fresh ingest | chunks written | rebuilt |", "|---|---|---|---|---|"]
+    for step in ("fresh", "update", "noop"):
+        s = new[step]
+        label = {"fresh": "fresh ingest", "update": "1% update", "noop": "nothing changed"}[step]
+        out.append(f"| {label} | {_f(s['wall_seconds'], 1)} | {s['wall_seconds'] / fresh:.3f}x | "
+                   f"{s['summary']['chunks_written']:,} | "
+                   f"{'yes' if s['summary']['rebuilt'] else 'no'} |")
+    out += [""] + _source("update-100k.json", ".venv/bin/python " + d["command"], d["started"],
+                          d["machine"] + " (shared with other jobs, load 8-20)")
+    return out
+
+
+def bench_drift() -> list[str]:
+    d = _load("drift-codebase.json")
+    out = ["## Kept up to date, searched like a fresh ingest", "",
+           "The codebase corpus ingested from a drifted copy (documents edited, missing and "
+           "stray), then brought back to the true corpus with `--prune`: rebuilt by default "
+           "(`kept`), or not (`stale`, `--rebuild-at inf`), beside a fresh ingest:", "",
+           "| collection | dense Pass@5 / 10 / 20 | BM25 | hybrid |", "|---|---|---|---|"]
+    for name in ("fresh", "kept", "stale"):
+        p = d["pass_at_k"][name]
+        out.append(f"| {name} | " + " | ".join(" / ".join(_f(p[m][k]) for k in ("5", "10", "20"))
+                                            for m in ("dense", "bm25", "hybrid")) + " |")
+    differ = d["bm25_golden_ranks_differing_from_fresh"]
+    out += ["", f"BM25 golden ranks unlike the fresh collection's: kept {differ['kept']}, stale "
+            f"{differ['stale']} of 248 queries.", ""]
+    out += _source("drift-codebase.json", ".venv/bin/python " + d["command"],
+                   "2026-11-24 16:30-16:52 UTC", "x86_64, 2 cores, Python 3.11.7")
+    return out
+
+
+def bench_providers() -> list[str]:
+    d = _load("providers.json")
+    c = d["corpus"]
+    out = ["## What contexts cost, per LLM provider", "",
+           f"The codebase corpus ({c['documents']} documents, {c['chunks']} chunks, "
+           f"{c['document_tokens']:,} document tokens at {c['tokenizer'].split(': ')[-1]}, "
+           f"{c['output_tokens']}-token contexts) through loopback fakes of each provider's API "
+           "that report usage as the real ones do (prompt caches, Message Batches), priced at "
+           "the list prices. The floor is each document paid once plus the output; the plan is "
+           "`--dry-run`'s estimate:", "",
+           "| provider | mode | flags | requests | bill $ | floor $ | plan $ | plan / bill |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        ratio = f"{r['plan_over_bill']:.4f}" if r["plan_over_bill"] else "-"
+        flags = f"`{r['flags']}`" if r["flags"] else "(none)"
+        out.append(f"| {r['provider']} {r['model']} | {r['mode']} | {flags} | {r['requests']} | "
+                   f"{r['cost_usd']:.4f} | {r['floor_usd']:.4f} | {r['planned_usd']:.4f} | {ratio} |")
+    claude = [r["cost_over_floor"] for r in d["rows"] if r["provider"] == "anthropic"
+              and r["mode"] == "per-chunk"]
+    grouped = [r["cost_over_floor"] for r in d["rows"] if r["mode"].startswith("grouped")
+               and r["cost_over_floor"]]
+    out += ["", "Per chunk, every request reads its whole document (the method of the "
+            f"contextual-retrieval guide): {claude[0]:.1f}x the floor on Claude even with the "
+            f"prompt cache; `--group-chunks` comes within {min(grouped) - 1:.0%} to "
+            f"{max(grouped) - 1:.0%} of it.", ""]
+    out += _source("providers.json", ".venv/bin/python " + d["command"], "2026-11-25",
+                   _machine(d["machine"]))
+    return out
+
+
+def bench_reading() -> list[str]:
+    d = _load("reading.json")
+    i, long = d["ingest"], d["long_pdf"][0]
+    out = ["## Reading documents", "",
+           f"A generated corpus of {i['documents']:,} files (PDF, HTML, DOCX, PPTX, XLSX, EPUB, "
+           f"notebooks) through `situate ingest` with MiniLM: {i['chunks']:,} chunks in "
+           f"{_f(i['wall_seconds'], 1)} s, of which reading every file twice (the plan's pass "
+           f"and the run's) took {_f(i['reading_seconds'], 1)} s, **{i['reading_share']:.1%}** of "
+           f"the wall time ({i['reading_cpu_share']:.1%} of the CPU time). Embedding is the rest. "
+           f"A {long['pages']:,}-page PDF is read in {_f(long['seconds'], 1)} s "
+           f"({_f(long['pages_per_cpu_second'], 0)} pages per CPU second), its reader "
+           f"{_f(long['growth_mib'], 1)} MiB above the interpreter's baseline: one page at a "
+           "time.", ""]
+    out += _source("reading.json", "; ".join(".venv/bin/" + c.split(" --out")[0]
+                                             for c in d["commands"][1:3]),
+                   "2026-11-25", d["machine"])
+    return out
+
+
+def bench_capacity() -> list[str]:
+    d = _load("capacity-lite.json")
+    out = ["## Store memory: the dry run's estimate against a Milvus Lite server", "",
+           "What `situate ingest --dry-run` prints as \"store memory\" for a corpus, against the "
+           "resident memory a `milvus-lite server` took to hold the same rows:", "",
+           "| chunks | dimension | measured peak | estimate | estimate / peak |",
+           "|---|---|---|---|---|"]
+    for r in d["runs"]:
+        out.append(f"| {r['chunks']:,} | {r['dim']} | {_f(r['peak_mib'], 0)} MiB | "
+                   f"{_f(r['estimate_mib'], 0)} MiB | {r['estimate_over_peak']:.2f} |")
+    out += [""] + _source("capacity-lite.json", "; ".join(c.split(" (")[0] for c in d["commands"]),
+                          "2026-11-25", d["machine"].split(";")[0])
+    return out
+
+
+def bench_throughput() -> list[str]:
+    d = _load("throughput.json")
+    variants = {v["name"]: v for v in d["variants"]}
+    out = ["## Concurrent queries: `situate api` under 1, 8 and 64 clients", "",
+           "Clients send the evaluation set's queries over keep-alive connections for a fixed "
+           "time; each variant is a `situate api` of its own checkout against the same Milvus "
+           "server, the variants taking turns cell by cell. "
+           + "; ".join(f"`{name}`: commit {v['commit']}"
+                       + (f", `--workers {v['workers']}`" if v.get("workers") else "")
+                       for name, v in variants.items())
+           + ". CPU time per query is user + system time of each process over the cell, divided "
+           "by the queries it answered; *others* is the share of both cores that processes "
+           "outside the benchmark used meanwhile.", ""]
+    for target in d["targets"]:
+        r = target["rankings"]
+        checked = [f"{name}: {v['ids_or_order_differ']} of {v['searches']} differ"
+                   for name, v in r.items() if isinstance(v, dict)]
+        out += [f"**{target['name']}** ({target['embedder']}, {target['seconds_per_cell']:.0f} s "
+                f"a cell; rankings of {r['queries']} queries in every mode against the first "
+                f"variant's: {'; '.join(checked)}):", "",
+                "| mode | clients | variant | q/s | p50 ms | p95 ms | CPU ms/query: api, model, "
+                "milvus, clients | others |", "|---|---|---|---|---|---|---|---|"]
+        for c in target["cells"]:
+            cpu = c["cpu_ms_per_query"]
+            out.append(f"| {c['mode']} | {c['clients']} | {c['variant']} | {_f(c['qps'], 1)} | "
+                       f"{_f(c['p50_ms'], 0)} | {_f(c['p95_ms'], 0)} | {_f(cpu['api'], 1)}, "
+                       f"{_f(cpu['model'], 1)}, {_f(cpu['milvus'], 1)}, "
+                       f"{_f(cpu['bench_clients'], 1)} | "
+                       f"{c['others_share_of_the_cores'] * 100:.0f}% |")
+        busiest = max(target["cells"], key=lambda c: c["qps"] * c["cpu_ms_per_query"]["milvus"])
+        lite = busiest["qps"] * busiest["cpu_ms_per_query"]["milvus"] / 1000
+        out += ["", f"The Milvus server's process used at most {lite:.2f} of a core "
+                f"({busiest['mode']}, {busiest['clients']} clients) while the machine had two: "
+                "Milvus Lite does not spread the store's calls over the cores, so a mode's "
+                "queries per second stop growing once its calls fill one core, whatever the "
+                "clients and `--workers`.", ""]
+    out += _source("throughput.json", d["command"], f"{d['started']} to {d['finished']}",
+                   _machine(d["machine"]))
+    return out
+
+
+def bench_door() -> list[str]:
+    d = _load("door.json")
+    rounds = len(d["unauthenticated"])
+    out = ["## The server's door: a flood of huge unauthenticated bodies", "",
+           f"{d['clients']} clients at once each start a POST of {d['bytes'] / 1e6:.0f} MB to "
+           "`situate api` (a token set), half with a Content-Length and half chunked; "
+           f"{rounds} rounds. The time is from a client's first byte to the server's status "
+           "line; the memory is the server's whole process tree, peak RSS over the round "
+           "against before it.", "",
+           "| request | status | slowest reply (ms, per round) | body sent before it, at most "
+           "| tree RSS growth (MB, per round) |", "|---|---|---|---|---|"]
+    for label, key in (("without the token", "unauthenticated"),
+                       ("with the token, over the limit", "oversized_with_token")):
+        rs = d[key]
+        statuses = sorted({s.split(" ", 1)[1] for r in rs for s in r["statuses"]})
+        out.append(f"| {label} | {', '.join(statuses)} | "
+                   + " / ".join(_f(r["ms_max"], 1) for r in rs) + " | "
+                   + f"{max(r['sent_max_bytes'] for r in rs) / 1e6:.1f} MB | "
+                   + " / ".join(_f(r["tree_rss_growth_mb"], 1) for r in rs) + " |")
+    load = ", ".join(f"{x:.1f}" for x in d["load_before"])
+    out += ["", f"Load average before: {load} (the machine was shared).", ""]
+    out += _source("door.json", ".venv/bin/python benchmarks/bench_door.py --collection codebase "
+                   "--milvus-uri data/milvus.db --clients 10 --megabytes 100 "
+                   "--out benchmarks/results/door.json", d["started"], _machine(d["machine"]))
+    return out
+
+
+def _backend_bounds(quality: dict[str, Any], name: str) -> tuple[float, float] | None:
+    """The largest drop below torch fp32 over the corpora measured and k = 5, 10, 20: (dense,
+    hybrid); None when no corpus measured `name`."""
+    worst = {"dense": 0.0, "hybrid": 0.0}
+    measured = [c["backends"] for c in quality["corpora"].values() if name in c["backends"]]
+    for backends in measured:
+        ref, got = backends["torch"]["pass_at_k"], backends[name]["pass_at_k"]
+        for mode in worst:
+            for k in ("5", "10", "20"):
+                worst[mode] = max(worst[mode], ref[mode][k] - got[mode][k])
+    return (worst["dense"], worst["hybrid"]) if measured else None
+
+
+def bench_backends() -> list[str]:
+    d = _load("backends.json")
+    speed, quality, e2e = d.get("speed"), d.get("quality"), d.get("e2e")
+    out = ["## Embedding backends: speed against Pass@k", "",
+           "MiniLM (all-MiniLM-L6-v2, the packaged weights) on each backend situate offers, on "
+           "this 2-core CPU (AVX2, no AVX-512 or VNNI; no GPU). chunks/s: "
+           + (f"one in {speed['every']} of the codebase's chunks ({speed['texts']} texts)"
+              if speed and speed.get("every", 1) > 1 else "the codebase's chunks") +
+           ", each with its structural context, "
+           "embedded in the backend's model process as an ingest does, backends interleaved in "
+           "rounds (median round). Peak RSS: the model process's own high-water mark. Pass@k: "
+           "`situate ingest --backend B` then `situate evaluate --modes dense,hybrid` on the "
+           "codebase and on a documentation corpus (19 Node.js API pages, eval set by `situate "
+           "synth --generator held-out`); Δ is the largest drop below torch fp32 over both "
+           "corpora and k = 5, 10, 20.", ""]
+    if speed and quality:
+        corpora = list(quality["corpora"])
+        head = "| backend | what | chunks/s | × torch | peak RSS |"
+        rule = "|---|---|---:|---:|---:|"
+        for c in corpora:
+            head += f" {c} dense 5/10/20 | {c} hybrid 5/10/20 |"
+            rule += "---|---|"
+        out += [head + " worst Δ dense / hybrid |", rule + "---|"]
+        for name, b in speed["backends"].items():
+            row = (f"| `{name}` | {b['description']} | {_f(b['chunks_per_second'], 1)} | "
+                   f"{b['ratio_to_torch']:.2f} | {_f(b['peak_rss_mib'], 0)} MiB |")
+            for c in corpora:
+                measured = quality["corpora"][c]["backends"].get(name)
+                for mode in ("dense", "hybrid"):
+                    row += (" " + " / ".join(_f(measured["pass_at_k"][mode][k])
+                                             for k in ("5", "10", "20")) + " |"
+                            if measured else " — |")
+            bounds = _backend_bounds(quality, name)
+            out.append(row + (f" {bounds[0]:.2f} / {bounds[1]:.2f} |" if bounds else " — |"))
+        out += ["", "— : not measured in this run (time): `onnx-plain` and `onnx-basic` run the "
+                "same fp32 export as `onnx` without its fusions (their vectors match torch's to "
+                "2e-7); the int8 settings not run on the second corpus had already left the "
+                "bounds on the codebase."]
+        default = d.get("default", {})
+        if default:
+            out += ["", default["text"], ""]
+    if e2e:
+        ref = e2e.get("embed_only_torch", {})
+        new = e2e.get(f"embed_only_{e2e.get('default', 'onnx-int8')}", {})
+        ingest = e2e.get(f"ingest_{e2e.get('default', 'onnx-int8')}", {})
+        out += ["", f"End to end on the generated {e2e['chunks']:,}-chunk corpus (bench_scale's): "
+                "a process that only embeds the texts, per backend, against `situate ingest "
+                "--context structural` with the default backend; process-tree peak RSS:", "",
+                "| run | seconds | chunks/s | peak RSS |", "|---|---:|---:|---:|"]
+        for key, v in e2e.items():
+            if isinstance(v, dict) and "wall_seconds" in v:
+                rate = v.get("chunks_per_second") or round(e2e["chunks"] / v["wall_seconds"], 1)
+                out.append(f"| {key.replace('_', ' ')} | {_f(v['wall_seconds'], 1)} | "
+                           f"{_f(rate, 1)} | {_f(v['peak_rss_mib'], 0)} MiB |")
+        if ref and new and ingest:
+            out += ["", f"The ingest takes {ingest['wall_seconds'] / ref['wall_seconds']:.2f}× "
+                    "the torch fp32 embed-only reference and "
+                    f"{ingest['wall_seconds'] / new['wall_seconds']:.2f}× embedding alone with the "
+                    "default backend.", ""]
+        if "ingest_torch" not in e2e:
+            before = _load("scale-10k-minilm.json")["runs"][1]
+            out += ["The same run's `situate ingest --backend torch` was stopped by the run's time "
+                    "limit; the torch ingest of the same 10k corpus measured earlier "
+                    "(`scale-10k-minilm.json`) peaked at "
+                    f"{_f(before['peak_rss_mib'], 0)} MiB.", ""]
+    parts = [p for p in (speed, quality, e2e) if p]
+    out += ["", "- Result file: `benchmarks/results/backends.json`",
+            "- Commands: " + "; ".join(_venv_python(p["command"]) for p in parts),
+            "- Date: " + ", ".join(sorted({p["started"][:10] for p in parts})),
+            f"- Machine: {d['machine']['cpu']}, {d['machine']['cores']} cores, Python "
+            f"{d['machine']['python']}; load average "
+            + "; ".join(f"{p.get('load_before')} → {p.get('load_after', 'not recorded')}" for p in parts
+                        if p.get("load_before")), ""]
+    return out
+
+
+BENCHMARK_SECTIONS: list[Callable[[], list[str]]] = [
+    bench_quality, bench_backends, bench_heldout, bench_code_chunks, bench_formats, bench_ingest,
+    bench_updates, bench_drift, bench_scale, bench_search_latency, bench_faces, bench_throughput,
+    bench_door, bench_providers, bench_reading, bench_capacity]
+
+
+def benchmarks_page() -> str:
+    out = [NOTE.format(source="the result files under benchmarks/results/"), "",
+           "# Benchmarks: the current figures", "",
+           "Each figure below is read from the result file its benchmark wrote, and printed with "
+           "the command that wrote it, the date and the machine. Every run was on a 2-core x86_64 "
+           "machine without a GPU, often shared with other work: Pass@k does not depend on load, "
+           "times do (each section says how loaded it was). How the defaults were chosen, and "
+           "every earlier measurement, is in the [archive](archive.md).", "",
+           "![Pass@k of the codebase benchmark with 95% intervals, from situate evaluate]"
+           "(evaluation-codebase-intervals.png)", ""]
+    for section in BENCHMARK_SECTIONS:
+        out += section()
+    return "\n".join(out).rstrip() + "\n"
