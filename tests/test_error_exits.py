@@ -25,7 +25,7 @@ under load, hence rounds: each exit here runs several times (SITUATE_EXIT_ROUNDS
 Left out, each tested where it belongs: exits that are not errors (skips and cleaning, exit 0),
 waits that are the point of the exit (a Milvus server or an LLM server staying unreachable is
 retried for 30-60 s first: test_milvus_faults, test_openai_contexts, test_ollama_contexts,
-test_claude), stops by signal (test_stop), a CPU without AVX2, and `--group-chunks` against a
+tests/claude), stops by signal (test_stop), a CPU without AVX2, and `--group-chunks` against a
 server without JSON-schema output (no fake server models one).
 """
 
