@@ -203,6 +203,29 @@ Device = Annotated[str, Flag(("--device",), metavar="DEVICE"), FromSetting("devi
 # Queries: left empty, as the collection was embedded (its recorded backend), on the settings' device.
 QueryBackend = Annotated[str | None, Flag(("--backend",), metavar="BACKEND", choices=_backend_names,
                                           strict=True)]
+# Fields `situate ingest` and `situate synth` share: how the corpus is read and cut, where
+# contexts are cached, and the context provider's server.
+LlmBaseUrl = Annotated[str, Flag(("--llm-base-url",), metavar="URL"), FromSetting("llm_base_url"),
+                      Field(description="address of the context provider's server: any "
+                                        "OpenAI-compatible server for openai, Ollama's for ollama "
+                                        "(default: OPENAI_BASE_URL, OLLAMA_HOST)")]
+Concurrency = Annotated[int, Flag(("--concurrency",)), FromSetting("concurrency"),
+                       Field(ge=1, description="concurrent context requests")]
+CacheDir = Annotated[str, Flag(("--cache-dir",)), FromSetting("cache_dir"),
+                    Field(description="context cache directory")]
+ChunkSize = Annotated[int, Flag(("--chunk-size",)), FromSetting("chunk_size"),
+                     Field(description="characters per chunk for unchunked input")]
+ChunkOverlap = Annotated[int, Flag(("--chunk-overlap",)), FromSetting("chunk_overlap"),
+                        Field(description="characters shared by consecutive chunks")]
+CodeChunks = Annotated[str, Flag(("--code-chunks",), choices=_code_chunk_names, strict=True),
+                      FromSetting("code_chunks"),
+                      Field(description="cut source files along their syntax (functions, "
+                                        "classes) or as text")]
+FollowLinks = Annotated[bool, Flag(("--follow-links",), default_text="false"),
+                       FromSetting("follow_links"),
+                       Field(description="read what symbolic links in a directory corpus point to "
+                                         "outside it (files and directories; never /proc, /sys or "
+                                         "/dev): off, such links are skipped and counted")]
 # How a search ranks, alike in `situate evaluate`, `search`, `api` and `mcp`: the mode, the
 # reranker of the rerank mode, the fusion of hybrid's two legs.
 SearchMode = Annotated[str, Flag(("--mode",), choices=_mode_names, strict=True),
@@ -237,30 +260,17 @@ class IngestOptions(Options):
     model: Annotated[str, Flag(("--model",)), FromSetting("anthropic_model")] = from_settings(
         description="Claude model for --context anthropic (other providers: --context "
                     "name:MODEL)")
-    llm_base_url: Annotated[str, Flag(("--llm-base-url",), metavar="URL"),
-                            FromSetting("llm_base_url")] = from_settings(
-        description="address of the context provider's server: any OpenAI-compatible server "
-                    "for openai, Ollama's for ollama (default: OPENAI_BASE_URL, OLLAMA_HOST)")
-    concurrency: Annotated[int, Flag(("--concurrency",)), FromSetting("concurrency")] = from_settings(
-        ge=1, description="concurrent context requests")
+    llm_base_url: LlmBaseUrl = from_settings()
+    concurrency: Concurrency = from_settings()
     group_chunks: Annotated[bool, Flag(("--group-chunks",))] = Field(
         False, description="situate all chunks of a small document in one request")
     batch: Annotated[bool, Flag(("--batch",))] = Field(
         False, description="use the Message Batches API (half price)")
-    cache_dir: Annotated[str, Flag(("--cache-dir",)), FromSetting("cache_dir")] = from_settings(
-        description="context cache directory")
-    chunk_size: Annotated[int, Flag(("--chunk-size",)), FromSetting("chunk_size")] = from_settings(
-        description="characters per chunk for unchunked input")
-    chunk_overlap: Annotated[int, Flag(("--chunk-overlap",)), FromSetting("chunk_overlap")] = from_settings(
-        description="characters shared by consecutive chunks")
-    code_chunks: Annotated[str, Flag(("--code-chunks",), choices=_code_chunk_names, strict=True),
-                           FromSetting("code_chunks")] = from_settings(
-        description="cut source files along their syntax (functions, classes) or as text")
-    follow_links: Annotated[bool, Flag(("--follow-links",), default_text="false"),
-                            FromSetting("follow_links")] = from_settings(
-        description="read what symbolic links in a directory corpus point to outside it (files "
-                    "and directories; never /proc, /sys or /dev): off, such links are skipped "
-                    "and counted")
+    cache_dir: CacheDir = from_settings()
+    chunk_size: ChunkSize = from_settings()
+    chunk_overlap: ChunkOverlap = from_settings()
+    code_chunks: CodeChunks = from_settings()
+    follow_links: FollowLinks = from_settings()
     prune: Annotated[bool, Flag(("--prune",))] = Field(
         False, description="delete documents no longer in the corpus")
     force: Annotated[bool, Flag(("--force",))] = Field(
@@ -548,26 +558,13 @@ class SynthOptions(Options):
     n: Annotated[int, Flag(("--n",))] = Field(200, ge=1, description="queries wanted (chunks "
                                                                      "sampled, for an LLM)")
     seed: Annotated[int, Flag(("--seed",))] = Field(0, description="seed of the sampling")
-    llm_base_url: Annotated[str, Flag(("--llm-base-url",), metavar="URL"),
-                            FromSetting("llm_base_url")] = from_settings(
-        description="address of the context provider's server: any OpenAI-compatible server "
-                    "for openai, Ollama's for ollama (default: OPENAI_BASE_URL, OLLAMA_HOST)")
-    concurrency: Annotated[int, Flag(("--concurrency",)), FromSetting("concurrency")] = from_settings(
-        ge=1, description="concurrent context requests")
-    cache_dir: Annotated[str, Flag(("--cache-dir",)), FromSetting("cache_dir")] = from_settings(
-        description="context cache directory")
-    chunk_size: Annotated[int, Flag(("--chunk-size",)), FromSetting("chunk_size")] = from_settings(
-        description="characters per chunk for unchunked input")
-    chunk_overlap: Annotated[int, Flag(("--chunk-overlap",)), FromSetting("chunk_overlap")] = from_settings(
-        description="characters shared by consecutive chunks")
-    code_chunks: Annotated[str, Flag(("--code-chunks",), choices=_code_chunk_names, strict=True),
-                           FromSetting("code_chunks")] = from_settings(
-        description="cut source files along their syntax (functions, classes) or as text")
-    follow_links: Annotated[bool, Flag(("--follow-links",), default_text="false"),
-                            FromSetting("follow_links")] = from_settings(
-        description="read what symbolic links in a directory corpus point to outside it (files "
-                    "and directories; never /proc, /sys or /dev): off, such links are skipped "
-                    "and counted")
+    llm_base_url: LlmBaseUrl = from_settings()
+    concurrency: Concurrency = from_settings()
+    cache_dir: CacheDir = from_settings()
+    chunk_size: ChunkSize = from_settings()
+    chunk_overlap: ChunkOverlap = from_settings()
+    code_chunks: CodeChunks = from_settings()
+    follow_links: FollowLinks = from_settings()
     dry_run: Annotated[bool, Flag(("--dry-run",))] = Field(
         False, description="say what the run would ask and pay, and write nothing")
     json_out: JsonOut = Field(None, description="write the run's summary (or with --dry-run, the "
