@@ -342,11 +342,9 @@ def close_readers():
     _close_all()
 t = time.perf_counter()
 from situate.tasks.corpus.load import load_corpus
-from situate.tasks.corpus.readers import read_document, FORMATS
-import importlib
+from situate.tasks.corpus.readers import read_document, readers
 files = sorted(p for p in Path(sys.argv[1]).rglob("*") if p.is_file())
-for module in sorted({FORMATS[f.suffix.lower()][1] for f in files}):  # this format's reader
-    importlib.import_module(f"situate.tasks.corpus.readers.{module}")
+readers()  # the registry imports every reader module (their libraries stay unloaded)
 imported = time.perf_counter() - t
 t = time.perf_counter()  # the first file alone: the format's libraries are imported as it is read
 for s in read_document(files[0], max_bytes=1 << 30).sections:

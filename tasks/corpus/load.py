@@ -39,18 +39,12 @@ from situate.tasks.corpus.files import (
     open_checked,
     read_bounded,
 )
-from situate.tasks.corpus.readers import DOCUMENT_SUFFIXES, LEGACY, Unreadable
+from situate.tasks.corpus.filetypes import TEXT_SUFFIXES
+from situate.tasks.corpus.readers import LEGACY, Unreadable, document_suffixes
 from situate.tasks.corpus.sandbox import read_request, reader_process
 
-TEXT_SUFFIXES = frozenset(
-    ".txt .md .markdown .rst .adoc .org .tex .csv .tsv .json .yaml .yml .toml .ini .cfg .xml "
-    ".css .py .pyi .rs .go .js .mjs .cjs .ts .tsx .jsx .java .kt .kts .scala .c .h .cc .cpp .cxx .hpp "
-    ".hh .cs .rb .php .swift .m .mm .sh .bash .zsh .sql .lua .pl .pm .r .jl .ex .exs .erl .hs .ml "
-    ".clj .dart .vue .svelte .proto .graphql .gradle .cmake .dockerfile .tf".split()
-)
 _SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv",
                         ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", "dist", "build"})
-_PROSE_SUFFIXES = frozenset({".txt", ".md", ".markdown", ".rst", ".adoc", ".org", ".tex"})
 
 
 @dataclass(frozen=True)
@@ -321,7 +315,7 @@ def iter_corpus(path: str | Path, chunk_size: int, chunk_overlap: int,
     if suffix == ".json":
         tally.form = "prechunked-json"
         return _iter_prechunked(p, tally)
-    if suffix in DOCUMENT_SUFFIXES and suffix not in TEXT_SUFFIXES:
+    if suffix in document_suffixes() and suffix not in TEXT_SUFFIXES:
         tally.form = "file"
         real, st = _given_file(p)
         size = st.st_size
@@ -344,7 +338,7 @@ def iter_corpus(path: str | Path, chunk_size: int, chunk_overlap: int,
         if size > tally.limit:
             raise InputError(f"{p}: {size} bytes, over the {tally.limit}-byte limit for one file; split "
                              "it, or raise SITUATE_MAX_FILE_BYTES")
-        if suffix in DOCUMENT_SUFFIXES:  # Markdown: text, read by its structure
+        if suffix in document_suffixes():  # Markdown: text, read by its structure
             try:
                 doc = _read_document(p, p.name, str(p), tally, chunk_size, chunk_overlap, real, st)
             except Unreadable as e:
@@ -611,7 +605,7 @@ def _iter_directory(root: Path, size: int, overlap: int, tally: Tally) -> Iterat
     root_real = os.path.realpath(root)
     for f in _walk(root, tally):
         suffix = f.suffix.lower()
-        document = suffix in DOCUMENT_SUFFIXES
+        document = suffix in document_suffixes()
         if suffix in LEGACY:
             tally.skip(f, LEGACY[suffix].split(":")[0], LEGACY[suffix].split(": ", 1)[-1])
             continue

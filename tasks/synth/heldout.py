@@ -47,13 +47,10 @@ from pathlib import Path
 
 from situate.core.errors import InputError
 from situate.tasks.corpus.files import inside, is_system_file
-from situate.tasks.corpus.load import TEXT_SUFFIXES, load_corpus
+from situate.tasks.corpus.filetypes import CODE_SUFFIXES, PROSE_SUFFIXES, TEXT_SUFFIXES
+from situate.tasks.corpus.load import load_corpus
 from situate.tasks.retrieval.metrics import normalize_quote
 
-CODE_SUFFIXES = frozenset(TEXT_SUFFIXES - {".txt", ".md", ".markdown", ".rst", ".adoc", ".org",
-                                           ".tex", ".csv", ".tsv", ".json", ".yaml", ".yml",
-                                           ".toml", ".ini", ".cfg", ".xml"})
-PROSE_SUFFIXES = frozenset({".txt", ".md", ".markdown", ".rst", ".adoc", ".org", ".tex", ""})
 MIN_CODE_WORDS = 5
 MIN_PROSE_WORDS = 6
 QUOTE_WORDS = 8

@@ -31,11 +31,12 @@ import codecs
 import logging
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from situate.tasks.corpus.readers.base import Reading, Section, Unreadable
+from situate.tasks.corpus.readers.base import FileReader, Limits, Place, Reading, Section, Unreadable
 
 log = logging.getLogger("situate.load")
 
@@ -240,12 +241,12 @@ def page_title(root: Any) -> str:
     return ""
 
 
-def html_sections(root: Any, where: dict[str, Any] | None = None) -> Iterator[Section]:
-    """The text of the document under `root` as sections, each with its heading path (and
-    `where`'s keys, e.g. an EPUB chapter). Removes the page furniture from the tree."""
+def html_sections(root: Any, place: Place | None = None) -> Iterator[Section]:
+    """The text of the document under `root` as sections, each with its heading path (within
+    `place`, e.g. an EPUB chapter). Removes the page furniture from the tree."""
     _prune(root)
     _flatten_deep(root)
-    walker = _Walker(where or {}, _holding(root))
+    walker = _Walker(place or Place(), _holding(root))
     body = root.find("body")
     walker.block(body if body is not None else root)
     walker.flush()
@@ -569,8 +570,8 @@ class _Walker:
     """Document-order walk collecting sections: inline text gathers into paragraphs, and a
     heading, code block or table closes the text before it."""
 
-    def __init__(self, where: dict[str, Any], holds: dict[Any, int]) -> None:
-        self.base = where
+    def __init__(self, place: Place, holds: dict[Any, int]) -> None:
+        self.base = place
         self.holds = holds
         self.path: list[tuple[int, str]] = []
         self.paragraphs: list[str] = []
@@ -583,11 +584,10 @@ class _Walker:
         if not self.inked and text.strip():
             self.inked = True
 
-    def where(self) -> dict[str, Any]:
-        where = dict(self.base)
-        if self.path:
-            where["heading_path"] = [title for _, title in self.path]
-        return where
+    def where(self) -> Place:
+        if not self.path:
+            return self.base
+        return replace(self.base, heading_path=tuple(title for _, title in self.path))
 
     def end_paragraph(self) -> None:
         text = _collapse("".join(self.buffer))
@@ -747,3 +747,10 @@ def _code_text(el: Any) -> str:
 
     walk(el)
     return "".join(parts)
+
+
+def _read(path: Path, fmt: str, limits: Limits) -> Reading:
+    return read(path, fmt=fmt, max_bytes=limits.max_bytes)
+
+
+READERS = (FileReader("html", "web page", (".html", ".htm", ".xhtml"), _read),)

@@ -22,10 +22,11 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from situate.tasks.corpus.readers.base import Reading, Section, Unreadable
+from situate.tasks.corpus.readers.base import FileReader, Limits, Place, Reading, Section, Unreadable
 from situate.tasks.corpus.readers.zipguard import open_zip, read_member
 
 # The main part's content type tells the three formats apart (and their macro/template variants).
@@ -44,15 +45,24 @@ XLSX_BLOCK_CHARS = 700
 
 def read(path: Path, *, fmt: str, max_bytes: int) -> Reading:
     """Read a DOCX, PPTX or XLSX (`fmt` "docx", "pptx" or "xlsx")."""
-    label = fmt.upper()
-    _check_package(Path(path), label, max_bytes)
-    opener = {"DOCX": _read_docx, "PPTX": _read_pptx, "XLSX": _read_xlsx}[label]
-    try:
-        return opener(Path(path))
-    except Unreadable:
-        raise
-    except Exception as e:  # noqa: BLE001 - whatever the library raises on a damaged package
-        raise _failure(label, e) from None
+    return _OPENERS[fmt](Path(path), fmt, Limits(max_bytes, 0))
+
+
+def _opened(opener: Callable[[Path], Reading]) -> Callable[[Path, str, Limits], Reading]:
+    """A format's reader: the package checked to be that format, then opened by `opener`, a
+    library's exception on a damaged package an `Unreadable`."""
+
+    def read_package(path: Path, fmt: str, limits: Limits) -> Reading:
+        label = fmt.upper()
+        _check_package(Path(path), label, limits.max_bytes)
+        try:
+            return opener(Path(path))
+        except Unreadable:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever the library raises on a damaged package
+            raise _failure(label, e) from None
+
+    return read_package
 
 
 def _failure(label: str, e: BaseException) -> Unreadable:
@@ -358,8 +368,8 @@ def _docx_sections(document: Any, body: Any) -> Iterator[Section]:
     path: list[tuple[int, str]] = []
     items: list[str] = []  # consecutive list items, joined into one section
 
-    def where() -> dict[str, Any]:
-        return {"heading_path": [t for _, t in path]} if path else {}
+    def where() -> Place:
+        return Place(heading_path=tuple(t for _, t in path) if path else None)
 
     def flush() -> Iterator[Section]:
         if items:
@@ -393,8 +403,8 @@ def _docx_sections(document: Any, body: Any) -> Iterator[Section]:
     for kind, title in (("footnotes", "Footnotes"), ("endnotes", "Endnotes")):
         notes = _docx_notes(document, kind, marks)
         if notes:
-            yield Section(title, {"heading_path": [title]}, kind="heading", level=1)
-            yield Section("\n".join(notes), {"heading_path": [title]})
+            yield Section(title, Place(heading_path=(title,)), kind="heading", level=1)
+            yield Section("\n".join(notes), Place(heading_path=(title,)))
 
 
 def _docx_notes(document: Any, kind: str, marks: Marks) -> list[str]:
@@ -466,11 +476,11 @@ def _pptx_sections(slides: list[Any]) -> Iterator[Section]:
     the title as a heading path), its shapes in reading order, its speaker notes."""
     for n, slide in enumerate(slides, 1):
         title = _slide_title(slide)
-        where = {"slide": n, "slide_title": title}
+        where = Place(slide=n, slide_title=title)
         title_shape = slide.shapes.title
         title_id = title_shape.shape_id if title_shape is not None else None
         if title:
-            yield Section(title, dict(where))
+            yield Section(title, where)
         for shape in _reading_order(slide.shapes):
             if title_id is not None and shape.shape_id == title_id:
                 continue
@@ -479,7 +489,7 @@ def _pptx_sections(slides: list[Any]) -> Iterator[Section]:
             frame = slide.notes_slide.notes_text_frame
             notes = frame.text.replace("\v", "\n").strip() if frame is not None else ""
             if notes:
-                yield Section(notes, {**where, "notes": True}, kind="notes")
+                yield Section(notes, replace(where, notes=True), kind="notes")
 
 
 def _reading_order(shapes: Iterable[Any]) -> list[Any]:
@@ -488,7 +498,7 @@ def _reading_order(shapes: Iterable[Any]) -> list[Any]:
     return sorted(shapes, key=lambda s: (s.top or 0, s.left or 0))
 
 
-def _pptx_shape(shape: Any, where: dict[str, Any]) -> Iterator[Section]:
+def _pptx_shape(shape: Any, where: Place) -> Iterator[Section]:
     from pptx.enum.shapes import MSO_SHAPE_TYPE
 
     if shape.shape_type == MSO_SHAPE_TYPE.GROUP:
@@ -507,7 +517,7 @@ def _pptx_shape(shape: Any, where: dict[str, Any]) -> Iterator[Section]:
             if line.strip(" |"):
                 rows.append(line)
         if rows:
-            yield Section("\n".join(rows), dict(where), kind="table")
+            yield Section("\n".join(rows), where, kind="table")
         return
     if getattr(shape, "has_text_frame", False) and shape.has_text_frame:
         lines = []
@@ -516,7 +526,7 @@ def _pptx_shape(shape: Any, where: dict[str, Any]) -> Iterator[Section]:
             if text:
                 lines.append("  " * min(para.level, 8) + text)
         if lines:
-            yield Section("\n".join(lines), dict(where))
+            yield Section("\n".join(lines), where)
 
 
 # --- XLSX --------------------------------------------------------------------------------------
@@ -589,7 +599,7 @@ def _sheet_sections(ws: Any) -> Iterator[Section]:
 
     def emit() -> Section:
         text = "\n".join(block if first == header_row else [header, *block])
-        return Section(text, {"sheet": name, "rows": [first, last]}, kind="table")
+        return Section(text, Place(sheet=name, rows=(first, last)), kind="table")
 
     header_row = 0
     # Read-only openpyxl yields every row from 1 on, filling the rows a sheet leaves out with
@@ -611,3 +621,9 @@ def _sheet_sections(ws: Any) -> Iterator[Section]:
         last = number
     if block:
         yield emit()
+
+
+READERS = (FileReader("docx", "Word document", (".docx",), _opened(_read_docx)),
+           FileReader("pptx", "slides", (".pptx",), _opened(_read_pptx)),
+           FileReader("xlsx", "spreadsheet", (".xlsx", ".xlsm"), _opened(_read_xlsx)))
+_OPENERS = {reader.format: reader.function for reader in READERS}

@@ -33,9 +33,11 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from situate.tasks.corpus.readers.base import Reading, Section, Unreadable
+from situate.core.settings import Settings
+from situate.tasks.corpus.readers.base import FileReader, Limits, Place, Reading, Section, Unreadable
 
-MAX_PAGES = 10_000  # more is refused unread (SITUATE_MAX_PDF_PAGES): a page tree can repeat pages
+# more is refused unread (SITUATE_MAX_PDF_PAGES): a page tree can repeat pages
+MAX_PAGES: int = Settings.model_fields["max_pdf_pages"].default
 WINDOW = 8  # pages read ahead to learn headers, footers and the body's font size
 SCAN_PAGES = 5  # a PDF whose first pages all have images and no text is a scan
 BAND = 0.1  # headers and footers live in the top and bottom tenth of the page
@@ -234,8 +236,8 @@ def _carry_word(last: Section, first: Section) -> tuple[Section, Section]:
     cut = max(text.rfind(" "), text.rfind("\n")) + 1
     word = text[cut:-1]
     rest = text[:cut].rstrip()
-    carried = Section(word + first.text, first.where, first.kind, first.level)
-    return Section(rest, last.where, last.kind, last.level), carried
+    carried = Section(word + first.text, first.place, first.kind, first.level)
+    return Section(rest, last.place, last.kind, last.level), carried
 
 
 def _continues(last: Section, end: _End | None, first: Section) -> bool:
@@ -257,15 +259,15 @@ def _take_paragraph(last: Section, first: Section) -> tuple[Section, Section | N
     """`last` with the first paragraph of `first` joined to it (a paragraph is read on the page
     it starts on), and what is left of `first` (None when nothing is)."""
     head, _, rest = first.text.partition("\n\n")
-    joined = Section(_join(last.text, head.strip()), last.where, last.kind, last.level)
+    joined = Section(_join(last.text, head.strip()), last.place, last.kind, last.level)
     rest = rest.strip()
-    return joined, (Section(rest, first.where, first.kind, first.level) if rest else None)
+    return joined, (Section(rest, first.place, first.kind, first.level) if rest else None)
 
 
 def _final(section: Section) -> Section:
     """A section as given out: a soft hyphen left at its end (kept for `_carry_word`) removed."""
     if section.text.endswith("\u00ad"):
-        return Section(section.text[:-1], section.where, section.kind, section.level)
+        return Section(section.text[:-1], section.place, section.kind, section.level)
     return section
 
 
@@ -974,7 +976,7 @@ def _page_sections(page: _Page, style: _Style) -> tuple[list[Section], _End | No
     frags = _drop_furniture(page, style)
     if not frags:
         return [], None
-    where = {"page": page.number}
+    where = Place(page=page.number)
     blocks: list[tuple[str, int, str]] = []  # (kind, level, text)
     starts = set()  # where each column's blocks start
     end: _End | None = None
@@ -989,7 +991,7 @@ def _page_sections(page: _Page, style: _Style) -> tuple[list[Section], _End | No
 
 
 def _sections_of(blocks: list[tuple[str, int, str]], starts: set[int],
-                 where: dict[str, int]) -> Iterator[Section]:
+                 where: Place) -> Iterator[Section]:
     """A page's blocks as sections: consecutive paragraphs one text section, a sentence cut across
     columns (`starts`: where each column's blocks begin) joined."""
     paragraphs: list[str] = []
@@ -1002,11 +1004,11 @@ def _sections_of(blocks: list[tuple[str, int, str]], starts: set[int],
                 paragraphs.append(text)
             continue
         if paragraphs:
-            yield Section(_clean("\n\n".join(paragraphs)), dict(where))
+            yield Section(_clean("\n\n".join(paragraphs)), where)
             paragraphs = []
-        yield Section(_clean(text), dict(where), kind, level)
+        yield Section(_clean(text), where, kind, level)
     if paragraphs:
-        yield Section(_clean("\n\n".join(paragraphs)), dict(where))
+        yield Section(_clean("\n\n".join(paragraphs)), where)
 
 
 def _clean(text: str) -> str:
@@ -1112,3 +1114,10 @@ def _aligned(rows: list[_Line]) -> bool:
 
     pairs = list(zip(rows, rows[1:], strict=False))
     return sum(1 for a, b in pairs if matches(a, b) >= 2) >= 0.5 * len(pairs)
+
+
+def _read(path: Path, fmt: str, limits: Limits) -> Reading:
+    return read(path, fmt=fmt, max_bytes=limits.max_bytes, max_pages=limits.max_pages)
+
+
+READERS = (FileReader("pdf", "PDF", (".pdf",), _read),)
