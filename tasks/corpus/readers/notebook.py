@@ -136,7 +136,7 @@ def _markdown_parts(text: str) -> Iterator[tuple[str, int, str]]:
 def _sections(cells: list[dict[str, Any]]) -> Iterator[Section]:
     path: list[tuple[int, str]] = []
 
-    def where(n: int, cell_type: str) -> Place:
+    def place(n: int, cell_type: str) -> Place:
         return Place(cell=n, cell_type=cell_type,
                      heading_path=tuple(t for _, t in path) if path else None)
 
@@ -150,22 +150,22 @@ def _sections(cells: list[dict[str, Any]]) -> Iterator[Section]:
         if not source.strip():
             continue
         if kind == "code":
-            yield Section(source.strip("\n"), where(n, "code"), kind="code")
+            yield Section(source.strip("\n"), place(n, "code"), kind="code")
         elif kind == "heading":  # nbformat 3's own heading cells
             level = cell.get("level")
             level = min(max(level, 1), 6) if isinstance(level, int) else 1
             title = " ".join(source.split())
             heading(level, title)
-            yield Section(title, where(n, "markdown"), kind="heading", level=level)
+            yield Section(title, place(n, "markdown"), kind="heading", level=level)
         elif kind == "markdown":
             for part, level, text in _markdown_parts(source):
                 if part == "heading":
                     heading(level, text)
-                    yield Section(text, where(n, "markdown"), kind="heading", level=level)
+                    yield Section(text, place(n, "markdown"), kind="heading", level=level)
                 else:
-                    yield Section(text, where(n, "markdown"))
+                    yield Section(text, place(n, "markdown"))
         else:  # raw cells (and unknown types): text as written
-            yield Section(source.strip("\n"), where(n, "raw"))
+            yield Section(source.strip("\n"), place(n, "raw"))
 
 
 def _guarded(sections: Iterator[Section]) -> Iterator[Section]:

@@ -43,11 +43,6 @@ XLSX_BLOCK_ROWS = 50
 XLSX_BLOCK_CHARS = 700
 
 
-def read(path: Path, *, fmt: str, max_bytes: int) -> Reading:
-    """Read a DOCX, PPTX or XLSX (`fmt` "docx", "pptx" or "xlsx")."""
-    return _OPENERS[fmt](Path(path), fmt, Limits(max_bytes, 0))
-
-
 def _opened(opener: Callable[[Path], Reading]) -> Callable[[Path, str, Limits], Reading]:
     """A format's reader: the package checked to be that format, then opened by `opener`, a
     library's exception on a damaged package an `Unreadable`."""
@@ -368,12 +363,12 @@ def _docx_sections(document: Any, body: Any) -> Iterator[Section]:
     path: list[tuple[int, str]] = []
     items: list[str] = []  # consecutive list items, joined into one section
 
-    def where() -> Place:
+    def place() -> Place:
         return Place(heading_path=tuple(t for _, t in path) if path else None)
 
     def flush() -> Iterator[Section]:
         if items:
-            yield Section("\n".join(items), where())
+            yield Section("\n".join(items), place())
             items.clear()
 
     for block in _docx_blocks(body):
@@ -381,7 +376,7 @@ def _docx_sections(document: Any, body: Any) -> Iterator[Section]:
             yield from flush()
             rows = _docx_table(block, marks)
             if rows:
-                yield Section("\n".join(rows), where(), kind="table")
+                yield Section("\n".join(rows), place(), kind="table")
             continue
         text = _paragraph_text(block, marks)
         if not text.strip() or styles.is_toc_entry(block):
@@ -391,14 +386,14 @@ def _docx_sections(document: Any, body: Any) -> Iterator[Section]:
             yield from flush()
             title = " ".join(text.split())
             path = [h for h in path if h[0] < level] + [(level, title)]
-            yield Section(title, where(), kind="heading", level=level)
+            yield Section(title, place(), kind="heading", level=level)
             continue
         depth = styles.is_list(block)
         if depth >= 0:
             items.append("  " * min(depth, 8) + "- " + text.strip())
             continue
         yield from flush()
-        yield Section(text.strip("\n"), where())
+        yield Section(text.strip("\n"), place())
     yield from flush()
     for kind, title in (("footnotes", "Footnotes"), ("endnotes", "Endnotes")):
         notes = _docx_notes(document, kind, marks)
@@ -476,20 +471,20 @@ def _pptx_sections(slides: list[Any]) -> Iterator[Section]:
     the title as a heading path), its shapes in reading order, its speaker notes."""
     for n, slide in enumerate(slides, 1):
         title = _slide_title(slide)
-        where = Place(slide=n, slide_title=title)
+        place = Place(slide=n, slide_title=title)
         title_shape = slide.shapes.title
         title_id = title_shape.shape_id if title_shape is not None else None
         if title:
-            yield Section(title, where)
+            yield Section(title, place)
         for shape in _reading_order(slide.shapes):
             if title_id is not None and shape.shape_id == title_id:
                 continue
-            yield from _pptx_shape(shape, where)
+            yield from _pptx_shape(shape, place)
         if slide.has_notes_slide:
             frame = slide.notes_slide.notes_text_frame
             notes = frame.text.replace("\v", "\n").strip() if frame is not None else ""
             if notes:
-                yield Section(notes, replace(where, notes=True), kind="notes")
+                yield Section(notes, replace(place, notes=True), kind="notes")
 
 
 def _reading_order(shapes: Iterable[Any]) -> list[Any]:
@@ -498,12 +493,12 @@ def _reading_order(shapes: Iterable[Any]) -> list[Any]:
     return sorted(shapes, key=lambda s: (s.top or 0, s.left or 0))
 
 
-def _pptx_shape(shape: Any, where: Place) -> Iterator[Section]:
+def _pptx_shape(shape: Any, place: Place) -> Iterator[Section]:
     from pptx.enum.shapes import MSO_SHAPE_TYPE
 
     if shape.shape_type == MSO_SHAPE_TYPE.GROUP:
         for inner in _reading_order(shape.shapes):
-            yield from _pptx_shape(inner, where)
+            yield from _pptx_shape(inner, place)
         return
     if getattr(shape, "has_table", False) and shape.has_table:
         rows = []
@@ -517,7 +512,7 @@ def _pptx_shape(shape: Any, where: Place) -> Iterator[Section]:
             if line.strip(" |"):
                 rows.append(line)
         if rows:
-            yield Section("\n".join(rows), where, kind="table")
+            yield Section("\n".join(rows), place, kind="table")
         return
     if getattr(shape, "has_text_frame", False) and shape.has_text_frame:
         lines = []
@@ -526,7 +521,7 @@ def _pptx_shape(shape: Any, where: Place) -> Iterator[Section]:
             if text:
                 lines.append("  " * min(para.level, 8) + text)
         if lines:
-            yield Section("\n".join(lines), where)
+            yield Section("\n".join(lines), place)
 
 
 # --- XLSX --------------------------------------------------------------------------------------
@@ -623,7 +618,7 @@ def _sheet_sections(ws: Any) -> Iterator[Section]:
         yield emit()
 
 
+# One reader a format: the registry's dispatch by suffix is the only one.
 READERS = (FileReader("docx", "Word document", (".docx",), _opened(_read_docx)),
            FileReader("pptx", "slides", (".pptx",), _opened(_read_pptx)),
            FileReader("xlsx", "spreadsheet", (".xlsx", ".xlsm"), _opened(_read_xlsx)))
-_OPENERS = {reader.format: reader.function for reader in READERS}

@@ -155,7 +155,7 @@ class _Walker:
         if not self.inked and text.strip():
             self.inked = True
 
-    def where(self) -> Place:
+    def place(self) -> Place:
         if not self.path:
             return self.base
         return replace(self.base, heading_path=tuple(title for _, title in self.path))
@@ -170,7 +170,7 @@ class _Walker:
     def flush(self) -> None:
         self.end_paragraph()
         if self.paragraphs:
-            self.out.append(Section("\n\n".join(self.paragraphs), self.where()))
+            self.out.append(Section("\n\n".join(self.paragraphs), self.place()))
             self.paragraphs = []
 
     def block(self, el: Any) -> None:
@@ -227,14 +227,14 @@ class _Walker:
             return
         self.flush()
         self.path = [(lvl, t) for lvl, t in self.path if lvl < level] + [(level, title)]
-        self.out.append(Section(title, self.where(), "heading", level))
+        self.out.append(Section(title, self.place(), "heading", level))
 
     def code(self, el: Any) -> None:
         text = _code_text(el).strip("\n")
         if not text.strip():
             return
         self.flush()
-        self.out.append(Section(text.rstrip(), self.where(), "code"))
+        self.out.append(Section(text.rstrip(), self.place(), "code"))
 
     def list_lines(self, el: Any, depth: int) -> list[str]:
         """A list as "- item" lines (ordered lists "1. item"), nested lists indented under their
@@ -284,7 +284,7 @@ class _Walker:
             self.paragraphs.append(caption)
         if rows:
             self.flush()
-            self.out.append(Section("\n".join(rows), self.where(), "table"))
+            self.out.append(Section("\n".join(rows), self.place(), "table"))
 
 
 def _sublists(item: Any) -> list[Any]:

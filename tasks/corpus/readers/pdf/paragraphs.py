@@ -101,7 +101,7 @@ def _page_sections(page: _Page, style: _Style) -> tuple[list[Section], _End | No
     frags = _drop_furniture(page, style)
     if not frags:
         return [], None
-    where = Place(page=page.number)
+    place = Place(page=page.number)
     blocks: list[tuple[str, int, str]] = []  # (kind, level, text)
     starts = set()  # where each column's blocks start
     end: _End | None = None
@@ -112,11 +112,11 @@ def _page_sections(page: _Page, style: _Style) -> tuple[list[Section], _End | No
         if len(blocks) > before:
             end = None if tail is None else _End(right - tail.x1, (tail.x1 - tail.x0) / len(tail.text),
                                                  tail.size)
-    return list(_sections_of(blocks, starts, where)), end
+    return list(_sections_of(blocks, starts, place)), end
 
 
 def _sections_of(blocks: list[tuple[str, int, str]], starts: set[int],
-                 where: Place) -> Iterator[Section]:
+                 place: Place) -> Iterator[Section]:
     """A page's blocks as sections: consecutive paragraphs one text section, a sentence cut across
     columns (`starts`: where each column's blocks begin) joined."""
     paragraphs: list[str] = []
@@ -129,11 +129,11 @@ def _sections_of(blocks: list[tuple[str, int, str]], starts: set[int],
                 paragraphs.append(text)
             continue
         if paragraphs:
-            yield Section(_clean("\n\n".join(paragraphs)), where)
+            yield Section(_clean("\n\n".join(paragraphs)), place)
             paragraphs = []
-        yield Section(_clean(text), where, kind, level)
+        yield Section(_clean(text), place, kind, level)
     if paragraphs:
-        yield Section(_clean("\n\n".join(paragraphs)), where)
+        yield Section(_clean("\n\n".join(paragraphs)), place)
 
 
 def _clean(text: str) -> str:
