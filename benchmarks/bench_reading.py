@@ -69,11 +69,9 @@ def close_readers():
     _close_all()
 t = time.perf_counter()
 from situate.tasks.corpus.load import load_corpus
-from situate.tasks.corpus.readers import read_document, FORMATS
-import importlib
+from situate.tasks.corpus.readers import read_document, readers
 files = sorted(p for p in Path(sys.argv[1]).rglob("*") if p.is_file())
-for module in sorted({FORMATS[f.suffix.lower()][1] for f in files}):  # this format's reader
-    importlib.import_module(f"situate.tasks.corpus.readers.{module}")
+readers()  # the registry imports every reader module (their libraries stay unloaded)
 imported = time.perf_counter() - t
 t = time.perf_counter()  # the first file alone: the format's libraries are imported as it is read
 for s in read_document(files[0], max_bytes=1 << 30).sections:
@@ -127,10 +125,11 @@ def read_alone(d: Path, env: dict[str, str], repeat: int) -> dict[str, Any]:
 
 
 # The real command, with the loader's per-file read timed inside it (scan pass and streaming pass
-# told apart by the tally's `quiet`, which only the streaming pass sets).
+# told apart by the tally's `options.quiet`, which only the streaming pass sets).
 INGEST = """
 import atexit, json, os, sys, time
-import situate.tasks.corpus.load as load
+import situate.tasks.corpus.directory as directory
+from situate.tasks.corpus.clean import Tally
 spent = {"scan_read_seconds": 0.0, "stream_read_seconds": 0.0, "scan_read_cpu_seconds": 0.0,
          "stream_read_cpu_seconds": 0.0, "scan_files": 0, "stream_files": 0}
 def reader_cpu():
@@ -154,14 +153,14 @@ def timed(fn):
         try:
             return fn(f, doc_id, where, *rest, **kw)
         finally:
-            tally = next((a for a in rest if isinstance(a, load.Tally)), None)
-            key = "stream" if tally is not None and tally.quiet else "scan"
+            tally = next((a for a in rest if isinstance(a, Tally)), None)
+            key = "stream" if tally is not None and tally.options.quiet else "scan"
             spent[f"{key}_read_seconds"] += time.perf_counter() - t
             spent[f"{key}_read_cpu_seconds"] += time.thread_time() - c + max(0.0, reader_cpu() - r)
             spent[f"{key}_files"] += 1
     return wrapper
-load._read_document = timed(load._read_document)
-load._text_document = timed(load._text_document)
+directory._read_document = timed(directory._read_document)  # a directory's files, as its walk reads them
+directory._text_document = timed(directory._text_document)
 out = sys.argv[1]
 atexit.register(lambda: open(out, "w").write(json.dumps(spent)))
 from situate.flows.cli import main

@@ -6,6 +6,7 @@ failing on the readers before the issue."""
 from __future__ import annotations
 
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 from situate.tasks.corpus.readers import read_document
@@ -280,13 +281,13 @@ def test_a_page_edge_is_no_cut_of_its_own() -> None:
     once preferred a page edge to a paragraph break (a priority of its own), so the PDF's chunks
     ended where pages did, not where the Markdown's did. Now the same text is cut at the same
     places with or without its pages."""
-    from situate.tasks.corpus.readers.base import Section
+    from situate.tasks.corpus.readers.base import Place, Section
     from situate.tasks.corpus.sections import chunk_sections
 
     paragraphs = [" ".join(f"w{p}x{i}" for i in range(30)) + "." for p in range(12)]
     flowing = [Section("Guide", kind="heading", level=1)] + [Section(p) for p in paragraphs]
-    paged = [Section("Guide", {"page": 1}, kind="heading", level=1)] + [
-        Section(p, {"page": 1 + k // 3}) for k, p in enumerate(paragraphs)]
+    paged = [Section("Guide", Place(page=1), kind="heading", level=1)] + [
+        Section(p, Place(page=1 + k // 3)) for k, p in enumerate(paragraphs)]
     text, cut = chunk_sections(flowing, 800, 100)
     paged_text, paged_cut = chunk_sections(paged, 800, 100)
     assert paged_text == text
@@ -299,16 +300,17 @@ def test_a_chapter_title_heads_the_heading_path_once() -> None:
     chapter by number and path ("Chapter 2 > Backoff > Retries"), as a PDF's names its page."""
     from situate.core.records import Chunk, Document
     from situate.tasks.contexts.structural import StructuralContextualizer
-    from situate.tasks.corpus.readers.base import Section
+    from situate.tasks.corpus.readers.base import Place, Section
     from situate.tasks.corpus.sections import chunk_sections
 
-    one = {"chapter": 1, "chapter_title": "Leases"}
-    two = {"chapter": 2, "chapter_title": "Backoff"}
-    sections = [Section("Leases", {**one, "heading_path": ["Leases"]}, kind="heading", level=1),
-                Section("A lease expires.", {**one, "heading_path": ["Leases"]}),
-                Section("Retries", {**two, "heading_path": ["Retries"]}, kind="heading", level=1),
-                Section("Jitter", {**two, "heading_path": ["Retries", "Jitter"]}, kind="heading", level=2),
-                Section("Full jitter.", {**two, "heading_path": ["Retries", "Jitter"]})]
+    one = Place(chapter=1, chapter_title="Leases", heading_path=("Leases",))
+    two = Place(chapter=2, chapter_title="Backoff", heading_path=("Retries",))
+    jitter = replace(two, heading_path=("Retries", "Jitter"))
+    sections = [Section("Leases", one, kind="heading", level=1),
+                Section("A lease expires.", one),
+                Section("Retries", two, kind="heading", level=1),
+                Section("Jitter", jitter, kind="heading", level=2),
+                Section("Full jitter.", jitter)]
     _, pieces = chunk_sections(sections, 800, 100)
     assert [p.where["heading_path"] for p in pieces] == [["Leases"], ["Backoff", "Retries", "Jitter"]]
     doc = Document("book.epub", "t", (), "book.epub", {"format": "epub"})

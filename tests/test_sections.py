@@ -6,7 +6,7 @@ from __future__ import annotations
 from situate.core.records import Chunk, Document
 from situate.tasks.contexts.structural import StructuralContextualizer
 from situate.tasks.corpus.chunking import FORCED, chunk_text
-from situate.tasks.corpus.readers.base import Section
+from situate.tasks.corpus.readers.base import Place, Section
 from situate.tasks.corpus.sections import chunk_sections
 from situate.tasks.retrieval.metrics import Golden, normalize_quote
 
@@ -39,25 +39,25 @@ def test_headings_outrank_paragraph_breaks_and_sections_are_not_overlapped():
 
 
 def test_pages_are_packed_with_their_range_and_sheets_never_share_a_chunk():
-    pages = [Section(f"page {n} text", {"page": n}) for n in (1, 2, 3)]
+    pages = [Section(f"page {n} text", Place(page=n)) for n in (1, 2, 3)]
     text, pieces = chunk_sections(pages, 800, 100)
     assert len(pieces) == 1 and pieces[0].where == {"page": 1, "page_end": 3}
-    sheets = [Section("a | b", {"sheet": "Q1", "rows": [1, 2]}),
-              Section("c | d", {"sheet": "Q1", "rows": [3, 4]}),
-              Section("e | f", {"sheet": "Q2", "rows": [1, 1]})]
+    sheets = [Section("a | b", Place(sheet="Q1", rows=(1, 2))),
+              Section("c | d", Place(sheet="Q1", rows=(3, 4))),
+              Section("e | f", Place(sheet="Q2", rows=(1, 1)))]
     _, pieces = chunk_sections(sheets, 800, 100)
     assert [p.where for p in pieces] == [{"sheet": "Q1", "rows": [1, 4]},
                                         {"sheet": "Q2", "rows": [1, 1]}]
 
 
 def test_slides_with_notes_and_cells_keep_their_place():
-    sections = [Section("Roadmap", {"slide": 4, "slide_title": "Roadmap"}),
-                Section("ship it", {"slide": 4, "slide_title": "Roadmap", "notes": True},
+    sections = [Section("Roadmap", Place(slide=4, slide_title="Roadmap")),
+                Section("ship it", Place(slide=4, slide_title="Roadmap", notes=True),
                         kind="notes")]
     _, pieces = chunk_sections(sections, 800, 100)
     assert pieces[0].where == {"slide": 4, "slide_title": "Roadmap", "notes": True}
-    cells = [Section("# Setup", {"cell": 1, "cell_type": "markdown"}),
-             Section("x = 1", {"cell": 2, "cell_type": "code"}, kind="code")]
+    cells = [Section("# Setup", Place(cell=1, cell_type="markdown")),
+             Section("x = 1", Place(cell=2, cell_type="code"), kind="code")]
     _, pieces = chunk_sections(cells, 800, 100)
     assert pieces[0].where == {"cell": 1, "cell_end": 2, "cell_type": "mixed"}
 

@@ -135,7 +135,7 @@ class Queue:
     ("FILE *file = stdin;", None), ('builder.env("WINDOWID", id);', None),
 ])
 def test_definition_name(line, name):
-    from situate.tasks.synth.heldout import definition_name
+    from situate.tasks.synth.candidates import definition_name
 
     assert definition_name(line) == name
 

@@ -85,17 +85,18 @@ def test_the_manifest_is_trusted_only_under_its_token_and_row_count(tmp_path):
 
 
 def test_the_stream_cuts_only_the_wanted_documents(tmp_path, monkeypatch):
+    import situate.tasks.corpus.forms as forms
     import situate.tasks.corpus.load as load
 
     corpus, scan = _scan(tmp_path, {f"d{i}": f"text of {i} " * 20 for i in range(6)})
     cut: list[str] = []
-    real = load._document
+    real = forms._document
 
     def counting(tally, where, doc_id, *args, **kwargs):
         cut.append(doc_id)
         return real(tally, where, doc_id, *args, **kwargs)
 
-    monkeypatch.setattr(load, "_document", counting)
+    monkeypatch.setattr(forms, "_document", counting)
     docs = list(load.stream_corpus(corpus, 100, 0, wanted={"d1", "d4"}))
     assert [d.id for d in docs] == ["d1", "d4"] and cut == ["d1", "d4"]
     assert scan.order == tuple(f"d{i}" for i in range(6))
@@ -104,21 +105,22 @@ def test_the_stream_cuts_only_the_wanted_documents(tmp_path, monkeypatch):
 def test_a_slow_document_is_read_once(tmp_path, monkeypatch):
     """A document whose read was slow is kept by the scan and handed to the run, in its place in
     corpus order, rather than read a second time; ordinary ones are read again."""
+    import situate.tasks.corpus.forms as forms
     import situate.tasks.corpus.load as load
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": f"text of {i} " * 20}) + "\n"
                               for i in range(6)))
-    real = load._document
+    real = forms._document
     cut: list[str] = []
 
     def slow_for_some(tally, where, doc_id, *args, **kwargs):
         cut.append(doc_id)
-        if doc_id in ("d1", "d4") and not tally.quiet:  # the scan's read of them is slow
+        if doc_id in ("d1", "d4") and not tally.options.quiet:  # the scan's read of them is slow
             load.time.sleep(0.05)
         return real(tally, where, doc_id, *args, **kwargs)
 
-    monkeypatch.setattr(load, "_document", slow_for_some)
+    monkeypatch.setattr(forms, "_document", slow_for_some)
     monkeypatch.setattr(load, "KEEP_SLOWER_THAN", 0.04)
     scan = load.scan_corpus(corpus, 100, 0)
     assert sorted(scan.kept) == ["d1", "d4"]

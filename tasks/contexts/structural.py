@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from situate.core.records import Chunk, Document, Situated
 from situate.tasks.contexts.base import ContextResult, Contextualizer, Keep
+from situate.tasks.corpus.filetypes import FILE_TYPES, LANGUAGES
+from situate.tasks.corpus.readers import describe, format_label
 
 _DEFINITION = re.compile(
     r"""^(?P<indent>[ \t]*)
@@ -43,17 +45,8 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 # Words that follow a definition keyword but are not the name being defined.
 _NOT_A_NAME = {"for", "where", "self", "mut", "const", "unsafe", "async", "extends", "implements"}
 
-_PROSE = {"Markdown", "reStructuredText", "text"}
-# Document formats read by situate.tasks.corpus.readers, as a reader would name them.
-_FORMATS = {"md": "Markdown", "pdf": "PDF", "html": "web page", "docx": "Word document", "pptx": "slides",
-            "xlsx": "spreadsheet", "epub": "e-book", "ipynb": "Jupyter notebook"}
-_LANGUAGES = {
-    ".py": "Python", ".rs": "Rust", ".go": "Go", ".js": "JavaScript", ".ts": "TypeScript",
-    ".tsx": "TypeScript", ".jsx": "JavaScript", ".java": "Java", ".kt": "Kotlin", ".c": "C",
-    ".h": "C", ".cc": "C++", ".cpp": "C++", ".hpp": "C++", ".cs": "C#", ".rb": "Ruby",
-    ".swift": "Swift", ".scala": "Scala", ".php": "PHP", ".sh": "shell", ".md": "Markdown",
-    ".rst": "reStructuredText", ".txt": "text", ".sql": "SQL", ".lua": "Lua", ".ex": "Elixir",
-}
+# The languages read as prose (a `#` line may be a Markdown heading).
+_PROSE = {t.language for t in FILE_TYPES.values() if t.kind == "prose" and t.language}
 
 
 @dataclass(frozen=True)
@@ -202,7 +195,7 @@ def leading_comment(text: str, limit: int = 200) -> str:
 
 def _language(doc: Document) -> str:
     path = str(doc.metadata.get("path") or doc.metadata.get("relative_path") or doc.title or "")
-    for suffix, language in _LANGUAGES.items():
+    for suffix, language in LANGUAGES.items():
         if path.lower().endswith(suffix):
             return language
     return ""
@@ -237,7 +230,7 @@ class StructuralContextualizer(Contextualizer):
         out: list[Situated] = []
         for chunk in chunks:
             parts = list(header)
-            place = _place(chunk.where)
+            place = describe(chunk.where)
             if place:
                 parts.append(place)
                 out.append(Situated(chunk, " ".join(parts), "generated"))
@@ -256,7 +249,7 @@ class StructuralContextualizer(Contextualizer):
     def _header(self, doc: Document, defs: Sequence[_Definition]) -> list[str]:
         parts: list[str] = []
         title = doc.title or str(doc.metadata.get("path") or "")
-        language = _FORMATS.get(str(doc.metadata.get("format")), "") or _language(doc)
+        language = format_label(str(doc.metadata.get("format"))) or _language(doc)
         named = " ".join(str(doc.metadata.get("document_title") or "").split())[:120]
         if named and named != title:
             language = f"{language}: {named}" if language else named
@@ -276,39 +269,6 @@ class StructuralContextualizer(Contextualizer):
                 more = "" if len(names) <= self.max_names else f" and {len(names) - len(shown)} more"
                 parts.append("Defines " + ", ".join(shown) + more + ".")
         return parts
-
-
-def _place(where: dict[str, object]) -> str:
-    """Where a chunk of a read document (or of code cut along its syntax) is, in a few words:
-    "Page 12 > 3.2 Refunds.", "Slides 4-5: Roadmap (with speaker notes).", "Sheet Q3, rows
-    1-50.", "Cell 3 (code)."; "" for a chunk of text or code, whose place is found in the
-    text (the definitions and Markdown headings open where it starts)."""
-    parts: list[str] = []
-    for key, label in (("chapter", "Chapter"), ("page", "Page"), ("slide", "Slide"),
-                       ("cell", "Cell")):
-        value = where.get(key)
-        if not isinstance(value, int):
-            continue
-        end = where.get(f"{key}_end")
-        text = f"{label}s {value}-{end}" if isinstance(end, int) and end != value else f"{label} {value}"
-        title = where.get(f"{key}_title")
-        # a chapter's title is the top of its heading path (situate.tasks.corpus.sections)
-        if isinstance(title, str) and title.strip() and key != "chapter":
-            text += f": {' '.join(title.split())[:100]}"
-        if key == "cell" and isinstance(where.get("cell_type"), str) and where["cell_type"] != "mixed":
-            text += f" ({where['cell_type']})"
-        if key == "slide" and where.get("notes"):
-            text += " (with speaker notes)"
-        parts.append(text)
-    sheet = where.get("sheet")
-    if isinstance(sheet, str):
-        rows = where.get("rows")
-        parts.append(f"Sheet {sheet}" + (f", rows {rows[0]}-{rows[1]}"
-                                         if isinstance(rows, list) and len(rows) == 2 else ""))
-    headings = where.get("heading_path")
-    if isinstance(headings, list) and headings:
-        parts.append(" > ".join(" ".join(str(h).split())[:80] for h in headings[-3:]))
-    return " > ".join(parts) + "." if parts else ""
 
 
 def _line_offsets(text: str) -> list[int]:

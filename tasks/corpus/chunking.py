@@ -8,9 +8,11 @@ import re
 
 from situate.core.errors import InputError
 from situate.core.records import Chunk
+from situate.core.settings import Settings
 
-DEFAULT_CHUNK_SIZE = 800
-DEFAULT_CHUNK_OVERLAP = 100
+# The defaults are Settings' (SITUATE_CHUNK_SIZE, SITUATE_CHUNK_OVERLAP).
+DEFAULT_CHUNK_SIZE: int = Settings.model_fields["chunk_size"].default
+DEFAULT_CHUNK_OVERLAP: int = Settings.model_fields["chunk_overlap"].default
 
 _CODE_START = re.compile(
     r"^(?:(?:pub|export|default|public|private|protected|static|abstract|final|async|unsafe|const)\s+)*"

@@ -65,15 +65,36 @@ def id_problem(doc_id: str) -> str:
     return ""
 
 
-@dataclass
-class Tally:
-    """What one load cleaned, skipped and dropped; each said in the log as it happens."""
+@dataclass(frozen=True)
+class LoadOptions:
+    """How one load reads its corpus: `path` (what its log lines name), `limit` (bytes of one text
+    file, SITUATE_MAX_FILE_BYTES), `document_limit` (bytes of a document format's file, PDF,
+    Office, EPUB, notebooks, and what a zip-based one may inflate to), `code_chunks` (how source
+    files are cut: "syntax" or "text"), `follow_links` (whether links out of a directory corpus are
+    read), each document's CPU budget (`read_seconds`), the reader process's memory
+    (`read_memory`), a PDF's pages (`max_pages`). `quiet`: a second pass over a corpus already
+    checked (the ingest flow's streaming pass) counts without saying anything again. `wanted`: a
+    second pass that wants only these documents (those a plan processes): the loaders pass over
+    the others without reading, cleaning or cutting them; None: every document."""
 
     path: str
     limit: int
-    # A second pass over a corpus already checked (the ingest flow's streaming pass) counts
-    # without saying anything again.
+    document_limit: int
+    code_chunks: str
+    follow_links: bool
+    read_seconds: float
+    read_memory: int
+    max_pages: int
     quiet: bool = False
+    wanted: Collection[str] | None = None
+
+
+@dataclass
+class Tally:
+    """What one load (read as its `options` say) cleaned, skipped and dropped; each said in the
+    log as it happens."""
+
+    options: LoadOptions
     form: str = ""
     empty: int = 0
     skipped_files: int = 0
@@ -81,36 +102,23 @@ class Tally:
     skipped_chunks: int = 0
     cleaned_chars: int = 0
     cleaned_docs: int = 0
-    # The limit for document formats (PDF, Office, EPUB, notebooks) and what a zip-based one may
-    # inflate to; how source files are cut ("syntax" or "text").
-    document_limit: int = 200_000_000
-    code_chunks: str = "syntax"
-    # Reading documents: whether links out of a directory corpus are read, each document's CPU
-    # budget, the reader process's memory, a PDF's pages.
-    follow_links: bool = False
-    read_seconds: float = 60.0
-    read_memory: int = 1 << 30
-    max_pages: int = 10_000
     links_out: int = 0
     # Documents read per format ("pdf": 3), the units read ("pages": 120), and files of document
     # formats skipped, by reason ("encrypted PDF": 1).
     formats: Counter[str] = field(default_factory=Counter)
     units: Counter[str] = field(default_factory=Counter)
     reasons: Counter[str] = field(default_factory=Counter)
-    # A second pass that wants only these documents (those a plan processes): the loaders pass
-    # over the others without reading, cleaning or cutting them. None: every document.
-    wanted: Collection[str] | None = None
 
     def passes_over(self, doc_id: str) -> bool:
-        return self.wanted is not None and doc_id not in self.wanted
+        return self.options.wanted is not None and doc_id not in self.options.wanted
 
     def large_file(self, f: Path, size: int | None, document: bool = False) -> None:
         """A file over its limit: by the size it claims, or (`size` None) by the bytes read."""
         self.large_files += 1
-        limit, variable = ((self.document_limit, "SITUATE_MAX_DOCUMENT_BYTES") if document
-                           else (self.limit, "SITUATE_MAX_FILE_BYTES"))
+        limit, variable = ((self.options.document_limit, "SITUATE_MAX_DOCUMENT_BYTES") if document
+                           else (self.options.limit, "SITUATE_MAX_FILE_BYTES"))
         said = f"{size} bytes" if size is not None else "more bytes than it claimed"
-        if self.large_files <= LOG_EACH and not self.quiet:
+        if self.large_files <= LOG_EACH and not self.options.quiet:
             log.warning(f"skipped {f}: {said}, over the {limit}-byte limit for one file "
                         f"({variable})")
 
@@ -119,7 +127,7 @@ class Tally:
         self.links_out += 1
         self.skipped_files += 1
         self.reasons[LINK_OUT] += 1
-        if self.links_out <= LOG_EACH and not self.quiet:
+        if self.links_out <= LOG_EACH and not self.options.quiet:
             log.warning(f"skipped {f}: a link out of the corpus, to {target} (--follow-links "
                         "reads such links)")
 
@@ -129,13 +137,13 @@ class Tally:
         self.skipped_files += 1
         self.reasons[kind] += 1
         detail = detail.replace(f"{f}: ", "").replace(str(f), "the file")  # said once, first
-        if sum(self.reasons.values()) <= LOG_EACH and not self.quiet:
+        if sum(self.reasons.values()) <= LOG_EACH and not self.options.quiet:
             log.warning(f"skipped {f}: {kind}" + (f" ({detail})" if detail else ""))
 
     def oversize_chunk(self, doc_id: str, index: int, size: int) -> None:
         self.skipped_chunks += 1
-        if self.skipped_chunks <= LOG_EACH and not self.quiet:
-            log.warning(f"skipped document {doc_id!r}, chunk {index} of {self.path}: {size} bytes, "
+        if self.skipped_chunks <= LOG_EACH and not self.options.quiet:
+            log.warning(f"skipped document {doc_id!r}, chunk {index} of {self.options.path}: {size} bytes, "
                         f"more than the {MAX_CHUNK_BYTES} a stored chunk can hold")
 
     def cleaned(self, doc_id: str, count: int) -> None:
@@ -143,29 +151,29 @@ class Tally:
             return
         self.cleaned_chars += count
         self.cleaned_docs += 1
-        if self.cleaned_docs <= LOG_EACH and not self.quiet:
-            log.warning(f"document {doc_id!r} of {self.path}: removed or replaced {count} NUL "
+        if self.cleaned_docs <= LOG_EACH and not self.options.quiet:
+            log.warning(f"document {doc_id!r} of {self.options.path}: removed or replaced {count} NUL "
                         "byte(s) and lone surrogate(s)")
 
     def summarize(self) -> None:
-        if self.quiet:
+        if self.options.quiet:
             return
         if self.large_files:
-            log.warning(f"skipped {self.large_files} file(s) over {self.limit} "
-                        f"bytes in {self.path} (SITUATE_MAX_FILE_BYTES; "
-                        f"SITUATE_MAX_DOCUMENT_BYTES, {self.document_limit}, for documents)")
+            log.warning(f"skipped {self.large_files} file(s) over {self.options.limit} "
+                        f"bytes in {self.options.path} (SITUATE_MAX_FILE_BYTES; "
+                        f"SITUATE_MAX_DOCUMENT_BYTES, {self.options.document_limit}, for documents)")
         if self.links_out:
             log.warning(f"skipped {self.links_out} link{'s' if self.links_out > 1 else ''} out of "
-                        f"the corpus in {self.path} (--follow-links or SITUATE_FOLLOW_LINKS reads "
+                        f"the corpus in {self.options.path} (--follow-links or SITUATE_FOLLOW_LINKS reads "
                         "them)")
         others = [(kind, n) for kind, n in self.reasons.most_common() if kind != LINK_OUT]
         if others:
             said = ", ".join(f"{n} {kind}" for kind, n in others)
-            log.warning(f"skipped files in {self.path}: {said}")
+            log.warning(f"skipped files in {self.options.path}: {said}")
         if self.skipped_chunks:
             log.warning(f"skipped {self.skipped_chunks} chunk(s) over {MAX_CHUNK_BYTES} bytes in "
-                        f"{self.path}; the other chunks are ingested")
+                        f"{self.options.path}; the other chunks are ingested")
         if self.cleaned_chars:
             log.warning(f"cleaned {self.cleaned_chars} character(s) in {self.cleaned_docs} "
-                        f"document(s) of {self.path}: NUL bytes removed, lone surrogates replaced "
+                        f"document(s) of {self.options.path}: NUL bytes removed, lone surrogates replaced "
                         "with U+FFFD")

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
+from situate.tasks.corpus.filetypes import GRAMMARS
+
 if TYPE_CHECKING:
     from tree_sitter import Language, Node
 
@@ -47,15 +49,6 @@ _GRAMMARS: dict[str, tuple[str, str]] = {
     "java": ("tree_sitter_java", "language"),
     "c": ("tree_sitter_c", "language"),
     "cpp": ("tree_sitter_cpp", "language"),
-}
-# `.h` is parsed as C++: the C++ grammar reads C headers, the C grammar fails on C++ classes.
-_SUFFIXES: dict[str, str] = {
-    ".py": "python", ".pyi": "python", ".pyw": "python",
-    ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript",
-    ".ts": "typescript", ".mts": "typescript", ".cts": "typescript", ".tsx": "tsx",
-    ".go": "go", ".rs": "rust", ".java": "java", ".c": "c",
-    ".h": "cpp", ".cc": "cpp", ".cpp": "cpp", ".cxx": "cpp", ".c++": "cpp", ".hpp": "cpp",
-    ".hh": "cpp", ".hxx": "cpp", ".h++": "cpp", ".ipp": "cpp", ".inl": "cpp",
 }
 # Lines that belong to the definition or statement right below them (no blank line between).
 # Annotations and decorators on lines of their own count too (Rust's `#[...]`, Java's `@Override`).
@@ -146,7 +139,7 @@ def language_for(suffix: str) -> str | None:
     s = suffix.strip().lower()
     if s and not s.startswith("."):
         s = "." + s
-    return _SUFFIXES.get(s)
+    return GRAMMARS.get(s)
 
 
 _LANGUAGES: dict[str, Language] = {}

@@ -418,7 +418,7 @@ def read_and_chunk(request: dict[str, Any]) -> dict[str, Any]:
                                               "for one document (SITUATE_MAX_DOCUMENT_BYTES)")
             text, n = clean_text(s.text)
             cleaned += n
-            yield Section(text, s.where, s.kind, s.level) if n else s
+            yield Section(text, s.place, s.kind, s.level) if n else s
 
     try:
         reading = read_document(Path(where), max_bytes=max_bytes, max_pages=int(request["max_pages"]),

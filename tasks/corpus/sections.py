@@ -1,9 +1,11 @@
 """A read document's sections into one clean text, cut along the format's own structure.
 
-Readers (situate.tasks.corpus.readers) give sections that know their place (page, heading path,
-slide, sheet, cell, chapter). `chunk_sections` joins them into the document's text (headings as
+Readers (situate.tasks.corpus.readers) give sections that know their place (a `Place`: page,
+heading path, slide, sheet, cell, chapter); here it is taken in its stored form
+(`Place.as_dict()`). `chunk_sections` joins the sections into the document's text (headings as
 plain title lines, no markup, so the LLM prompt gets clean text), tells the chunker where the
-format's edges are and how strong each is, and gives each chunk the place it covers.
+format's edges are and how strong each is, and gives each chunk the place it covers: its first
+section's, with the range of pages, slides, cells and rows it runs to.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def assemble(sections: Iterable[Section]) -> tuple[str, dict[int, int], list[_Sp
         text = section.text.strip("\n")
         if not text.strip():
             continue
-        where = dict(section.where)
+        where = section.place.as_dict()
         if section.kind == "heading":
             level = max(1, section.level or 1)
             headings = [h for h in headings if h[0] < level] + [(level, " ".join(text.split()))]

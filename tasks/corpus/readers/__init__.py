@@ -1,35 +1,32 @@
 """Readers of the document formats people keep: Markdown, PDF, HTML, DOCX, PPTX, XLSX, EPUB,
-notebooks.
+notebooks, and whatever else a module here declares.
 
-`read_document(path, max_bytes=...)` picks the reader by extension, checks the content is that
-format (a `.pdf` that is not a PDF is an `Unreadable`, not a crash) and returns a `Reading` whose
-sections stream. Every library is imported inside its reader, so a corpus without PDFs never
-loads PDFium.
+The registry: every module (or package) under situate.tasks.corpus.readers that declares
+`READERS`, a tuple of `Reader`s (situate.tasks.corpus.readers.base), is found here; each reader
+names its format, its label and the suffixes it claims. Adding a format is adding one module.
+`read_document(path, max_bytes=...)` picks the reader by suffix, checks the content is that format
+(a `.pdf` that is not a PDF is an `Unreadable`, not a crash) and returns a `Reading` whose sections
+stream. Every library is imported inside its reader's `read`, so a corpus without PDFs never loads
+PDFium.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
+from functools import cache
 from pathlib import Path
 
-from situate.tasks.corpus.readers.base import Reading, Section, Unreadable
-
-# suffix -> (format name, module under situate.tasks.corpus.readers)
-FORMATS: dict[str, tuple[str, str]] = {
-    ".md": ("md", "markdown"),
-    ".markdown": ("md", "markdown"),
-    ".pdf": ("pdf", "pdf"),
-    ".html": ("html", "html"),
-    ".htm": ("html", "html"),
-    ".xhtml": ("html", "html"),
-    ".docx": ("docx", "office"),
-    ".pptx": ("pptx", "office"),
-    ".xlsx": ("xlsx", "office"),
-    ".xlsm": ("xlsx", "office"),
-    ".epub": ("epub", "epub"),
-    ".ipynb": ("ipynb", "notebook"),
-}
-DOCUMENT_SUFFIXES = frozenset(FORMATS)
+from situate.core.settings import Settings
+from situate.tasks.corpus.readers.base import (
+    Limits,
+    Place,
+    Reader,
+    Reading,
+    Section,
+    Unreadable,
+    describe,
+)
 
 # Formats people have that situate does not read, with what to do instead.
 LEGACY: dict[str, str] = {
@@ -43,29 +40,58 @@ LEGACY: dict[str, str] = {
 }
 
 
+@cache
+def readers() -> dict[str, Reader]:
+    """Every reader, by the suffix it claims (".pdf" -> the PDF reader), from the modules here
+    that declare `READERS`, in the order of their names."""
+    found: dict[str, Reader] = {}
+    for module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+        declared = getattr(importlib.import_module(f"{__name__}.{module}"), "READERS", ())
+        for reader in declared:
+            for suffix in reader.suffixes:
+                if suffix in found:
+                    raise RuntimeError(f"{suffix} is claimed by two readers: "
+                                       f"{found[suffix].format} and {reader.format}")
+                found[suffix] = reader
+    return found
+
+
+def document_suffixes() -> frozenset[str]:
+    """The suffixes a reader claims."""
+    return frozenset(readers())
+
+
+def reader_for(suffix: str) -> Reader | None:
+    """The reader of a suffix (".PDF" as ".pdf"), or None for none."""
+    return readers().get(suffix.lower())
+
+
+def format_label(fmt: str) -> str:
+    """What a chunk's context calls a format ("pdf" -> "PDF"), "" for one no reader has."""
+    return next((r.label for r in readers().values() if r.format == fmt), "")
+
+
 def document_format(path: Path) -> str:
     """The format name for `path`'s extension ("pdf", "html", ...), or "" for none of ours."""
-    entry = FORMATS.get(path.suffix.lower())
-    return entry[0] if entry else ""
+    reader = reader_for(path.suffix)
+    return reader.format if reader else ""
 
 
 def read_document(path: Path, *, max_bytes: int, max_pages: int | None = None,
                   suffix: str | None = None) -> Reading:
     """Open `path` with its format's reader. `max_bytes` bounds the file and, for zip-based
     formats, what its members would inflate to (checked from the zip's directory, before any
-    inflating); `max_pages` a PDF's pages (default: the PDF reader's `MAX_PAGES`). `suffix`
+    inflating); `max_pages` a paged format's pages (default: Settings' `max_pdf_pages`). `suffix`
     names the format when `path` has none of its own (a descriptor's path). Raises `Unreadable`
     for anything that cannot be read; never another exception for a bad file (an `OSError`
     reading it is also turned into `Unreadable`)."""
     suffix = path.suffix if suffix is None else suffix
-    entry = FORMATS.get(suffix.lower())
-    if entry is None:
+    reader = reader_for(suffix)
+    if reader is None:
         raise Unreadable("unsupported format", f"{suffix or 'no extension'}")
-    fmt, module = entry
-    reader = importlib.import_module(f"situate.tasks.corpus.readers.{module}")
-    options = {"max_pages": max_pages} if module == "pdf" and max_pages else {}
+    pages = max_pages or Settings.model_fields["max_pdf_pages"].default
     try:
-        reading: Reading = reader.read(path, fmt=fmt, max_bytes=max_bytes, **options)
+        reading: Reading = reader.read(path, Limits(max_bytes, pages))
     except Unreadable:
         raise
     except OSError as e:
@@ -73,5 +99,6 @@ def read_document(path: Path, *, max_bytes: int, max_pages: int | None = None,
     return reading
 
 
-__all__ = ["DOCUMENT_SUFFIXES", "FORMATS", "LEGACY", "Reading", "Section", "Unreadable",
-           "document_format", "read_document"]
+__all__ = ["LEGACY", "Limits", "Place", "Reader", "Reading", "Section", "Unreadable", "describe",
+           "document_format", "document_suffixes", "format_label", "read_document",
+           "reader_for", "readers"]

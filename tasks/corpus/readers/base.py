@@ -1,5 +1,6 @@
 """What every document reader gives back: the document as a stream of sections, each knowing where
-it is (page, heading path, slide, sheet, cell), or one `Unreadable` saying why it cannot be read.
+it is (a `Place`: page, heading path, slide, sheet, cell, chapter), or one `Unreadable` saying why
+it cannot be read; and what a reader is (`Reader`: its format, label and suffixes, and `read`).
 
 A reader never raises anything else for a bad file: encrypted, corrupt, truncated, lying about its
 format, a zip bomb, a scan with no text layer all become `Unreadable(kind, detail)`, which the
@@ -9,9 +10,10 @@ held one page at a time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 
 class Unreadable(Exception):
@@ -26,21 +28,101 @@ class Unreadable(Exception):
 
 
 @dataclass(frozen=True)
+class Place:
+    """Where a section is in its document: `chapter` (1-based) and `chapter_title`, `page`
+    (1-based), `slide` (1-based), `slide_title` and `notes` (speaker notes), `sheet` (name) and
+    `rows` (first, last; 1-based), `cell` (1-based) and `cell_type` ("markdown", "code", "raw"),
+    `heading_path` (titles, outermost first). None (False for `notes`) where it does not apply.
+
+    A chunk's place is stored in its row's metadata as `as_dict()` gives it, and said in its
+    context as `describe` says it (situate.tasks.contexts.structural)."""
+
+    chapter: int | None = None
+    chapter_title: str | None = None
+    page: int | None = None
+    slide: int | None = None
+    slide_title: str | None = None
+    notes: bool = False
+    sheet: str | None = None
+    rows: tuple[int, int] | None = None
+    cell: int | None = None
+    cell_type: str | None = None
+    heading_path: tuple[str, ...] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The place as stored: its keys in this order, those that do not apply left out."""
+        out: dict[str, Any] = {}
+        for key in ("chapter", "chapter_title", "page", "slide", "slide_title"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        if self.notes:
+            out["notes"] = True
+        if self.sheet is not None:
+            out["sheet"] = self.sheet
+        if self.rows is not None:
+            out["rows"] = list(self.rows)
+        if self.cell is not None:
+            out["cell"] = self.cell
+        if self.cell_type is not None:
+            out["cell_type"] = self.cell_type
+        if self.heading_path is not None:
+            out["heading_path"] = list(self.heading_path)
+        return out
+
+
+def describe(where: Mapping[str, Any]) -> str:
+    """Where a chunk of a read document (or of code cut along its syntax) is, in a few words,
+    from its stored place (`Place.as_dict()` of its first section, with the range of pages,
+    slides and cells it runs to: `page_end`, ...): "Page 12 > 3.2 Refunds.", "Slides 4-5: Roadmap
+    (with speaker notes).", "Sheet Q3, rows 1-50.", "Cell 3 (code)."; "" for a chunk of text or
+    code, whose place is found in the text (the definitions and Markdown headings open where it
+    starts)."""
+    parts: list[str] = []
+    for key, label in (("chapter", "Chapter"), ("page", "Page"), ("slide", "Slide"),
+                       ("cell", "Cell")):
+        value = where.get(key)
+        if not isinstance(value, int):
+            continue
+        end = where.get(f"{key}_end")
+        text = f"{label}s {value}-{end}" if isinstance(end, int) and end != value else f"{label} {value}"
+        title = where.get(f"{key}_title")
+        # a chapter's title is the top of its heading path (situate.tasks.corpus.sections)
+        if isinstance(title, str) and title.strip() and key != "chapter":
+            text += f": {' '.join(title.split())[:100]}"
+        if key == "cell" and isinstance(where.get("cell_type"), str) and where["cell_type"] != "mixed":
+            text += f" ({where['cell_type']})"
+        if key == "slide" and where.get("notes"):
+            text += " (with speaker notes)"
+        parts.append(text)
+    sheet = where.get("sheet")
+    if isinstance(sheet, str):
+        rows = where.get("rows")
+        parts.append(f"Sheet {sheet}" + (f", rows {rows[0]}-{rows[1]}"
+                                         if isinstance(rows, list) and len(rows) == 2 else ""))
+    headings = where.get("heading_path")
+    if isinstance(headings, list) and headings:
+        parts.append(" > ".join(" ".join(str(h).split())[:80] for h in headings[-3:]))
+    return " > ".join(parts) + "." if parts else ""
+
+
+@dataclass(frozen=True)
 class Section:
     """A piece of a document's text with its place.
 
     `kind`: "heading" (text is the heading's title, `level` 1-6), "text", "table" (rows, one per
     line, cells separated by " | "), "code" (verbatim), "notes" (a slide's speaker notes).
-    `where`: the place, keys among `page` (1-based), `heading_path` (list of titles, outermost
-    first), `slide` (1-based) and `slide_title`, `sheet` (name) and `rows` ([first, last], 1-based),
-    `cell` (1-based) and `cell_type` ("markdown" or "code"), `chapter` (1-based) and
-    `chapter_title`.
     """
 
     text: str
-    where: dict[str, Any] = field(default_factory=dict)
+    place: Place = field(default_factory=Place)
     kind: str = "text"
     level: int = 0
+
+    @property
+    def where(self) -> dict[str, Any]:
+        """The place as stored (`Place.as_dict()`)."""
+        return self.place.as_dict()
 
 
 @dataclass
@@ -57,3 +139,45 @@ class Reading:
     metadata: dict[str, Any] = field(default_factory=dict)
     unit: str = ""
     units: int = 0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one read may take: `max_bytes` of the file (and of what a zip's members inflate to),
+    `max_pages` of a paged format."""
+
+    max_bytes: int
+    max_pages: int
+
+
+class Reader(Protocol):
+    """A document format's reader. A module under situate.tasks.corpus.readers declares its
+    readers as `READERS` (a tuple) and is found by the registry (situate.tasks.corpus.readers):
+    `format` is the name stored in a document's metadata ("pdf"), `label` what a chunk's context
+    calls it ("PDF"), `suffixes` the file suffixes it claims (lower case, with the dot). `read`
+    imports its libraries inside, so that a corpus without the format never loads them, and
+    raises `Unreadable` for a file it cannot read."""
+
+    @property
+    def format(self) -> str: ...
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def suffixes(self) -> tuple[str, ...]: ...
+
+    def read(self, path: Path, limits: Limits) -> Reading: ...
+
+
+@dataclass(frozen=True)
+class FileReader:
+    """A `Reader` made of a module's read function, called with the reader's format."""
+
+    format: str
+    label: str
+    suffixes: tuple[str, ...]
+    function: Callable[[Path, str, Limits], Reading]
+
+    def read(self, path: Path, limits: Limits) -> Reading:
+        return self.function(path, self.format, limits)

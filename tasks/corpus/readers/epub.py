@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urldefrag
 
-from situate.tasks.corpus.readers.base import Reading, Section, Unreadable
+from situate.tasks.corpus.readers.base import FileReader, Limits, Place, Reading, Section, Unreadable
 from situate.tasks.corpus.readers.html import decode, html_sections, parse
 from situate.tasks.corpus.readers.zipguard import open_zip, read_member
 
@@ -77,8 +77,7 @@ def _chapters(zf: zipfile.ZipFile, spine: list[str], toc: dict[str, str], max_by
             if root is None:
                 continue
             title = toc.get(name) or _first_heading(root)
-            where = {"chapter": count + 1, "chapter_title": title}
-            sections = list(html_sections(root, where))
+            sections = list(html_sections(root, Place(chapter=count + 1, chapter_title=title)))
             if not any(s.text.strip() for s in sections):
                 continue
             count += 1
@@ -188,3 +187,10 @@ def _first_heading(root: Any) -> str:
             if text:
                 return text
     return ""
+
+
+def _read(path: Path, fmt: str, limits: Limits) -> Reading:
+    return read(path, fmt=fmt, max_bytes=limits.max_bytes)
+
+
+READERS = (FileReader("epub", "e-book", (".epub",), _read),)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from situate.tasks.corpus.readers.base import Reading, Section, Unreadable
+from situate.tasks.corpus.readers.base import FileReader, Limits, Reading, Section, Unreadable
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
@@ -49,6 +49,13 @@ def read(path: Path, *, fmt: str, max_bytes: int) -> Reading:
     title = title or next((s.text for s in sections if s.kind == "heading"), "")
     metadata: dict[str, Any] = {}
     return Reading(fmt, iter(sections), title=title, metadata=metadata)
+
+
+def _read(path: Path, fmt: str, limits: Limits) -> Reading:
+    return read(path, fmt=fmt, max_bytes=limits.max_bytes)
+
+
+READERS = (FileReader("md", "Markdown", (".md", ".markdown"), _read),)
 
 
 def front_matter_title(text: str) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from situate.tasks.corpus.readers.base import Reading, Section, Unreadable
+from situate.tasks.corpus.readers.base import FileReader, Limits, Place, Reading, Section, Unreadable
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -136,11 +136,9 @@ def _markdown_parts(text: str) -> Iterator[tuple[str, int, str]]:
 def _sections(cells: list[dict[str, Any]]) -> Iterator[Section]:
     path: list[tuple[int, str]] = []
 
-    def where(n: int, cell_type: str) -> dict[str, Any]:
-        w: dict[str, Any] = {"cell": n, "cell_type": cell_type}
-        if path:
-            w["heading_path"] = [t for _, t in path]
-        return w
+    def place(n: int, cell_type: str) -> Place:
+        return Place(cell=n, cell_type=cell_type,
+                     heading_path=tuple(t for _, t in path) if path else None)
 
     def heading(level: int, title: str) -> None:
         nonlocal path
@@ -152,22 +150,22 @@ def _sections(cells: list[dict[str, Any]]) -> Iterator[Section]:
         if not source.strip():
             continue
         if kind == "code":
-            yield Section(source.strip("\n"), where(n, "code"), kind="code")
+            yield Section(source.strip("\n"), place(n, "code"), kind="code")
         elif kind == "heading":  # nbformat 3's own heading cells
             level = cell.get("level")
             level = min(max(level, 1), 6) if isinstance(level, int) else 1
             title = " ".join(source.split())
             heading(level, title)
-            yield Section(title, where(n, "markdown"), kind="heading", level=level)
+            yield Section(title, place(n, "markdown"), kind="heading", level=level)
         elif kind == "markdown":
             for part, level, text in _markdown_parts(source):
                 if part == "heading":
                     heading(level, text)
-                    yield Section(text, where(n, "markdown"), kind="heading", level=level)
+                    yield Section(text, place(n, "markdown"), kind="heading", level=level)
                 else:
-                    yield Section(text, where(n, "markdown"))
+                    yield Section(text, place(n, "markdown"))
         else:  # raw cells (and unknown types): text as written
-            yield Section(source.strip("\n"), where(n, "raw"))
+            yield Section(source.strip("\n"), place(n, "raw"))
 
 
 def _guarded(sections: Iterator[Section]) -> Iterator[Section]:
@@ -178,3 +176,10 @@ def _guarded(sections: Iterator[Section]) -> Iterator[Section]:
         raise
     except Exception as e:  # noqa: BLE001 - a malformed cell midway
         raise Unreadable("corrupt notebook", f"{type(e).__name__}: {e}") from None
+
+
+def _read(path: Path, fmt: str, limits: Limits) -> Reading:
+    return read(path, fmt=fmt, max_bytes=limits.max_bytes)
+
+
+READERS = (FileReader("ipynb", "Jupyter notebook", (".ipynb",), _read),)

@@ -22,10 +22,11 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from situate.tasks.corpus.readers.base import Reading, Section, Unreadable
+from situate.tasks.corpus.readers.base import FileReader, Limits, Place, Reading, Section, Unreadable
 from situate.tasks.corpus.readers.zipguard import open_zip, read_member
 
 # The main part's content type tells the three formats apart (and their macro/template variants).
@@ -42,17 +43,21 @@ XLSX_BLOCK_ROWS = 50
 XLSX_BLOCK_CHARS = 700
 
 
-def read(path: Path, *, fmt: str, max_bytes: int) -> Reading:
-    """Read a DOCX, PPTX or XLSX (`fmt` "docx", "pptx" or "xlsx")."""
-    label = fmt.upper()
-    _check_package(Path(path), label, max_bytes)
-    opener = {"DOCX": _read_docx, "PPTX": _read_pptx, "XLSX": _read_xlsx}[label]
-    try:
-        return opener(Path(path))
-    except Unreadable:
-        raise
-    except Exception as e:  # noqa: BLE001 - whatever the library raises on a damaged package
-        raise _failure(label, e) from None
+def _opened(opener: Callable[[Path], Reading]) -> Callable[[Path, str, Limits], Reading]:
+    """A format's reader: the package checked to be that format, then opened by `opener`, a
+    library's exception on a damaged package an `Unreadable`."""
+
+    def read_package(path: Path, fmt: str, limits: Limits) -> Reading:
+        label = fmt.upper()
+        _check_package(Path(path), label, limits.max_bytes)
+        try:
+            return opener(Path(path))
+        except Unreadable:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever the library raises on a damaged package
+            raise _failure(label, e) from None
+
+    return read_package
 
 
 def _failure(label: str, e: BaseException) -> Unreadable:
@@ -358,12 +363,12 @@ def _docx_sections(document: Any, body: Any) -> Iterator[Section]:
     path: list[tuple[int, str]] = []
     items: list[str] = []  # consecutive list items, joined into one section
 
-    def where() -> dict[str, Any]:
-        return {"heading_path": [t for _, t in path]} if path else {}
+    def place() -> Place:
+        return Place(heading_path=tuple(t for _, t in path) if path else None)
 
     def flush() -> Iterator[Section]:
         if items:
-            yield Section("\n".join(items), where())
+            yield Section("\n".join(items), place())
             items.clear()
 
     for block in _docx_blocks(body):
@@ -371,7 +376,7 @@ def _docx_sections(document: Any, body: Any) -> Iterator[Section]:
             yield from flush()
             rows = _docx_table(block, marks)
             if rows:
-                yield Section("\n".join(rows), where(), kind="table")
+                yield Section("\n".join(rows), place(), kind="table")
             continue
         text = _paragraph_text(block, marks)
         if not text.strip() or styles.is_toc_entry(block):
@@ -381,20 +386,20 @@ def _docx_sections(document: Any, body: Any) -> Iterator[Section]:
             yield from flush()
             title = " ".join(text.split())
             path = [h for h in path if h[0] < level] + [(level, title)]
-            yield Section(title, where(), kind="heading", level=level)
+            yield Section(title, place(), kind="heading", level=level)
             continue
         depth = styles.is_list(block)
         if depth >= 0:
             items.append("  " * min(depth, 8) + "- " + text.strip())
             continue
         yield from flush()
-        yield Section(text.strip("\n"), where())
+        yield Section(text.strip("\n"), place())
     yield from flush()
     for kind, title in (("footnotes", "Footnotes"), ("endnotes", "Endnotes")):
         notes = _docx_notes(document, kind, marks)
         if notes:
-            yield Section(title, {"heading_path": [title]}, kind="heading", level=1)
-            yield Section("\n".join(notes), {"heading_path": [title]})
+            yield Section(title, Place(heading_path=(title,)), kind="heading", level=1)
+            yield Section("\n".join(notes), Place(heading_path=(title,)))
 
 
 def _docx_notes(document: Any, kind: str, marks: Marks) -> list[str]:
@@ -466,20 +471,20 @@ def _pptx_sections(slides: list[Any]) -> Iterator[Section]:
     the title as a heading path), its shapes in reading order, its speaker notes."""
     for n, slide in enumerate(slides, 1):
         title = _slide_title(slide)
-        where = {"slide": n, "slide_title": title}
+        place = Place(slide=n, slide_title=title)
         title_shape = slide.shapes.title
         title_id = title_shape.shape_id if title_shape is not None else None
         if title:
-            yield Section(title, dict(where))
+            yield Section(title, place)
         for shape in _reading_order(slide.shapes):
             if title_id is not None and shape.shape_id == title_id:
                 continue
-            yield from _pptx_shape(shape, where)
+            yield from _pptx_shape(shape, place)
         if slide.has_notes_slide:
             frame = slide.notes_slide.notes_text_frame
             notes = frame.text.replace("\v", "\n").strip() if frame is not None else ""
             if notes:
-                yield Section(notes, {**where, "notes": True}, kind="notes")
+                yield Section(notes, replace(place, notes=True), kind="notes")
 
 
 def _reading_order(shapes: Iterable[Any]) -> list[Any]:
@@ -488,12 +493,12 @@ def _reading_order(shapes: Iterable[Any]) -> list[Any]:
     return sorted(shapes, key=lambda s: (s.top or 0, s.left or 0))
 
 
-def _pptx_shape(shape: Any, where: dict[str, Any]) -> Iterator[Section]:
+def _pptx_shape(shape: Any, place: Place) -> Iterator[Section]:
     from pptx.enum.shapes import MSO_SHAPE_TYPE
 
     if shape.shape_type == MSO_SHAPE_TYPE.GROUP:
         for inner in _reading_order(shape.shapes):
-            yield from _pptx_shape(inner, where)
+            yield from _pptx_shape(inner, place)
         return
     if getattr(shape, "has_table", False) and shape.has_table:
         rows = []
@@ -507,7 +512,7 @@ def _pptx_shape(shape: Any, where: dict[str, Any]) -> Iterator[Section]:
             if line.strip(" |"):
                 rows.append(line)
         if rows:
-            yield Section("\n".join(rows), dict(where), kind="table")
+            yield Section("\n".join(rows), place, kind="table")
         return
     if getattr(shape, "has_text_frame", False) and shape.has_text_frame:
         lines = []
@@ -516,7 +521,7 @@ def _pptx_shape(shape: Any, where: dict[str, Any]) -> Iterator[Section]:
             if text:
                 lines.append("  " * min(para.level, 8) + text)
         if lines:
-            yield Section("\n".join(lines), dict(where))
+            yield Section("\n".join(lines), place)
 
 
 # --- XLSX --------------------------------------------------------------------------------------
@@ -589,7 +594,7 @@ def _sheet_sections(ws: Any) -> Iterator[Section]:
 
     def emit() -> Section:
         text = "\n".join(block if first == header_row else [header, *block])
-        return Section(text, {"sheet": name, "rows": [first, last]}, kind="table")
+        return Section(text, Place(sheet=name, rows=(first, last)), kind="table")
 
     header_row = 0
     # Read-only openpyxl yields every row from 1 on, filling the rows a sheet leaves out with
@@ -611,3 +616,9 @@ def _sheet_sections(ws: Any) -> Iterator[Section]:
         last = number
     if block:
         yield emit()
+
+
+# One reader a format: the registry's dispatch by suffix is the only one.
+READERS = (FileReader("docx", "Word document", (".docx",), _opened(_read_docx)),
+           FileReader("pptx", "slides", (".pptx",), _opened(_read_pptx)),
+           FileReader("xlsx", "spreadsheet", (".xlsx", ".xlsm"), _opened(_read_xlsx)))
