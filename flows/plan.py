@@ -308,7 +308,7 @@ def should_rebuild(options: IngestOptions, drift: int, rows: int) -> bool:
     Why a size and not a share alone: on Milvus Lite each stored segment scores BM25 with its own
     statistics, so the few rows an update writes are scored apart from the rest, and on the
     codebase benchmark Pass@k moved by up to 3 points at any drift from 0.4% to 25%
-    (BENCHMARKS.md, issue 35): no share short of 0 bounds that; a small collection is kept exact
+    (docs/benchmarks): no share short of 0 bounds that; a small collection is kept exact
     at the cost of seconds, a large one is rebuilt when its drift has paid for it."""
     if options.rebuild:
         return True

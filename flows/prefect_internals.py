@@ -70,7 +70,7 @@ def temporary_server() -> Any:
 # The temporary server of a one-off run holds no automations, so it runs none of their services:
 # Prefect's ephemeral server would otherwise evaluate automations every 5 s and run every event
 # through its reactive triggers (reading and writing their tables in the same SQLite file as the
-# run's own writes), and cancel them wherever they are when it shuts down (issue 36). What the
+# run's own writes), and cancel them wherever they are when it shuts down. What the
 # run needs stays: the API, the task-run recorder and the event persister (`launch.wait_until_recorded`
 # waits for both). Only that server's process gets it: a `prefect server start` the user (or a
 # test) starts from the same environment keeps its automations.
@@ -136,20 +136,13 @@ class _ServerProcess(subprocess.Popen):  # type: ignore[type-arg]
 
 
 def kill_at_exit(recorded: bool) -> bool:
-    """Have the temporary server killed at exit (`recorded`: everything this process's runs sent
-    is in its database, as the command checked: `launch.wait_until_recorded`) or asked to shut down, Prefect's
-    way (not `recorded`); False if this process has no temporary server that
-    `start_temporary_server` started.
+    """Have the temporary server killed at exit when `recorded` (everything this process's runs
+    sent is in its database: `launch.wait_until_recorded`), else asked to shut down, Prefect's
+    way; False if this process started no temporary server.
 
-    Asked to shut down, the server cancels its background services (the task-run recorder, the
-    event persister, the automations' evaluation that runs every 5 s whether or not there are
-    automations) wherever they are, with no way to let them finish or stop them first: one
-    cancelled while its database commit returns the connection makes SQLAlchemy log `Exception
-    during reset or similar` with a traceback, a recorder cut off logs `Error flushing N events`,
-    and both reach the command's stderr after its last line. With everything recorded, the
-    shutdown has nothing left to save: SQLite keeps every committed transaction through a kill
-    (one cut off is rolled back when the file is next opened), as a PostgreSQL server does for a
-    dropped connection."""
+    Why kill: a shutdown cancels the server's background services mid-commit, and their
+    tracebacks reach the command's stderr after its last line. With everything recorded there is
+    nothing left to save (SQLite keeps every committed transaction through a kill)."""
     process = getattr(temporary_server(), "server_process", None)
     if not isinstance(process, _ServerProcess):
         return False

@@ -30,8 +30,8 @@ from situate.core.records import Document
 from situate.storage.rows import lexical_text
 
 # Milvus Lite, fitted on `milvus-lite server` runs (benchmarks/SCALE_RESULTS.md: 5k-20k rows of
-# 64-, 384- and 1536-d by bench_capacity.py, 100k of 384-d by bench_scale.py, 100k of 1536-d from
-# issue 11), 780-character chunks with structural contexts. Memory above an empty store, at its
+# 64-, 384- and 1536-d by bench_capacity.py, 100k of 384-d by bench_scale.py, 100k of 1536-d from an
+# earlier run), 780-character chunks with structural contexts. Memory above an empty store, at its
 # peak while the rows are written: a fixed part once the first rows arrive (faiss, the BM25
 # analyzer, the first segments), each row's share once written (its Arrow columns, the float32
 # copy of its vector and the HNSW index's, its BM25 postings, ids and id maps), and the transient

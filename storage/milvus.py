@@ -420,7 +420,7 @@ class MilvusStore(Connection):
         Only the id comes back with each score: Milvus Lite reads `output_fields=[]` as every
         field, and sent each scored row whole (text, both vectors) for the score alone: on the
         codebase collection, scoring 100 rows cost 8.6 ms of CPU in the server and 3.7 ms here
-        that way, 4.8 and 1.3 ms with the id (BENCHMARKS.md, issue 42)."""
+        that way, 4.8 and 1.3 ms with the id (docs/benchmarks: concurrent queries)."""
         if not ids:
             return {}
         data, field, metric = self._leg(leg, query_text, query_vector)

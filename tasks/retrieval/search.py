@@ -158,14 +158,10 @@ def check_k(k: object) -> int:
 def answer(store: SearchStore, collection: str, query: str, mode: str, limit: int,
            encoder: Embedder | None, reranker: Reranker | None = None,
            fusion: str = "cdbsf", pool: Executor | None = None) -> list[Hit]:
-    """The top `limit` hits of one query in one mode, as a user's query is handled: embedded
-    (every mode but `bm25`: `encoder`, which gives it the vector it gets alone, even when it
-    embeds it beside other threads' queries), searched (hybrid's legs at the same time in
-    `pool`), and for `rerank` the hybrid top RERANK_DEPTH reranked by `reranker`. Every face of
-    situate's search (`situate.api.Retriever`: the evaluation, `situate search`, the HTTP and
-    MCP servers, the framework retrievers) runs each query through here, checked once before:
-    `query` cleaned, `mode` one the caller can run (an encoder for every mode but bm25, a
-    reranker for rerank), `fusion` one of FUSIONS."""
+    """The top `limit` hits of one query in one mode: embedded (every mode but `bm25`, by
+    `encoder`, to the vector it gets alone), searched (hybrid's legs at the same time in `pool`),
+    and for `rerank` the hybrid top RERANK_DEPTH reranked by `reranker`. Every face searches
+    through here, by `Retriever.run`, which has checked the query, the mode and the fusion."""
     vector = encoder.embed_queries([query])[0] if encoder is not None and mode != "bm25" else None
     if mode == "rerank":
         assert reranker is not None, "the rerank mode is asked for with a reranker"

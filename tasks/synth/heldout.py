@@ -25,7 +25,7 @@ Why code queries carry the definition's name: people ask about code by its names
 `OomObserver` struct do?"; of the codebase benchmark's 248 labelled questions, two thirds name an
 identifier), and a doc comment does not repeat the name written on the line below it. Without
 the name, the proxy asked what no user asks (a description of an unnamed function) and rated
-BM25, which matches names literally, below what a labelled set finds (BENCHMARKS.md, issue 24).
+BM25, which matches names literally, below what a labelled set finds (docs/benchmarks).
 
 Forms: a directory (text, Markdown and source files give queries; documents of other formats are
 copied unchanged and give none), a single text or source file, or a pre-chunked JSON (its
