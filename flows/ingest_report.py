@@ -4,11 +4,9 @@ artifact, the JSON and the console print are views of them. Imports no Prefect."
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from pydantic import BaseModel, ConfigDict
 
+from situate.core.output import write_json
 from situate.core.records import Usage
 
 
@@ -104,11 +102,7 @@ class IngestSummary(Bill, Counts):
 
     def write_json(self, out: str | None) -> None:
         """The summary as JSON at `out`, when given."""
-        if not out:
-            return
-        path = Path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.model_dump(mode="json"), indent=2) + "\n")
+        write_json(self.model_dump(mode="json"), out)
 
 
 class Alternative(Bill):

@@ -5,10 +5,11 @@ history, the table and Markdown artifacts, the console print and the chart are v
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
+
+from situate.core.output import write_json
 
 
 class _Record(BaseModel):
@@ -190,9 +191,6 @@ class Evaluation(_Record):
 
     def write_json(self, out: str | None, chart: bytes) -> None:
         """The public report at `out` and the chart beside it (`OUT.png`), when `out` is given."""
-        if not out:
-            return
-        target = Path(out)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(self.public(), indent=2) + "\n")
-        target.with_suffix(".png").write_bytes(chart)
+        target = write_json(self.public(), out)
+        if target is not None:
+            target.with_suffix(".png").write_bytes(chart)

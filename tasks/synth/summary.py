@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from pydantic import BaseModel, ConfigDict
+
+from situate.core.output import write_json
 
 
 class SynthSummary(BaseModel):
@@ -63,8 +62,5 @@ class SynthSummary(BaseModel):
                 f"input and ~{self.output_tokens} output tokens, ${self.cost_usd:.4f}")
 
     def write_json(self, out: str | None) -> None:
-        if not out:
-            return
-        path = Path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.model_dump(mode="json"), indent=2) + "\n")
+        """The summary as JSON at `out`, when given."""
+        write_json(self.model_dump(mode="json"), out)
