@@ -31,7 +31,7 @@ from prefect.futures import PrefectFuture, wait
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from situate.core.protocols import ChunkStore, StoreUpkeep
-from situate.core.records import Document, EmbeddedDocument, StoredDocument, Usage, batched
+from situate.core.records import Document, EmbeddedDocument, StoredDocument, Usage
 from situate.core.settings import get_settings
 from situate.flows.artifacts import DOCUMENTS_SITUATED, IngestProgress, artifact_key
 from situate.flows.capacity import run_warning
@@ -173,11 +173,26 @@ def rebuild_task(store: StoreUpkeep, collection: str, order: Sequence[str],
 
 def embed(embedder: Any, texts: Sequence[str]) -> np.ndarray:
     """Vectors of `texts`, held as float32 arrays (4 bytes a number; a list of Python floats
-    takes 32), converted batch by batch as the embedder answers."""
+    takes 32), converted batch by batch as the embedder answers.
+
+    The window's texts go to the embedder longest first, so that each call, and each batch a
+    local model pads to its longest text, holds texts of about one length: the padding a batch
+    of mixed lengths would compute is most of its cost (BENCHMARKS.md). The vectors come back in
+    the texts' order."""
+    if not texts:
+        return np.empty((0, 0), dtype=np.float32)
     size = get_settings().embed_batch
-    parts = [np.asarray(embedder.embed_documents(list(b), batch_size=size), dtype=np.float32)
-             for b in batched(texts, size)]
-    return np.concatenate(parts) if parts else np.empty((0, 0), dtype=np.float32)
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    out: np.ndarray | None = None
+    for start in range(0, len(order), size):
+        members = order[start:start + size]
+        part = np.asarray(embedder.embed_documents([texts[i] for i in members], batch_size=size),
+                          dtype=np.float32)
+        if out is None:
+            out = np.empty((len(texts), part.shape[1]), dtype=np.float32)
+        out[members] = part
+    assert out is not None
+    return out
 
 
 @flow(name="ingest", log_prints=False)

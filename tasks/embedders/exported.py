@@ -1,4 +1,5 @@
-"""A packaged model on ONNX Runtime: exported once from its own weights, cached, optionally int8.
+"""A packaged model on ONNX Runtime or OpenVINO: exported once from its own weights, cached,
+optionally int8.
 
 Why not sentence-transformers' `backend="onnx"`: it needs optimum-onnx, whose only release
 requires transformers < 4.58, and sentence-transformers 6 requires transformers >= 5, so it would
@@ -7,8 +8,9 @@ time padded to the maximum length and downloads from the Hub. So the libraries' 
 here, each for its step: `torch.onnx.export` exports the packaged weights (no network), with the
 model's pooling and normalization in the graph; `onnxruntime.transformers.optimizer` fuses
 BERT's attention, layer norms and GELU; `onnxruntime.quantization.quantize_dynamic` makes int8
-weights; ONNX Runtime runs it with the model's own tokenizer. Vectors match torch's to about 1e-6
-(fp32; tests/test_embed_backends.py).
+weights; ONNX Runtime, or OpenVINO's CPU plugin (which reads the plain ONNX export itself and
+makes its own fusions), runs it with the model's own tokenizer. Vectors match torch's to about
+1e-6 (fp32; tests/test_embed_backends.py).
 
 The export is kept under the cache directory (`models/`), named by the weights' sha256, the
 backend's settings and the exporter's versions, so a change in any of them makes a new one. It is
@@ -247,14 +249,15 @@ def _cores() -> int:
 
 
 class OnnxEmbedding:
-    """An exported model on ONNX Runtime behind `encode_documents` / `encode_queries` / `dim`,
-    and `tokenizer` / `max_seq_length` for `Windowed` (tasks/embedders/windows.py).
+    """An exported model on ONNX Runtime or OpenVINO behind `encode_documents` /
+    `encode_queries` / `dim`, and `tokenizer` / `max_seq_length` for `Windowed`
+    (tasks/embedders/windows.py).
 
-    Documents run on every core, queries on one (a session each, made on first use), as with
-    torch (tasks/embedders/local.py). Texts are sorted by length and padded per batch, as
-    sentence-transformers does. Dynamic int8 quantizes each call's activations by their own
-    range, so a text's vector depends a little on its batch: such a model is not
-    `batch_invariant`, and concurrent queries are then embedded one at a time.
+    Documents run on every core, queries on one (a runner each, made on first use), as with
+    torch (tasks/embedders/local.py). A call's texts are tokenized once, sorted by their number
+    of word pieces and padded per batch, so that a batch pads little. Dynamic int8 quantizes each
+    call's activations by their own range, so a text's vector depends a little on its batch: such
+    a model is not `batch_invariant`, and concurrent queries are then embedded one at a time.
     """
 
     def __init__(self, path: Path, model_dir: Path, backend: Backend, batch_size: int = 32) -> None:
@@ -266,24 +269,18 @@ class OnnxEmbedding:
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
         self.max_seq_length = _max_length(model_dir, self.tokenizer)
         self.batch_invariant = backend.quantization is None
-        self._sessions: dict[int, Any] = {}
+        self.precision = backend.precision
+        if backend.engine == "openvino" and backend.precision == "bf16" and not _cpu_has("BF16"):
+            self.precision = "fp32"  # what OpenVINO runs where the CPU has no bfloat16
+        self._runners: dict[int, Any] = {}
         self._dim = 0
 
-    def session(self, threads: int) -> Any:
-        if threads not in self._sessions:
-            import onnxruntime as ort
-
-            options = ort.SessionOptions()
-            options.graph_optimization_level = {
-                "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-                "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-                "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[self.backend.level]
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-            options.log_severity_level = 3
-            self._sessions[threads] = ort.InferenceSession(str(self.path), options,
-                                                           providers=["CPUExecutionProvider"])
-        return self._sessions[threads]
+    def runner(self, threads: int) -> Any:
+        """A function from a batch's inputs to its vectors, on `threads` threads."""
+        if threads not in self._runners:
+            make = _openvino if self.backend.engine == "openvino" else _onnxruntime
+            self._runners[threads] = make(self.path, self.backend, threads, self.precision)
+        return self._runners[threads]
 
     @property
     def dim(self) -> int:
@@ -298,16 +295,25 @@ class OnnxEmbedding:
         return self._run(texts, 1)
 
     def _run(self, texts: list[str], threads: int) -> np.ndarray:
-        session = self.session(threads)
-        names = [i.name for i in session.get_inputs()]
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        run, names = self.runner(threads)
+        encoded = self.tokenizer(list(texts), truncation=True, max_length=self.max_seq_length,
+                                 verbose=False)
+        ids = encoded["input_ids"]
+        order = sorted(range(len(texts)), key=lambda i: -len(ids[i]))
+        pad = int(self.tokenizer.pad_token_id or 0)
         out: np.ndarray | None = None
         for start in range(0, len(order), self.batch_size):
             members = order[start:start + self.batch_size]
-            encoded = self.tokenizer([texts[i] for i in members], padding=True, truncation=True,
-                                     max_length=self.max_seq_length, return_tensors="np")
-            feed = {n: np.asarray(encoded[n], dtype=np.int64) for n in names}
-            vectors = session.run(None, feed)[0]
+            width = len(ids[members[0]])
+            feed = {}
+            for name in names:
+                fill = pad if name == "input_ids" else 0
+                batch = np.full((len(members), width), fill, dtype=np.int64)
+                for row, i in enumerate(members):
+                    values = encoded[name][i]
+                    batch[row, :len(values)] = values
+                feed[name] = batch
+            vectors = run(feed)
             if out is None:
                 out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
             out[members] = vectors
@@ -316,6 +322,53 @@ class OnnxEmbedding:
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         result: np.ndarray = out / np.maximum(norms, 1e-12)
         return result
+
+
+def _onnxruntime(path: Path, backend: Backend, threads: int, precision: str) -> tuple[Any, list[str]]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = {
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[backend.level]
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return (lambda feed: session.run(None, feed)[0]), [i.name for i in session.get_inputs()]
+
+
+def _openvino(path: Path, backend: Backend, threads: int, precision: str) -> tuple[Any, list[str]]:
+    """OpenVINO's CPU plugin over the plain export: one stream (the LATENCY hint: one batch at a
+    time on every thread given, measured faster here than THROUGHPUT's several streams), in the
+    precision asked. An infer request per thread: a request is not to be shared between threads
+    (an app's own threads may search at once)."""
+    import threading
+
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(str(path), "CPU", {
+        "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads,
+        "INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32"})
+    output = compiled.output(0)
+    local = threading.local()
+
+    def run(feed: dict[str, np.ndarray]) -> np.ndarray:
+        request = getattr(local, "request", None)
+        if request is None:
+            request = local.request = compiled.create_infer_request()
+        vectors: np.ndarray = np.array(request.infer(feed)[output], dtype=np.float32)
+        return vectors
+
+    return run, [i.get_any_name() for i in compiled.inputs]
+
+
+def _cpu_has(capability: str) -> bool:
+    """Whether OpenVINO's CPU plugin lists `capability` (e.g. "BF16") for this CPU."""
+    import openvino as ov
+
+    return capability in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 
 
 def _max_length(model_dir: Path, tokenizer: Any) -> int:

