@@ -145,7 +145,7 @@ class CollectionInfo:
     embedder: str
     contexts: str = ""
     ingested: str = ""
-    backend: str = ""  # how the embedder ran: torch, onnx, onnx-int8, ... ("": not recorded)
+    backend: str = ""  # how the embedder ran: torch, openvino, onnx, ... ("": not recorded)
     precision: str = ""  # fp32, fp16, int8 ("": not recorded)
 
 

@@ -77,7 +77,7 @@ class IngestSummary(Bill, Counts):
     per stage."""
 
     device: str = ""  # cpu, cuda, ... ("" for an API's embedder, or nothing embedded)
-    backend: str = ""  # torch, onnx, onnx-int8, ... (api: at its provider)
+    backend: str = ""  # torch, openvino, onnx, ... (api: at its provider)
     precision: str = ""  # fp32, fp16, int8
 
     seconds: dict[str, float] = {}

@@ -252,9 +252,10 @@ class IngestOptions(Options):
     embedder: Annotated[str, Flag(("--embedder",), choices=_embedder_names,
                                   hint="optionally name:model; st:NAME_OR_PATH"),
                         FromSetting("embedder")] = from_settings(description="embedder by name")
-    backend: Backend = from_settings(description="how a local embedder runs: auto (onnx on the "
-                                     "CPU, torch fp16 on a GPU), torch, onnx, onnx-int8, or "
-                                     "another measured setting (docs: embedding backends)")
+    backend: Backend = from_settings(description="how a local embedder runs: auto (openvino on "
+                                     "the CPU, torch fp16 on a GPU), openvino, openvino-bf16, "
+                                     "torch, onnx, onnx-int8, or another measured setting (docs: "
+                                     "embedding backends)")
     device: Device = from_settings(description="where a local embedder runs: auto, cpu, cuda, "
                                    "cuda:N or mps")
     model: Annotated[str, Flag(("--model",)), FromSetting("anthropic_model")] = from_settings(

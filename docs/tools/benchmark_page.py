@@ -497,52 +497,76 @@ def _backend_bounds(quality: dict[str, Any], name: str) -> tuple[float, float] |
 
 def bench_backends() -> list[str]:
     d = _load("backends.json")
-    speed, quality, e2e = d.get("speed"), d.get("quality"), d.get("e2e")
+    speed, quality, e2e, tune = d.get("speed"), d.get("quality"), d.get("e2e"), d.get("tune")
+    isa = ", ".join(d["machine"].get("isa", [])) or "not recorded"
     out = ["## Embedding backends: speed against Pass@k", "",
            "MiniLM (all-MiniLM-L6-v2, the packaged weights) on each backend situate offers, on "
-           "this 2-core CPU (AVX2, no AVX-512 or VNNI; no GPU). chunks/s: "
+           f"this {d['machine']['cores']}-core CPU (instruction sets: {isa}; no GPU). chunks/s: "
            + (f"one in {speed['every']} of the codebase's chunks ({speed['texts']} texts)"
               if speed and speed.get("every", 1) > 1 else "the codebase's chunks") +
-           ", each with its structural context, "
-           "embedded in the backend's model process as an ingest does, backends interleaved in "
-           "rounds (median round). Peak RSS: the model process's own high-water mark. Pass@k: "
-           "`situate ingest --backend B` then `situate evaluate --modes dense,hybrid` on the "
-           "codebase and on a documentation corpus (19 Node.js API pages, eval set by `situate "
-           "synth --generator held-out`); Δ is the largest drop below torch fp32 over both "
-           "corpora and k = 5, 10, 20.", ""]
+           ", each with its structural context, embedded in the backend's model process as an "
+           "ingest embeds a window (longest first, calls of 64), backends interleaved in rounds "
+           "(median round). × torch: over `torch (before)`, torch fp32 as situate embedded until "
+           "now (texts in corpus order, calls of 64); × sorted: over torch given the same sorted "
+           "calls. Peak RSS: the model process's own high-water mark. Pass@k: `situate ingest "
+           "--backend B` then `situate evaluate --modes dense,hybrid` on the codebase and on a "
+           "documentation corpus (19 Node.js API pages, eval set by `situate synth --generator "
+           "held-out`); Δ is the largest drop below torch fp32 over both corpora and k = 5, 10, "
+           "20 (negative: a gain).", ""]
     if speed and quality:
         corpora = list(quality["corpora"])
-        head = "| backend | what | chunks/s | × torch | peak RSS |"
-        rule = "|---|---|---:|---:|---:|"
+        head = "| backend | what | chunks/s | × torch | × sorted | peak RSS |"
+        rule = "|---|---|---:|---:|---:|---:|"
         for c in corpora:
             head += f" {c} dense 5/10/20 | {c} hybrid 5/10/20 |"
             rule += "---|---|"
         out += [head + " worst Δ dense / hybrid |", rule + "---|"]
         for name, b in speed["backends"].items():
+            sorted_ratio = b.get("ratio_to_torch_sorted")
             row = (f"| `{name}` | {b['description']} | {_f(b['chunks_per_second'], 1)} | "
-                   f"{b['ratio_to_torch']:.2f} | {_f(b['peak_rss_mib'], 0)} MiB |")
+                   f"{b['ratio_to_torch']:.2f} | "
+                   f"{'—' if sorted_ratio is None else f'{sorted_ratio:.2f}'} | "
+                   f"{_f(b['peak_rss_mib'], 0)} MiB |")
+            measured_name = "torch" if name.startswith("torch") else name
             for c in corpora:
-                measured = quality["corpora"][c]["backends"].get(name)
+                measured = quality["corpora"][c]["backends"].get(measured_name)
                 for mode in ("dense", "hybrid"):
                     row += (" " + " / ".join(_f(measured["pass_at_k"][mode][k])
                                              for k in ("5", "10", "20")) + " |"
                             if measured else " — |")
-            bounds = _backend_bounds(quality, name)
+            bounds = _backend_bounds(quality, measured_name)
             out.append(row + (f" {bounds[0]:.2f} / {bounds[1]:.2f} |" if bounds else " — |"))
-        out += ["", "— : not measured in this run (time): `onnx-plain` and `onnx-basic` run the "
-                "same fp32 export as `onnx` without its fusions (their vectors match torch's to "
-                "2e-7); the int8 settings not run on the second corpus had already left the "
-                "bounds on the codebase."]
+        out += ["", "— : not measured in this run: `onnx-plain` and `onnx-basic` run the same fp32 "
+                "export as `onnx` without its fusions (their vectors match torch's to 3e-7)."]
         default = d.get("default", {})
         if default:
             out += ["", default["text"], ""]
+    if tune:
+        out += ["", "Texts per forward pass, per backend (`bench_backends.py tune`: the model in "
+                f"the benchmark's own process, {tune['texts']} codebase texts longest first, "
+                "settings interleaved, median of rounds; chunks/s):", ""]
+        rows: dict[str, dict[str, float]] = {}
+        for key, v in tune["settings"].items():
+            name, _, batch = key.partition(" batch ")
+            rows.setdefault(name + (" THROUGHPUT" if batch.endswith("THROUGHPUT") else ""),
+                            {})[batch.split()[0]] = v["chunks_per_second"]
+        sizes = sorted({b for r in rows.values() for b in r}, key=int)
+        out += ["| backend | " + " | ".join(sizes) + " |", "|---|" + "---:|" * len(sizes)]
+        for name, r in rows.items():
+            best = max(r.values())
+            out.append(f"| `{name}` | " + " | ".join(
+                "—" if s not in r else (f"**{_f(r[s], 1)}**" if r[s] == best else _f(r[s], 1))
+                for s in sizes) + " |")
     if e2e:
-        ref = e2e.get("embed_only_torch", {})
-        new = e2e.get(f"embed_only_{e2e.get('default', 'onnx-int8')}", {})
-        ingest = e2e.get(f"ingest_{e2e.get('default', 'onnx-int8')}", {})
+        default_name = e2e.get("default", "openvino")
+        ref = e2e.get("embed_only_torch_before", {})
+        new = e2e.get(f"embed_only_{default_name}_now", {})
+        ingest = e2e.get(f"ingest_{default_name}", {})
+        before = e2e.get("ingest_torch", {})
         out += ["", f"End to end on the generated {e2e['chunks']:,}-chunk corpus (bench_scale's): "
-                "a process that only embeds the texts, per backend, against `situate ingest "
-                "--context structural` with the default backend; process-tree peak RSS:", "",
+                "a process that only embeds the texts (`before`: torch fp32 as situate did until "
+                "now; `now`: as an ingest embeds a window), against `situate ingest --context "
+                "structural` with the default backend and with torch; process-tree peak RSS:", "",
                 "| run | seconds | chunks/s | peak RSS |", "|---|---:|---:|---:|"]
         for key, v in e2e.items():
             if isinstance(v, dict) and "wall_seconds" in v:
@@ -553,14 +577,11 @@ def bench_backends() -> list[str]:
             out += ["", f"The ingest takes {ingest['wall_seconds'] / ref['wall_seconds']:.2f}× "
                     "the torch fp32 embed-only reference and "
                     f"{ingest['wall_seconds'] / new['wall_seconds']:.2f}× embedding alone with the "
-                    "default backend.", ""]
-        if "ingest_torch" not in e2e:
-            before = _load("scale-10k-minilm.json")["runs"][1]
-            out += ["The same run's `situate ingest --backend torch` was stopped by the run's time "
-                    "limit; the torch ingest of the same 10k corpus measured earlier "
-                    "(`scale-10k-minilm.json`) peaked at "
-                    f"{_f(before['peak_rss_mib'], 0)} MiB.", ""]
-    parts = [p for p in (speed, quality, e2e) if p]
+                    "default backend"
+                    + (f"; its process tree peaked at {_f(ingest['peak_rss_mib'], 0)} MiB against "
+                       f"{_f(before['peak_rss_mib'], 0)} MiB for the torch ingest." if before
+                       else "."), ""]
+    parts = [p for p in (speed, quality, tune, e2e) if p]
     out += ["", "- Result file: `benchmarks/results/backends.json`",
             "- Commands: " + "; ".join(_venv_python(p["command"]) for p in parts),
             "- Date: " + ", ".join(sorted({p["started"][:10] for p in parts})),

