@@ -1,36 +1,49 @@
 """Embedding backends side by side: speed, memory and quality of every local-model setting.
 
-Three parts, each writing into one result file (`--out`, merged, so the parts can run apart):
+Five parts, each writing into one result file (`--out`, merged, so the parts can run apart):
 
 `speed`: every backend (`situate.tasks.embedders.runtime.BACKENDS`) loaded in its own model
 process, as an ingest loads it; then `--rounds` rounds over the codebase's chunk texts (context
-and chunk, as an ingest embeds them with structural contexts), backends interleaved and their
-order rotated each round. chunks/s is the median round's; ratio is over torch fp32's. Peak RSS is
-each model process's own high-water mark (VmHWM).
+and chunk, as an ingest embeds them with structural contexts), each backend embedding them as an
+ingest embeds a window (`flows.ingest.embed`: longest first), backends interleaved and their
+order rotated each round. The reference, `torch (before)`: torch fp32 as situate embedded until
+now (its own model process with batches of 32, the texts in corpus order, calls of 64).
+chunks/s is the median round's; the ratios are over the reference and over torch given the same
+sorted calls. Peak RSS is each model process's own high-water mark (VmHWM). With `--scale N`:
+the same over the N chunks of bench_scale's generated corpus (part `speed_10k` for 10,000).
+
+`tune`: texts per forward pass for each backend (8 to 128) and OpenVINO's THROUGHPUT hint, the
+model in this process, settings interleaved.
 
 `quality`: for each corpus (NAME=CORPUS,EVAL_SET) and backend, the real commands: `situate
 ingest CORPUS --context structural --backend B` into a Milvus Lite file of its own, then `situate
 evaluate --modes dense,hybrid` (queries embedded as the collection records: the same backend).
 
 `e2e`: the 10k-chunk corpus of benchmarks/bench_scale.py: chunks/s of an embed-only process for
-each of `--e2e-backends` (a process that reads the texts and embeds them, nothing else), then
-`situate ingest` of the same corpus with the default backend; each with its process tree's peak
-RSS. The ratios: ingest over torch fp32 embed-only (the reference: what situate did before), and
-over embed-only with the default.
+each of `--e2e-backends` (a process that reads the texts and embeds them, nothing else: `before`
+as situate did until now, `now` as an ingest embeds its windows), then `situate ingest` of the
+same corpus with each of `--ingest-backends`; each with its process tree's peak RSS. The ratios:
+the default's ingest over torch fp32 embed-only `before` (the reference), and over embed-only
+with the default `now`.
 
-    flock -x /tmp/situate-cpu.lock .venv/bin/python benchmarks/bench_backends.py speed \\
-        --rounds 3 --out benchmarks/results/backends.json
-    .venv/bin/python benchmarks/bench_backends.py quality \\
-        --corpus codebase=$CODEBASE/codebase_chunks.json,$CODEBASE/evaluation_set.jsonl \\
-        --corpus nodedocs=/tmp/nodesynth/corpus,/tmp/nodesynth/eval.jsonl \\
-        --out benchmarks/results/backends.json
+`choose`: the CPU default from the file's speed and quality parts.
+
+    B=benchmarks/bench_backends.py; OUT=benchmarks/results/backends.json
+    C=../shared/datasets/codebase
+    .venv/bin/python $B quality --backends torch,openvino-bf16,openvino,onnx \
+        --corpus codebase=$C/codebase_chunks.json,$C/evaluation_set.jsonl \
+        --corpus nodedocs=/tmp/nodesynth/corpus,/tmp/nodesynth/eval.jsonl --out $OUT
+    flock -x /tmp/situate-cpu.lock .venv/bin/python $B tune --every 3 --rounds 3 --out $OUT
+    flock -x /tmp/situate-cpu.lock .venv/bin/python $B speed --rounds 3 --out $OUT
+    flock -x /tmp/situate-cpu.lock .venv/bin/python $B speed --scale 10000 --rounds 1 --out $OUT
+    flock -x /tmp/situate-cpu.lock .venv/bin/python $B e2e --chunks 10000 \
+        --e2e-backends torch:before,openvino --ingest-backends openvino,torch --out $OUT
+    .venv/bin/python $B choose --out $OUT
 
 (`situate synth /tmp/nodedocs --out /tmp/nodesynth --generator held-out --n 200` made the second
 corpus and its eval set from 19 pages of the Node.js API docs in /usr/share/doc/nodejs/api:
 child_process, vm, assert, events, dns, net, url, perf_hooks, worker_threads, zlib, readline,
 modules, os, dgram, cluster, repl, path, timers, console.)
-    flock -x /tmp/situate-cpu.lock .venv/bin/python benchmarks/bench_backends.py e2e \\
-        --out benchmarks/results/backends.json
 """
 
 from __future__ import annotations
@@ -103,6 +116,17 @@ def codebase_texts() -> list[str]:
     return texts
 
 
+def scale_texts(chunks: int) -> list[str]:
+    """The chunks of benchmarks/bench_scale.py's generated corpus (its paragraphs), as the e2e
+    part's embed-only processes read them."""
+    from bench_scale import write_corpus
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "corpus.jsonl"
+        write_corpus(path, chunks)
+        return [p for line in path.open() for p in json.loads(line)["text"].split("\n\n")]
+
+
 def vm_hwm(pid: int) -> int:
     try:
         for line in open(f"/proc/{pid}/status"):
@@ -118,7 +142,7 @@ def cmd_speed(args: argparse.Namespace) -> None:
     from situate.tasks.embedders.base import Embedders
     from situate.tasks.embedders.runtime import BACKENDS, Runtime
 
-    texts = codebase_texts()[::args.every]
+    texts = scale_texts(args.scale) if args.scale else codebase_texts()[::args.every]
     names = args.backends.split(",") if args.backends else list(BACKENDS)
     cache = Path(args.cache)
     embedders = Embedders()
@@ -168,7 +192,7 @@ def cmd_speed(args: argparse.Namespace) -> None:
                                         "order, calls of 64, batches of 32" if name == BEFORE
                                         else BACKENDS[name].description)}
     embedders.release()
-    merge(Path(args.out), "speed", {
+    merge(Path(args.out), f"speed_{args.scale // 1000}k" if args.scale else "speed", {
         "command": " ".join(["benchmarks/bench_backends.py", *sys.argv[1:]]),
         "started": time.strftime("%Y-%m-%d %H:%M"), "texts": len(texts), "every": args.every,
         "load_before": load_before, "load_after": load_after, "backends": result})
@@ -408,6 +432,8 @@ def main() -> None:
     parser.add_argument("--corpus", action="append", default=[], help="NAME=CORPUS,EVAL_SET")
     parser.add_argument("--cache", default="data/cache")
     parser.add_argument("--chunks", type=int, default=10_000)
+    parser.add_argument("--scale", type=int, default=0,
+                        help="speed: the texts of bench_scale's corpus of this many chunks")
     parser.add_argument("--e2e-backends", default="torch:before,openvino",
                         help="embed-only runs, BACKEND[:before|now] (default now)")
     parser.add_argument("--ingest-backends", default="openvino,torch")

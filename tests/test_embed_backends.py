@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +56,17 @@ def test_auto_on_the_cpu_is_the_measured_default_for_minilm_and_torch_for_others
         "cpu", CPU_BACKEND, runtime.BACKENDS[CPU_BACKEND].precision)
     assert resolve(Runtime("auto", "cpu"), "st") == Resolved("cpu", "torch", "fp32")
     assert resolve(Runtime("torch", "cpu"), "minilm") == Resolved("cpu", "torch", "fp32")
+
+
+def test_batch_sizes_are_the_backends_measured_ones_unless_asked():
+    from situate.tasks.embedders.runtime import BACKENDS, Runtime, batch_size
+
+    assert batch_size("cpu", "openvino") == BACKENDS["openvino"].batch
+    assert batch_size("cpu", "openvino-bf16") == BACKENDS["openvino-bf16"].batch
+    assert batch_size("cuda:0", "torch") == 256
+    assert batch_size("cpu", "openvino", asked=32) == 32
+    # A model process asked for another batch size is another process (Embedders' key).
+    assert Runtime("torch", "cpu", batch=32).key() != Runtime("torch", "cpu").key()
 
 
 def test_an_absent_or_unknown_device_or_backend_is_one_input_error(monkeypatch):
@@ -218,6 +230,34 @@ def test_two_processes_on_an_empty_cache_both_succeed_with_one_export(tmp_path):
     assert sum(1 for _, note in results if note) == 1  # one prepared it, the other waited
     finished = [p for p in (tmp_path / "models").iterdir() if p.is_dir()]
     assert len(finished) == 1 and not [p for p in finished if p.name.startswith(".")]
+
+
+@pytest.mark.slow
+def test_two_ingests_started_together_on_an_empty_cache_store_identical_rows(tmp_path):
+    """Two `situate ingest` runs started at once on one empty cache (each into its own Lite
+    file): both prepare-or-wait for the one export, both succeed, and their rows, vectors
+    included, are identical."""
+    from tests.helpers import open_store
+
+    situate = str(Path(sys.executable).with_name("situate"))
+    corpus = tmp_path / "corpus.jsonl"
+    with corpus.open("w") as f:
+        for i, text in enumerate(_texts()):
+            f.write(json.dumps({"id": f"d{i}", "text": text}) + "\n")
+    runs = [subprocess.Popen([situate, "ingest", str(corpus), "--collection", "c", "--milvus-uri",
+                              str(tmp_path / f"{n}.db")],
+                             env={**os.environ, "SITUATE_CACHE_DIR": str(tmp_path / "cache"),
+                                  "PREFECT_HOME": str(tmp_path / f"prefect{n}")},
+                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+            for n in (1, 2)]
+    done = [(r.returncode, err) for r in runs for _, err in [r.communicate(timeout=600)]]
+    assert [code for code, _ in done] == [0, 0], [err[-2000:] for _, err in done]
+    assert sum("prepared all-MiniLM-L6-v2" in err for _, err in done) == 1
+    fields = ("id", "doc_id", "chunk_index", "text", "context", "dense")
+    rows = [sorted(open_store(str(tmp_path / f"{n}.db")).rows("c", fields), key=lambda r: r["id"])
+            for n in (1, 2)]
+    assert len(rows[0]) >= len(_texts()) and rows[0] == rows[1]
 
 
 # --- what the collection records, and how its queries are embedded -------------------------------

@@ -515,8 +515,12 @@ def bench_backends() -> list[str]:
            "20 (negative: a gain).", ""]
     if speed and quality:
         corpora = list(quality["corpora"])
+        scale = d.get("speed_10k", {}).get("backends", {})
         head = "| backend | what | chunks/s | × torch | × sorted | peak RSS |"
         rule = "|---|---|---:|---:|---:|---:|"
+        if scale:
+            head += " chunks/s 10k | × torch 10k |"
+            rule += "---:|---:|"
         for c in corpora:
             head += f" {c} dense 5/10/20 | {c} hybrid 5/10/20 |"
             rule += "---|---|"
@@ -527,6 +531,10 @@ def bench_backends() -> list[str]:
                    f"{b['ratio_to_torch']:.2f} | "
                    f"{'—' if sorted_ratio is None else f'{sorted_ratio:.2f}'} | "
                    f"{_f(b['peak_rss_mib'], 0)} MiB |")
+            if scale:
+                at = scale.get(name)
+                row += (f" {_f(at['chunks_per_second'], 1)} | {at['ratio_to_torch']:.2f} |"
+                        if at else " — | — |")
             measured_name = "torch" if name.startswith("torch") else name
             for c in corpora:
                 measured = quality["corpora"][c]["backends"].get(measured_name)
@@ -581,7 +589,7 @@ def bench_backends() -> list[str]:
                     + (f"; its process tree peaked at {_f(ingest['peak_rss_mib'], 0)} MiB against "
                        f"{_f(before['peak_rss_mib'], 0)} MiB for the torch ingest." if before
                        else "."), ""]
-    parts = [p for p in (speed, quality, tune, e2e) if p]
+    parts = [p for p in (speed, d.get("speed_10k"), quality, tune, e2e) if p]
     out += ["", "- Result file: `benchmarks/results/backends.json`",
             "- Commands: " + "; ".join(_venv_python(p["command"]) for p in parts),
             "- Date: " + ", ".join(sorted({p["started"][:10] for p in parts})),
