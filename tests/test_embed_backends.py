@@ -58,6 +58,22 @@ def test_auto_on_the_cpu_is_the_measured_default_for_minilm_and_torch_for_others
     assert resolve(Runtime("torch", "cpu"), "minilm") == Resolved("cpu", "torch", "fp32")
 
 
+def test_without_openvino_auto_runs_onnx_and_naming_openvino_is_one_input_error(monkeypatch):
+    import importlib.util
+
+    from situate.core.errors import InputError
+    from situate.tasks.embedders import runtime
+    from situate.tasks.embedders.runtime import Resolved, Runtime, check_backend, resolve
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "openvino" else found(name, *a))
+    monkeypatch.setattr(runtime, "gpu_possible", lambda: False)
+    assert resolve(Runtime("auto", "auto"), "minilm") == Resolved("cpu", "onnx", "fp32")
+    with pytest.raises(InputError, match=r"^--backend openvino-bf16: OpenVINO is not installed"):
+        check_backend("openvino-bf16")
+
+
 def test_batch_sizes_are_the_backends_measured_ones_unless_asked():
     from situate.tasks.embedders.runtime import BACKENDS, Runtime, batch_size
 

@@ -82,6 +82,14 @@ ONNX_MODELS = ("minilm",)  # embedders whose model situate can export (the other
 DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
+def cpu_backend() -> str:
+    """The CPU default, or ONNX Runtime's fp32 where OpenVINO is not installed (a platform
+    without its wheel): the same vectors, a little slower."""
+    import importlib.util
+
+    return CPU_BACKEND if importlib.util.find_spec("openvino") is not None else "onnx"
+
+
 def backend_names() -> list[str]:
     return ["auto", *BACKENDS]
 
@@ -109,6 +117,12 @@ def check_backend(backend: str, embedder: str = "minilm") -> str:
         raise InputError(f"--backend {backend}: only {', '.join(ONNX_MODELS)} can run on ONNX "
                          f"Runtime or OpenVINO; embedder {embedder!r} runs on torch (--backend "
                          "torch or auto)")
+    if backend != "auto" and BACKENDS[backend].engine == "openvino":
+        import importlib.util
+
+        if importlib.util.find_spec("openvino") is None:
+            raise InputError(f"--backend {backend}: OpenVINO is not installed here (pip install "
+                             "openvino); use --backend onnx or auto")
     return backend
 
 
@@ -169,7 +183,7 @@ def resolve(runtime: Runtime, embedder: str = "minilm") -> Resolved:
             raise InputError(problem)
     backend = runtime.backend
     if backend == "auto":
-        backend = CPU_BACKEND if device == "cpu" and embedder in ONNX_MODELS else "torch"
+        backend = cpu_backend() if device == "cpu" and embedder in ONNX_MODELS else "torch"
     chosen = BACKENDS[backend]
     if chosen.engine != "torch" and device != "cpu":
         raise InputError(f"backend {backend} runs on the CPU, not {device}: use --backend torch")
