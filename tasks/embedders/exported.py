@@ -350,7 +350,10 @@ def _openvino(path: Path, backend: Backend, threads: int, precision: str) -> tup
 
     compiled = ov.Core().compile_model(str(path), "CPU", {
         "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads,
-        "INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32"})
+        "INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32",
+        # Its threads are not pinned to cores: the machine is shared (the store's server, Prefect,
+        # an app's own threads), and a pinned thread waits for its core while another is idle.
+        "ENABLE_CPU_PINNING": False})
     output = compiled.output(0)
     local = threading.local()
 
