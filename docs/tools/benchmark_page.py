@@ -586,6 +586,10 @@ def bench_backends() -> list[str]:
                     "the torch fp32 embed-only reference and "
                     f"{ingest['wall_seconds'] / new['wall_seconds']:.2f}× embedding alone with the "
                     "default backend"
+                    + (f" (its flow itself took {_f(ingest['seconds']['total'], 1)} s, "
+                       f"{ingest['seconds']['total'] / new['wall_seconds']:.2f}×; the rest is "
+                       "starting Python, Prefect's temporary server and the store, and stopping "
+                       "them)" if "total" in ingest.get("seconds", {}) else "")
                     + (f"; its process tree peaked at {_f(ingest['peak_rss_mib'], 0)} MiB against "
                        f"{_f(before['peak_rss_mib'], 0)} MiB for the torch ingest." if before
                        else "."), ""]
@@ -596,8 +600,16 @@ def bench_backends() -> list[str]:
             f"- Machine: {d['machine']['cpu']}, {d['machine']['cores']} cores, Python "
             f"{d['machine']['python']}; load average "
             + "; ".join(f"{p.get('load_before')} → {p.get('load_after', 'not recorded')}" for p in parts
-                        if p.get("load_before")), ""]
-    return out
+                        if p.get("load_before"))]
+    older = _load("backends-avx2.json")
+    if older:
+        o = older["speed"]["backends"]
+        out += ["- The same benchmark earlier on a 2-core AMD EPYC with AVX2 only (no AVX-512, VNNI "
+                "or bfloat16), before OpenVINO was offered and before an ingest sorted its texts: "
+                f"`benchmarks/results/backends-avx2.json` (`onnx` {o['onnx']['ratio_to_torch']:.2f}× "
+                f"torch fp32, `onnx-int8` {o['onnx-int8']['ratio_to_torch']:.2f}×; "
+                f"{older['speed']['started'][:10]})"]
+    return out + [""]
 
 
 BENCHMARK_SECTIONS: list[Callable[[], list[str]]] = [
