@@ -61,6 +61,7 @@ from situate.tasks.contexts.cache import situate_documents
 from situate.tasks.corpus.load import CorpusScan, scan_corpus, stream_corpus
 from situate.tasks.embedders.base import Embedders
 from situate.tasks.embedders.runtime import Runtime
+from situate.tasks.embedders.windows import in_groups
 
 
 @task(task_run_name="scan-corpus", persist_result=False, cache_policy=NO_CACHE)
@@ -179,20 +180,12 @@ def embed(embedder: Any, texts: Sequence[str]) -> np.ndarray:
     local model pads to its longest text, holds texts of about one length: the padding a batch
     of mixed lengths would compute is most of its cost (BENCHMARKS.md). The vectors come back in
     the texts' order."""
-    if not texts:
-        return np.empty((0, 0), dtype=np.float32)
     size = get_settings().embed_batch
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    out: np.ndarray | None = None
-    for start in range(0, len(order), size):
-        members = order[start:start + size]
-        part = np.asarray(embedder.embed_documents([texts[i] for i in members], batch_size=size),
-                          dtype=np.float32)
-        if out is None:
-            out = np.empty((len(texts), part.shape[1]), dtype=np.float32)
-        out[members] = part
-    assert out is not None
-    return out
+    out = in_groups(len(texts), (order[i:i + size] for i in range(0, len(order), size)),
+                    lambda members: embedder.embed_documents([texts[i] for i in members],
+                                                             batch_size=size))
+    return np.empty((0, 0), dtype=np.float32) if out is None else out
 
 
 @flow(name="ingest", log_prints=False)

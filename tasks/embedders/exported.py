@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from situate.tasks.embedders.runtime import Backend
+from situate.tasks.embedders.windows import in_groups
 
 MODEL_FILE = "model.onnx"
 MANIFEST = "manifest.json"
@@ -301,22 +302,21 @@ class OnnxEmbedding:
         ids = encoded["input_ids"]
         order = sorted(range(len(texts)), key=lambda i: -len(ids[i]))
         pad = int(self.tokenizer.pad_token_id or 0)
-        out: np.ndarray | None = None
-        for start in range(0, len(order), self.batch_size):
-            members = order[start:start + self.batch_size]
+
+        def padded(members: list[int]) -> Any:  # one batch, padded to its longest text
             width = len(ids[members[0]])
             feed = {}
             for name in names:
-                fill = pad if name == "input_ids" else 0
-                batch = np.full((len(members), width), fill, dtype=np.int64)
+                batch = np.full((len(members), width), pad if name == "input_ids" else 0,
+                                dtype=np.int64)
                 for row, i in enumerate(members):
                     values = encoded[name][i]
                     batch[row, :len(values)] = values
                 feed[name] = batch
-            vectors = run(feed)
-            if out is None:
-                out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
-            out[members] = vectors
+            return run(feed)
+
+        out = in_groups(len(texts), (order[i:i + self.batch_size]
+                                     for i in range(0, len(order), self.batch_size)), padded)
         if out is None:
             return np.empty((0, self._dim), dtype=np.float32)
         norms = np.linalg.norm(out, axis=1, keepdims=True)

@@ -20,9 +20,23 @@ Imports no Prefect and no project module with state: the model's own process bui
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
+
+
+def in_groups(n: int, groups: Iterable[list[int]],
+              encode: Callable[[list[int]], Any]) -> np.ndarray | None:
+    """Rows for items 0..n-1 as float32: each group's rows from one `encode(group)` call, put back
+    at their own items (None when there is no group)."""
+    out: np.ndarray | None = None
+    for members in groups:
+        vectors = np.asarray(encode(members), dtype=np.float32)
+        if out is None:
+            out = np.empty((n, vectors.shape[1]), dtype=np.float32)
+        out[members] = vectors
+    return out
 
 
 def split_windows(tokenizer: Any, text: str, size: int) -> list[tuple[str, int]]:
@@ -84,13 +98,8 @@ class Windowed:
             groups.setdefault(len(ids), []).append(i)
         if len(groups) == 1:
             return np.asarray(self.inner.encode_queries(pieces), dtype=np.float32)
-        out: np.ndarray | None = None
-        for members in groups.values():
-            vectors = np.asarray(self.inner.encode_queries([pieces[i] for i in members]),
-                                 dtype=np.float32)
-            if out is None:
-                out = np.empty((len(pieces), vectors.shape[1]), dtype=np.float32)
-            out[members] = vectors
+        out = in_groups(len(pieces), groups.values(),
+                        lambda members: self.inner.encode_queries([pieces[i] for i in members]))
         assert out is not None
         return out
 
