@@ -133,7 +133,8 @@ def window_task(window: Window, contextualizer: Contextualizer, cache: ContextCa
         results = situate_documents(contextualizer, window.docs, cache, reporter(DOCUMENTS_SITUATED))
         lap("situate")
         embedder = embedders.get(embedder_spec, runtime)
-        vectors = embed(embedder, [x.indexed_text for r in results for x in r.situated])
+        with embedder.turn():  # one window embeds at a time: the one before is written meanwhile
+            vectors = embed(embedder, [x.indexed_text for r in results for x in r.situated])
         lap("embed")
         info = embedder.info
         if len(vectors) and not store.exists(collection):

@@ -4,17 +4,19 @@ sooner, print less noise or end cleanly, and says which.
 The CLI calls `configure_process` first, then `launch_ingest` or `launch_evaluate`; deployment
 runs call the flows directly and need none of this. In order, because each step is slower than
 the one before: the options (checked as they were built, before Prefect is imported), the input
-(read once, here; the flow run takes it), the model's load (seconds, in its own process) and the
-store (opened in the background), and Prefect's temporary server (started while the model
-loads).
+(read once, here; the flow run takes it), the model's load (seconds, in its own process), then,
+the input being good, Prefect's temporary server (started in a thread: the longest step) while
+the store opens in the background.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from situate.core.errors import CollectionNotFound
@@ -51,8 +53,9 @@ PREFECT_DEFAULTS = {
     # handlers are for children that go on using gRPC, and every child here runs a new program.
     "GRPC_ENABLE_FORK_SUPPORT": "false",
     # The temporary server writes the events it receives every this many seconds (Prefect's
-    # default: 5); the command waits for the last write before it stops the server (`wait_until_recorded`).
-    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "0.5",
+    # default: 5; an empty queue costs nothing); the command waits for the last write before it
+    # stops the server (`wait_until_recorded`).
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "0.2",
 }
 
 # How long to wait, after a flow, for the temporary server to record what the run sent (past it,
@@ -96,13 +99,16 @@ def launch_ingest(options: IngestOptions) -> IngestSummary | IngestPlan:
         resources.scan = scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
                                  code_chunks=options.code_chunks,
                                  follow_links=options.follow_links)
-        from situate.flows.ingest import ingest_flow  # Prefect comes with it (seconds)
+        server = TemporaryServerStart()  # the input is good: the slowest step starts first
+        server.imported.wait()
+        from situate.flows.ingest import ingest_flow  # the rest of Prefect comes with it
 
         def warm(store: Any) -> None:  # an existing collection loads no model unless it must
             if not store.exists(options.collection):
                 resources.embedders.get(options.embedder, options.runtime())
 
         resources.open_in_background(options.milvus_uri, then=warm)
+        server.started.wait()
         summary: IngestSummary | IngestPlan = run_flow(
             ingest_flow, ("situate", "ingest", f"collection:{options.collection}"), options,
             resources)
@@ -122,8 +128,10 @@ def launch_evaluate(options: EvaluateOptions) -> Evaluation:
         resources.eval_set = load_eval_set(options.eval_set)  # read once; a bad one fails here
         # Nothing to evaluate: said before Prefect starts.
         CollectionNotFound.unless_lite_file(names[0], options.milvus_uri)
+        server = TemporaryServerStart()
+        server.imported.wait()
         from situate.core.settings import get_settings
-        from situate.flows.evaluate import evaluate_flow  # Prefect comes with it (seconds)
+        from situate.flows.evaluate import evaluate_flow  # the rest of Prefect comes with it
 
         def warm(store: Any) -> None:
             if options.modes != ["bm25"] and store.exists(names[0]):
@@ -134,6 +142,7 @@ def launch_evaluate(options: EvaluateOptions) -> Evaluation:
                                         query_runtime(info, options.backend, options.device))
 
         resources.open_in_background(options.milvus_uri, then=warm)
+        server.started.wait()
         evaluation: Evaluation = run_flow(
             evaluate_flow, ("situate", "evaluate", *(f"collection:{n}" for n in names)), options,
             resources)
@@ -154,23 +163,86 @@ def run_flow(flow: Any, tags: tuple[str, ...], options: Options, resources: Reso
     start_temporary_server()
     take_over_flow_run_sigterm()
     gc.freeze()  # what is loaded by now lives to the end: keep the collector off it
-    with provided(resources), prefect_tags(*tags):
+    with provided(resources), prefect_tags(*tags), without_heartbeats():
         state = flow(options, return_state=True)
     prefect_internals.kill_at_exit(wait_until_recorded(state.state_details.flow_run_id))
     return state.result()
 
 
-def start_temporary_server() -> None:
-    """Start Prefect's temporary API server for a one-off run, while the model loads (a flow run
-    with no PREFECT_API_URL starts it on its first API call and waits for it). With a
-    configured server: nothing."""
+@contextmanager
+def without_heartbeats() -> Iterator[None]:
+    """No flow-run heartbeats on the temporary server. Heartbeats let a server's automations mark
+    a run whose process died as crashed; the temporary server runs no automations
+    (`prefect_internals.TEMPORARY_SERVER_ENV`) and ends with the command. Prefect's heartbeat
+    thread sleeps in steps of a second and the run waits for it to end: up to a second at the
+    end of every command. A configured server keeps them."""
     from situate.flows import prefect_internals
 
-    if prefect_internals.temporary_server() is not None:
+    if prefect_internals.temporary_server() is None:
+        yield
         return
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        yield
+
+
+class TemporaryServerStart:
+    """Prefect's temporary server for a one-off run, started in a thread of its own once the
+    command's input is checked: the longest step before a flow run can begin. Prefect's server
+    module takes seconds to import here and its process seconds more to answer; meanwhile the
+    command's own thread imports the flow, opens the store and the model loads.
+
+    `imported` is set once Prefect's server module is imported (the command imports the rest of
+    Prefect after it: two threads importing one package at once can each find a module of the
+    other half-initialized), `started` once the server answers (or failed to start: the flow
+    starts it again and reports the error). The thread then stays parked for good: the server's
+    process is told to stop when the thread that started it ends (Linux's parent-death signal,
+    `prefect_internals.start_temporary_server`), so that thread lives as long as the command."""
+
+    def __init__(self) -> None:
+        self.imported = threading.Event()
+        self.started = threading.Event()
+        threading.Thread(target=self._start, name="situate-temporary-server", daemon=True).start()
+
+    def _start(self) -> None:
+        from situate.flows import prefect_internals
+
+        try:
+            needed = temporary_server_needed()
+            if needed:
+                # Prefect's top level first: importing it sets up Prefect's logging, which then
+                # says where the server starts, as when the flow starts it.
+                from prefect import flow  # noqa: F401
+                from prefect.server.api import server  # noqa: F401 - the slow import, here
+        except Exception:  # noqa: BLE001 - the flow imports it again and reports any error
+            needed = False
+        finally:
+            self.imported.set()
+        try:
+            if needed:
+                start_temporary_server()
+        finally:
+            self.started.set()
+        if prefect_internals.temporary_server() is not None:
+            threading.Event().wait()
+
+
+def temporary_server_needed() -> bool:
+    """Whether a flow run here would start Prefect's temporary server: no PREFECT_API_URL, and
+    the temporary server allowed."""
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
 
-    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+    return not PREFECT_API_URL.value() and bool(PREFECT_SERVER_EPHEMERAL_ENABLED.value())
+
+
+def start_temporary_server() -> None:
+    """Start Prefect's temporary API server for a one-off run now (a flow run with no
+    PREFECT_API_URL starts it on its first API call and waits for it). With a configured
+    server: nothing."""
+    from situate.flows import prefect_internals
+
+    if prefect_internals.temporary_server() is not None or not temporary_server_needed():
         return
     try:
         prefect_internals.start_temporary_server()
@@ -211,7 +283,7 @@ def wait_until_recorded(flow_run_id: Any, wait: Callable[[float], None] = time.s
                 if snapshot == previous and not running:
                     return _events_written(client, flow_run_id, deadline, wait)
                 previous = snapshot
-                wait(0.2)
+                wait(0.1)
     except Exception:  # noqa: BLE001 - not settled: the server stops Prefect's way; the run's outcome stands
         return False
     return False

@@ -207,6 +207,39 @@ def test_an_ingest_embeds_a_window_longest_first_and_returns_vectors_in_order():
     assert embed(recorder, []).shape == (0, 0)
 
 
+def test_windows_take_turns_embedding_whole():
+    """Two windows embedding at once: each one's calls all go to the model before the other's
+    (so the first is written while the second embeds, instead of both finishing together)."""
+    import threading
+    import time
+
+    from situate.tasks.embedders.base import Embedder
+
+    calls: list[str] = []
+
+    class Model:
+        def encode_documents(self, texts):
+            calls.append(texts[0].split(":")[0])
+            time.sleep(0.002)
+            return [[1.0, 0.0] for _ in texts]
+
+    embedder = Embedder("fake", "m", Model())
+    start = threading.Barrier(2)
+
+    def window(name: str) -> None:
+        start.wait()
+        with embedder.turn():
+            for i in range(20):
+                embedder.embed_documents([f"{name}:{i}"], batch_size=1)
+
+    threads = [threading.Thread(target=window, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls in (["a"] * 20 + ["b"] * 20, ["b"] * 20 + ["a"] * 20)
+
+
 @pytest.mark.slow
 def test_a_cached_export_is_reused_and_a_damaged_one_redone(exported_model):
     from situate.tasks.embedders import exported

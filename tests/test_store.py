@@ -4,9 +4,18 @@ is reopened with the same rows) and to the Milvus schema (the rows `document_row
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from situate.storage.milvus import MilvusStore
-from situate.storage.rows import MAX_CONTEXT, MAX_TEXT, document_rows, lexical_text
+from situate.storage.rows import (
+    _IDENTIFIER,
+    MAX_CONTEXT,
+    MAX_TEXT,
+    compound_identifiers,
+    document_rows,
+    lexical_text,
+)
 from tests.store_contract import EMB, EMBEDDER, ROWS, C, MilvusContract, corpus, embedded, stored
 
 
@@ -34,6 +43,13 @@ def test_lexical_text_adds_the_parts_of_compound_identifiers():
     assert "diff executor" in lexical_text("DiffExecutor")
     assert "run target" in lexical_text("run_target")
     assert lexical_text("plain words") == "plain words"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from("aZbY9_0 -.é\nÅxQ_"), max_size=60))
+def test_compound_identifiers_are_the_pattern_s_matches_over_the_whole_text(text):
+    # Tried on runs of identifier characters only, the pattern finds what it finds in the text.
+    assert compound_identifiers(text) == _IDENTIFIER.findall(text)
 
 
 def test_document_rows_are_the_schema_fields_cut_to_their_limits():

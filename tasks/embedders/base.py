@@ -20,7 +20,8 @@ import inspect
 import logging
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -138,6 +139,7 @@ class Embedder:
         self.model = model
         self._function = function
         self._lock = threading.Lock()
+        self._turn = threading.Lock()
         self._warm = False
         self._forget = forget  # told of a failed load, so that a later call loads afresh
         self._spawn = spawn
@@ -182,6 +184,15 @@ class Embedder:
             note = (getattr(self._function, "info", None) or {}).get("prepared")
             if note:
                 log.warning(f"embedder {self.id}: {note}")
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        """One caller's run of document calls at a time (an ingest window's): a second window waits
+        until the first is embedded instead of taking calls in turn with it. Taking turns, both
+        would finish embedding together and both be written while the model waits; one after
+        the other, each is written while the next embeds."""
+        with self._turn:
+            yield
 
     def embed_documents(self, texts: Sequence[str], batch_size: int = EMBED_BATCH) -> list[list[float]]:
         out: list[list[float]] = []
