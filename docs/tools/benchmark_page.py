@@ -7,6 +7,7 @@ Written by `python -m docs.tools.generate` (docs/tools/generate.py).
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -571,17 +572,39 @@ def bench_backends() -> list[str]:
         new = e2e.get(f"embed_only_{default_name}_now", {})
         ingest = e2e.get(f"ingest_{default_name}", {})
         before = e2e.get("ingest_torch", {})
+        rounds = e2e.get("rounds", 1)
         out += ["", f"End to end on the generated {e2e['chunks']:,}-chunk corpus (bench_scale's): "
                 "a process that only embeds the texts (`before`: torch fp32 as situate did until "
                 "now; `now`: as an ingest embeds a window), against `situate ingest --context "
-                "structural` with the default backend and with torch; process-tree peak RSS:", "",
+                "structural` with the default backend and with torch; process-tree peak RSS"
+                + (f"; the runs interleaved in {rounds} rounds, each figure the median round's"
+                   if rounds > 1 else "") + ":", "",
                 "| run | seconds | chunks/s | peak RSS |", "|---|---:|---:|---:|"]
         for key, v in e2e.items():
             if isinstance(v, dict) and "wall_seconds" in v:
                 rate = v.get("chunks_per_second") or round(e2e["chunks"] / v["wall_seconds"], 1)
                 out.append(f"| {key.replace('_', ' ')} | {_f(v['wall_seconds'], 1)} | "
                            f"{_f(rate, 1)} | {_f(v['peak_rss_mib'], 0)} MiB |")
-        if ref and new and ingest:
+        ratios = e2e.get("ratios", {})
+        if ref and new and ingest and ratios.get("over_embed_only"):
+            def each(r: list[float]) -> str:
+                return ", ".join(f"{x:.2f}×" for x in r)
+            out += ["", "The ingest takes "
+                    f"{statistics.median(ratios['over_reference']):.2f}× the torch fp32 "
+                    f"embed-only reference (rounds: {each(ratios['over_reference'])}) and "
+                    f"{statistics.median(ratios['over_embed_only']):.2f}× embedding alone with "
+                    f"the default backend (rounds: {each(ratios['over_embed_only'])})"
+                    + (f"; its process tree peaked at {_f(ingest['peak_rss_mib'], 0)} MiB against "
+                       f"{_f(before['peak_rss_mib'], 0)} MiB for the torch ingest" if before
+                       else "") + "."]
+            home = e2e.get("prefect_home")
+            if home:
+                out += [f"Every timed ingest found Prefect's database made: the first run with a "
+                        f"new PREFECT_HOME makes it, once, which took {_f(home['database_seconds'], 1)} s "
+                        f"more here ({_f(home['first_run_seconds'], 1)} s against "
+                        f"{_f(home['second_run_seconds'], 1)} s for the same small ingest after it).",
+                        ""]
+        elif ref and new and ingest:
             out += ["", f"The ingest takes {ingest['wall_seconds'] / ref['wall_seconds']:.2f}× "
                     "the torch fp32 embed-only reference and "
                     f"{ingest['wall_seconds'] / new['wall_seconds']:.2f}× embedding alone with the "
