@@ -602,8 +602,7 @@ def bench_backends() -> list[str]:
                 out += [f"Every timed ingest found Prefect's database made: the first run with a "
                         f"new PREFECT_HOME makes it, once, which took {_f(home['database_seconds'], 1)} s "
                         f"more here ({_f(home['first_run_seconds'], 1)} s against "
-                        f"{_f(home['second_run_seconds'], 1)} s for the same small ingest after it).",
-                        ""]
+                        f"{_f(home['second_run_seconds'], 1)} s for the same small ingest after it)."]
         elif ref and new and ingest:
             out += ["", f"The ingest takes {ingest['wall_seconds'] / ref['wall_seconds']:.2f}× "
                     "the torch fp32 embed-only reference and "
