@@ -380,42 +380,41 @@ def cmd_e2e(args: argparse.Namespace) -> None:
     merge(Path(args.out), "e2e", {"command": command, "started": started, **result})
 
 
-def _embed_only(texts: Path, name: str, how: str, cache: str, env: dict[str, str],
-                work: Path) -> dict[str, Any]:
+def _timed(cmd: list[str], env: dict[str, str], work: Path) -> tuple[dict[str, float], str]:
+    """Run `cmd`: its wall time and its process tree's peak RSS, and its stdout (exits on a
+    failure, with its stderr)."""
     from bench_scale import TreeMemory
 
     t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", EMBED_ONLY, str(texts), name, cache, how],
-                            env=env, cwd=work, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env, cwd=work, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     with TreeMemory(proc.pid) as memory:
-        out, _ = proc.communicate()
+        out, err = proc.communicate()
     wall = time.perf_counter() - t
+    if proc.returncode:
+        sys.exit(f"{cmd[1]} failed: {err[-2000:]}")
+    return {"wall_seconds": round(wall, 1), "peak_rss_mib": round(memory.peak / 2**20, 1)}, out
+
+
+def _embed_only(texts: Path, name: str, how: str, cache: str, env: dict[str, str],
+                work: Path) -> dict[str, Any]:
+    timed, out = _timed([sys.executable, "-c", EMBED_ONLY, str(texts), name, cache, how], env,
+                        work)
     done = json.loads(out.strip().splitlines()[-1])
-    return {"wall_seconds": round(wall, 1), "embed_seconds": round(done["seconds"], 1),
-            "chunks_per_second": round(done["chunks"] / done["seconds"], 1),
-            "peak_rss_mib": round(memory.peak / 2**20, 1)}
+    return {**timed, "embed_seconds": round(done["seconds"], 1),
+            "chunks_per_second": round(done["chunks"] / done["seconds"], 1)}
 
 
 def _ingest(corpus: Path, name: str, env: dict[str, str], work: Path) -> dict[str, Any]:
-    from bench_scale import TreeMemory
-
     db, summary = work / f"{name}.db", work / f"{name}.json"
     shutil.rmtree(db, ignore_errors=True)
     db.unlink(missing_ok=True)
-    t = time.perf_counter()
-    proc = subprocess.Popen([SITUATE, "ingest", str(corpus), "--collection", "e2e",
-                             "--context", "structural", "--backend", name, "--milvus-uri",
-                             str(db), "--json", str(summary)],
-                            env=env, cwd=work, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    with TreeMemory(proc.pid) as memory:
-        _, err = proc.communicate()
-    wall = time.perf_counter() - t
-    if proc.returncode:
-        sys.exit(f"ingest failed: {err[-2000:]}")
+    timed, _ = _timed([SITUATE, "ingest", str(corpus), "--collection", "e2e", "--context",
+                       "structural", "--backend", name, "--milvus-uri", str(db), "--json",
+                       str(summary)], env, work)
     done = json.loads(summary.read_text())
-    return {"wall_seconds": round(wall, 1), "rows": done["rows"], "seconds": done["seconds"],
-            "backend": done.get("backend"), "peak_rss_mib": round(memory.peak / 2**20, 1)}
+    return {**timed, "rows": done["rows"], "seconds": done["seconds"],
+            "backend": done.get("backend")}
 
 
 def _warm_prefect_home(work: Path, corpus: Path, env: dict[str, str]) -> dict[str, float]:

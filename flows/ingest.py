@@ -31,7 +31,7 @@ from prefect.futures import PrefectFuture, wait
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from situate.core.protocols import ChunkStore, StoreUpkeep
-from situate.core.records import Document, EmbeddedDocument, StoredDocument, Usage
+from situate.core.records import Document, EmbeddedDocument, StoredDocument, Usage, batched
 from situate.core.settings import get_settings
 from situate.flows.artifacts import DOCUMENTS_SITUATED, IngestProgress, artifact_key
 from situate.flows.capacity import run_warning
@@ -183,7 +183,7 @@ def embed(embedder: Any, texts: Sequence[str]) -> np.ndarray:
     the texts' order."""
     size = get_settings().embed_batch
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    out = in_groups(len(texts), (order[i:i + size] for i in range(0, len(order), size)),
+    out = in_groups(len(texts), batched(order, size),
                     lambda members: embedder.embed_documents([texts[i] for i in members],
                                                              batch_size=size))
     return np.empty((0, 0), dtype=np.float32) if out is None else out

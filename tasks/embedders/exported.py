@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from situate.core.records import batched
 from situate.tasks.embedders.runtime import Backend
 from situate.tasks.embedders.windows import in_groups
 
@@ -315,8 +316,7 @@ class OnnxEmbedding:
                 feed[name] = batch
             return run(feed)
 
-        out = in_groups(len(texts), (order[i:i + self.batch_size]
-                                     for i in range(0, len(order), self.batch_size)), padded)
+        out = in_groups(len(texts), batched(order, self.batch_size), padded)
         if out is None:
             return np.empty((0, self._dim), dtype=np.float32)
         norms = np.linalg.norm(out, axis=1, keepdims=True)

@@ -82,12 +82,16 @@ ONNX_MODELS = ("minilm",)  # embedders whose model situate can export (the other
 DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
+def openvino_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("openvino") is not None
+
+
 def cpu_backend() -> str:
     """The CPU default, or ONNX Runtime's fp32 where OpenVINO is not installed (a platform
     without its wheel): the same vectors, a little slower."""
-    import importlib.util
-
-    return CPU_BACKEND if importlib.util.find_spec("openvino") is not None else "onnx"
+    return CPU_BACKEND if openvino_installed() else "onnx"
 
 
 def backend_names() -> list[str]:
@@ -117,12 +121,9 @@ def check_backend(backend: str, embedder: str = "minilm") -> str:
         raise InputError(f"--backend {backend}: only {', '.join(ONNX_MODELS)} can run on ONNX "
                          f"Runtime or OpenVINO; embedder {embedder!r} runs on torch (--backend "
                          "torch or auto)")
-    if backend != "auto" and BACKENDS[backend].engine == "openvino":
-        import importlib.util
-
-        if importlib.util.find_spec("openvino") is None:
-            raise InputError(f"--backend {backend}: OpenVINO is not installed here (pip install "
-                             "openvino); use --backend onnx or auto")
+    if backend != "auto" and BACKENDS[backend].engine == "openvino" and not openvino_installed():
+        raise InputError(f"--backend {backend}: OpenVINO is not installed here (pip install "
+                         "openvino); use --backend onnx or auto")
     return backend
 
 

@@ -20,18 +20,19 @@ Imports no Prefect and no project module with state: the model's own process bui
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 
-def in_groups(n: int, groups: Iterable[list[int]],
+def in_groups(n: int, groups: Iterable[Sequence[int]],
               encode: Callable[[list[int]], Any]) -> np.ndarray | None:
     """Rows for items 0..n-1 as float32: each group's rows from one `encode(group)` call, put back
     at their own items (None when there is no group)."""
     out: np.ndarray | None = None
-    for members in groups:
+    for group in groups:
+        members = list(group)  # a list indexes rows; a tuple would index dimensions
         vectors = np.asarray(encode(members), dtype=np.float32)
         if out is None:
             out = np.empty((n, vectors.shape[1]), dtype=np.float32)
