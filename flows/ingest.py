@@ -37,6 +37,7 @@ from situate.flows.artifacts import DOCUMENTS_SITUATED, IngestProgress, artifact
 from situate.flows.capacity import run_warning
 from situate.flows.ingest_report import Bill, IngestPlan, IngestSummary
 from situate.flows.options import IngestOptions, check_task_runner
+from situate.flows.order import WindowOrder
 from situate.flows.plan import (
     IN_FLIGHT,
     Plan,
@@ -112,14 +113,17 @@ class Window:
     stored: dict[str, list[str]]
 
 
-@task(task_run_name="window-{label}", persist_result=False, cache_policy=NO_CACHE)
+@task(task_run_name="window-{index}", persist_result=False, cache_policy=NO_CACHE)
 def window_task(window: Window, contextualizer: Contextualizer, cache: ContextCache | None,
                 store: ChunkStore, embedders: Embedders, embedder_spec: str, collection: str,
-                pipeline: str, label: str = "0", runtime: Runtime | None = None) -> WindowResult:
-    """Situate, embed and write one window of whole documents. Its contexts and vectors live only
-    here: gone when the window is written. Each document's rows are written in one go (never
+                pipeline: str, index: int = 0, runtime: Runtime | None = None,
+                order: WindowOrder | None = None) -> WindowResult:
+    """Situate, embed and write window `index` of whole documents. Its contexts and vectors live
+    only here: gone when the window is written. Each document's rows are written in one go (never
     half a document), replacing what the collection held for it, stale chunks included (by
-    primary key: nothing is read back)."""
+    primary key: nothing is read back). With `order`, the window embeds and writes after the one
+    before it (`situate.flows.order`)."""
+    order = order or WindowOrder(first=index)  # unordered (Dask): nothing to wait for
     clock = time.perf_counter()
     seconds: dict[str, float] = {}
 
@@ -133,15 +137,12 @@ def window_task(window: Window, contextualizer: Contextualizer, cache: ContextCa
         results = situate_documents(contextualizer, window.docs, cache, reporter(DOCUMENTS_SITUATED))
         lap("situate")
         embedder = embedders.get(embedder_spec, runtime)
-        with embedder.turn():  # one window embeds at a time: the one before is written meanwhile
+        # One window embeds at a time (the one before is written meanwhile), in the order read.
+        with order.stage("embed", index), embedder.turn():
+            clock = time.perf_counter()
             vectors = embed(embedder, [x.indexed_text for r in results for x in r.situated])
         lap("embed")
         info = embedder.info
-        if len(vectors) and not store.exists(collection):
-            # Created at the first write: a run that fails before any window is written leaves
-            # no empty collection behind. The flow writes its first window alone: no race here.
-            store.ensure_collection(collection, len(vectors[0]), embedder.id,
-                                    backend=info["backend"], precision=info["precision"])
         documents: list[EmbeddedDocument] = []
         i = 0
         for doc, r in zip(window.docs, results, strict=True):
@@ -149,11 +150,20 @@ def window_task(window: Window, contextualizer: Contextualizer, cache: ContextCa
             documents.append(EmbeddedDocument(doc, fingerprint(doc, pipeline), tuple(r.situated),
                                               vectors[i:i + n]))
             i += n
-        del vectors
-        written = store.write(collection, documents, batch_size=get_settings().write_batch,
-                              stored=window.stored)
+        with order.stage("write", index):
+            clock = time.perf_counter()
+            if i and not store.exists(collection):
+                # Created at the first write: a run that fails before any window is written
+                # leaves no empty collection behind. The windows write in order (on Dask, the
+                # flow writes the first alone): no race here.
+                store.ensure_collection(collection, len(vectors[0]), embedder.id,
+                                        backend=info["backend"], precision=info["precision"])
+            del vectors
+            written = store.write(collection, documents, batch_size=get_settings().write_batch,
+                                  stored=window.stored)
         lap("write")
     finally:
+        order.done(index)
         if store.copied:  # a copy sent to this process (Dask): its connection ends with the task
             store.close()
     usage = Usage()
@@ -278,7 +288,7 @@ class _Ingest:
 
     def _windows(self, inputs: RunInputs, contextualizer: Contextualizer, pipeline: str) -> None:
         """Every window of the documents the plan processes (read again, the others not) handed
-        to a task; at most IN_FLIGHT in flight, the first alone (it creates the collection)."""
+        to a task; at most IN_FLIGHT in flight, in order (`situate.flows.order`)."""
         o, plan = self.options, self.plan
         if plan.unchanged:
             get_run_logger().info(f"{o.collection}: {plan.unchanged} unchanged document(s) "
@@ -292,6 +302,9 @@ class _Ingest:
         progress = IngestProgress(o.collection, plan.chunks, len(plan.documents))
         pending: deque[PrefectFuture[WindowResult]] = deque()
         submitted = 0
+        # Windows on threads here embed and write in the order read; on Dask the first is
+        # written alone, as it creates the collection.
+        order = WindowOrder() if o.task_runner == "threads" else None
         try:
             with make_task_runner(o) as runner:
                 try:
@@ -313,11 +326,12 @@ class _Ingest:
                             "contextualizer": contextualizer, "cache": cache, "store": store,
                             "embedders": self.resources.embedders,
                             "embedder_spec": o.embedder, "collection": o.collection,
-                            "pipeline": pipeline, "label": str(submitted),
-                            "runtime": o.runtime()}))
+                            "pipeline": pipeline, "index": submitted,
+                            "runtime": o.runtime(), "order": order}))
                         progress.submitted(len(docs))
                         submitted += 1
-                        while pending and (len(pending) >= IN_FLIGHT or submitted == 1):
+                        while pending and (len(pending) >= IN_FLIGHT
+                                           or (submitted == 1 and order is None)):
                             self._take_result(pending.popleft(), progress)
                     while pending:
                         self._take_result(pending.popleft(), progress)

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from situate.core.errors import CollectionNotFound
 from situate.core.uri import is_missing_lite_file
@@ -25,6 +25,9 @@ from situate.flows.ingest_report import IngestPlan, IngestSummary
 from situate.flows.options import EvaluateOptions, IngestOptions, Options
 from situate.flows.resources import Resources, provided
 from situate.tasks.retrieval.evaluation import Evaluation
+
+if TYPE_CHECKING:
+    from situate.flows.prefect_internals import EarlyServer
 
 # Quiet, offline one-off runs: set before Prefect is imported (a user's own values win).
 PREFECT_DEFAULTS = {
@@ -208,10 +211,13 @@ class TemporaryServerStart:
     def _start(self) -> None:
         from situate.flows import prefect_internals
 
+        early = None
         try:
             needed = temporary_server_needed()
             if needed:
-                # Prefect's top level first: importing it sets up Prefect's logging, which then
+                # The server's process first: it imports Prefect's server while this one does.
+                early = prefect_internals.EarlyServer()
+                # Prefect's top level next: importing it sets up Prefect's logging, which then
                 # says where the server starts, as when the flow starts it.
                 from prefect import flow  # noqa: F401
                 from prefect.server.api import server  # noqa: F401 - the slow import, here
@@ -221,8 +227,10 @@ class TemporaryServerStart:
             self.imported.set()
         try:
             if needed:
-                start_temporary_server()
+                start_temporary_server(early)
         finally:
+            if early is not None:
+                early.discard()
             self.started.set()
         if prefect_internals.temporary_server() is not None:
             threading.Event().wait()
@@ -236,16 +244,16 @@ def temporary_server_needed() -> bool:
     return not PREFECT_API_URL.value() and bool(PREFECT_SERVER_EPHEMERAL_ENABLED.value())
 
 
-def start_temporary_server() -> None:
+def start_temporary_server(early: EarlyServer | None = None) -> None:
     """Start Prefect's temporary API server for a one-off run now (a flow run with no
-    PREFECT_API_URL starts it on its first API call and waits for it). With a configured
-    server: nothing."""
+    PREFECT_API_URL starts it on its first API call and waits for it), on the process `early`
+    started for it if given. With a configured server: nothing."""
     from situate.flows import prefect_internals
 
     if prefect_internals.temporary_server() is not None or not temporary_server_needed():
         return
     try:
-        prefect_internals.start_temporary_server()
+        prefect_internals.start_temporary_server(early)
     except Exception:  # noqa: BLE001 - the flow starts it again and reports any error properly
         pass
 

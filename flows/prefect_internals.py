@@ -25,6 +25,7 @@ TOUCHED = (
     ("prefect.server.api.server:SubprocessASGIServer", "_instances"),
     ("prefect.server.api.server:SubprocessASGIServer", "port"),
     ("prefect.server.api.server:SubprocessASGIServer", "server_process"),
+    ("prefect", "__module_path__"),
     ("prefect.events.worker", "EventsWorker"),
     ("prefect.events.worker:EventsWorker", "wait_until_empty"),
     ("prefect.flows", "_display_serve_start_message"),
@@ -77,7 +78,78 @@ def temporary_server() -> Any:
 TEMPORARY_SERVER_ENV = {"PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false"}
 
 
-def start_temporary_server() -> None:
+# Prefect's temporary server, as `SubprocessASGIServer._run_uvicorn_command` runs it: uvicorn on
+# Prefect's app factory, with these variables over the environment and Prefect's settings.
+# `tests/test_prefect_internals.py` checks it against the command Prefect asks for.
+_SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+               "PREFECT__SERVER_FINAL": "1"}
+
+
+def _server_command(port: int) -> dict[str, Any]:
+    """The Popen arguments of Prefect's temporary server on `port`, as Prefect would pass them."""
+    import os
+
+    import prefect
+    from prefect.settings import get_current_settings
+
+    return {"args": [sys.executable, "-m", "uvicorn", "--app-dir",
+                     str(prefect.__module_path__.parent), "--factory",
+                     "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port",
+                     str(port), "--log-level", "error", "--lifespan", "on"],
+            "env": {**os.environ, **_SERVER_ENV,
+                    **get_current_settings().to_environment_variables(exclude_unset=True)}}
+
+
+def _as_started(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What situate adds to the server's Popen (`start_temporary_server` says why)."""
+    kwargs = dict(kwargs)
+    kwargs.setdefault("start_new_session", True)
+    if isinstance(kwargs.get("env"), dict):
+        kwargs["env"] = dict(kwargs["env"])
+        for key, value in TEMPORARY_SERVER_ENV.items():
+            kwargs["env"].setdefault(key, value)  # the user's own setting wins
+    if _LIBC is not None:
+        kwargs.setdefault("preexec_fn", _stop_with_parent)
+    return kwargs
+
+
+class EarlyServer:
+    """The temporary server's process, started before Prefect's server module is imported.
+
+    That module takes about 2 s to import, and the server's own process imports it again before
+    it answers: one after the other, they were the longest wait before a one-off run could begin.
+    Started here with the command Prefect will ask for, the server imports while this process
+    does; Prefect's `start` (`start_temporary_server`) is then handed this process when it asks
+    for the same command, and goes on as always (its log line, its health check, its stop at
+    exit). Asked for anything else (another port after a clash, a command a Prefect upgrade
+    changed), Prefect gets a process of its own and this one is killed."""
+
+    def __init__(self) -> None:
+        self.port = _free_loopback_port()
+        self._kwargs = _as_started(_server_command(self.port))
+        self._process: _ServerProcess | None = _ServerProcess(**self._kwargs)
+
+    def take(self, kwargs: dict[str, Any]) -> _ServerProcess | None:
+        """This process, for a Popen of exactly the command it runs (once); else None."""
+        process, self._process = self._process, None
+        if process is not None and kwargs == self._kwargs and process.poll() is None:
+            return process
+        self._discard(process)
+        return None
+
+    def discard(self) -> None:
+        """Kill the process if Prefect never took it."""
+        process, self._process = self._process, None
+        self._discard(process)
+
+    @staticmethod
+    def _discard(process: _ServerProcess | None) -> None:
+        if process is not None:
+            process.kill()
+            process.wait()
+
+
+def start_temporary_server(early: EarlyServer | None = None) -> None:
     """Start the temporary server now (the flow would start the same singleton on its first API
     call and wait for it; started here, its start overlaps the model's load), in a session of its
     own: a Ctrl-C at the terminal reaches the whole foreground process group, and the server must
@@ -85,7 +157,8 @@ def start_temporary_server() -> None:
     has recorded its run as cancelled. Out of the group, a `kill -9` of the command would leave
     it running for good: on Linux it is asked to stop (SIGTERM) when the command's process ends,
     however it ends. Prefect starts it with `subprocess.Popen` in `_run_uvicorn_command`, with no
-    way to pass either: the module's `subprocess` is swapped for the call.
+    way to pass either: the module's `subprocess` is swapped for the call. With `early`, the
+    process started already (`EarlyServer`) is what that call gets.
 
     Its port is the operating system's pick, not Prefect's: Prefect draws one of 1,000 ports
     (8000-8999) at random and checks it is free seconds before its server binds it. Two
@@ -103,23 +176,23 @@ def start_temporary_server() -> None:
 
         @staticmethod
         def Popen(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:  # noqa: N802 - the name it replaces
-            kwargs.setdefault("start_new_session", True)
-            if isinstance(kwargs.get("env"), dict):
-                for key, value in TEMPORARY_SERVER_ENV.items():
-                    kwargs["env"].setdefault(key, value)  # the user's own setting wins
-            if _LIBC is not None:
-                kwargs.setdefault("preexec_fn", _stop_with_parent)
-            return _ServerProcess(*args, **kwargs)
+            if args:
+                kwargs["args"], args = args[0], args[1:]
+            kwargs = _as_started(kwargs)
+            taken = early.take(kwargs) if early is not None and not args else None
+            return taken if taken is not None else _ServerProcess(*args, **kwargs)
 
     real = getattr(module, "subprocess")  # noqa: B009 - not exported: read as an attribute
     setattr(module, "subprocess", _NewSession())  # noqa: B010
     try:
         server = module.SubprocessASGIServer()
         if not getattr(server, "running", False) and getattr(server, "port", 0) is None:
-            server.port = _free_loopback_port()
+            server.port = early.port if early is not None else _free_loopback_port()
         server.start()
     finally:
         setattr(module, "subprocess", real)  # noqa: B010
+        if early is not None:
+            early.discard()  # not asked for (a server was running already): not needed
 
 
 class _ServerProcess(subprocess.Popen):  # type: ignore[type-arg]

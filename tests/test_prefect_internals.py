@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -103,3 +107,75 @@ def test_the_temporary_server_is_killed_at_exit_once_its_run_is_recorded(monkeyp
         assert process.wait(30) == code
         assert ("shutting down" in process.stdout.read()) is not recorded
         process.stdout.close()
+
+
+def test_the_early_server_runs_the_very_command_prefect_asks_for(monkeypatch):
+    """`EarlyServer` starts Prefect's temporary server before Prefect's server module is
+    imported, predicting its command; Prefect is handed that process only for an identical
+    Popen. A Prefect release that changes the command fails here (at run time it would only
+    lose the head start)."""
+    from prefect.server.api import server as module
+
+    from situate.flows import prefect_internals
+
+    asked: list[dict] = []
+
+    class Recorder:
+        def __getattr__(self, name):
+            return getattr(subprocess, name)
+
+        @staticmethod
+        def Popen(*args, **kwargs):  # noqa: N802
+            assert not args
+            asked.append(kwargs)
+
+    monkeypatch.setattr(module, "subprocess", Recorder())
+    server = module.SubprocessASGIServer(54321)
+    try:
+        server._run_uvicorn_command()
+    finally:
+        module.SubprocessASGIServer._instances.pop(54321, None)
+    assert asked == [prefect_internals._server_command(54321)]
+
+
+def test_the_early_server_is_handed_over_once_for_its_own_command_and_else_killed(monkeypatch):
+    from situate.flows import prefect_internals
+
+    command = {"args": [sys.executable, "-c", "import time; time.sleep(60)"], "env": dict(os.environ)}
+    monkeypatch.setattr(prefect_internals, "_server_command", lambda port: dict(command))
+    early = prefect_internals.EarlyServer()
+    process = early.take(prefect_internals._as_started(command))
+    assert process is not None and process.poll() is None
+    assert early.take(prefect_internals._as_started(command)) is None  # once
+    process.kill()
+    process.wait()
+
+    other = prefect_internals.EarlyServer()
+    running = other._process
+    changed = {**command, "args": [*command["args"], "--another"]}
+    assert other.take(prefect_internals._as_started(changed)) is None
+    assert running is not None and running.wait(10) == -signal.SIGKILL
+
+    unused = prefect_internals.EarlyServer()
+    running = unused._process
+    unused.discard()
+    assert running is not None and running.wait(10) == -signal.SIGKILL
+
+
+@pytest.mark.slow
+def test_prefect_starts_its_temporary_server_on_the_early_process(tmp_path):
+    """In a process of its own (the temporary server is a singleton): the server Prefect runs
+    is the process started early, and it answers."""
+    script = (
+        "from situate.flows import prefect_internals as p\n"
+        "early = p.EarlyServer(); pid = early._process.pid\n"
+        "p.start_temporary_server(early)\n"
+        "server = p.temporary_server()\n"
+        "assert server.server_process.pid == pid, (server.server_process.pid, pid)\n"
+        "import httpx; assert httpx.get(server.api_url + '/health').status_code == 200\n"
+        "print('taken')\n")
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_API_URL": ""}
+    env.pop("PREFECT_API_URL")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0 and done.stdout.strip() == "taken", done.stderr[-2000:]

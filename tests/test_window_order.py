@@ -1,0 +1,116 @@
+"""An ingest's windows embed and write in the order they were read (`situate.flows.order`), and a
+window that fails holds back none of the others."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from situate.flows.order import WindowOrder
+
+
+def test_windows_enter_each_stage_in_order_whatever_order_they_arrive_in():
+    order = WindowOrder()
+    entered: list[int] = []
+
+    def window(i: int) -> None:
+        time.sleep(0.02 * (3 - i))  # the last arrives first
+        with order.stage("write", i):
+            entered.append(i)
+
+    threads = [threading.Thread(target=window, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert entered == [0, 1, 2, 3]
+
+
+def test_a_window_that_ends_early_holds_back_no_window_after_it():
+    order = WindowOrder()
+    order.done(1)  # failed before embedding: passes both stages, out of turn
+    entered = threading.Event()
+
+    def third() -> None:
+        with order.stage("embed", 2):
+            entered.set()
+
+    thread = threading.Thread(target=third)
+    thread.start()
+    assert not entered.wait(0.2)  # window 0 has not passed yet
+    with order.stage("embed", 0):
+        pass
+    assert entered.wait(5)  # 0 passed, 1 passed early: 2 goes on
+    thread.join(5)
+
+
+def test_unordered_windows_wait_for_nothing():
+    """On Dask each window has its own order, starting at itself."""
+    with WindowOrder(first=5).stage("embed", 5):
+        pass
+
+
+def _corpus(tmp_path, n: int):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps({"id": f"doc-{i}", "text": f"Document {i}. " + "word " * 60})
+                            + "\n" for i in range(n)))
+    return path
+
+
+@pytest.mark.slow
+def test_windows_are_written_in_the_order_read_when_a_later_one_is_ready_first(
+        prefect_harness, state, tmp_path, monkeypatch):
+    """The second window's contexts come slowly, so the third is ready to embed first: the
+    collection is still written window by window in corpus order."""
+    from situate.core.settings import get_settings
+    from situate.flows import ingest as ingest_module
+    from situate.storage.milvus import MilvusStore
+    from tests.helpers import ingest
+
+    situate = ingest_module.situate_documents
+
+    def slow_second(contextualizer, docs, *args, **kwargs):
+        if docs[0].id == "doc-1":
+            time.sleep(1.0)
+        return situate(contextualizer, docs, *args, **kwargs)
+
+    writes: list[str] = []
+    write = MilvusStore.write
+
+    def recorded(self, collection, documents, *args, **kwargs):
+        writes.extend(d.doc.id for d in documents)
+        return write(self, collection, documents, *args, **kwargs)
+
+    monkeypatch.setattr(ingest_module, "situate_documents", slow_second)
+    monkeypatch.setattr(MilvusStore, "write", recorded)
+    monkeypatch.setenv("SITUATE_WINDOW", "1")  # a window a document
+    get_settings.cache_clear()
+    summary = ingest(corpus=str(_corpus(tmp_path, 5)), collection="ordered", embedder="hash")
+    assert summary.new == 5
+    assert writes == [f"doc-{i}" for i in range(5)]
+
+
+@pytest.mark.slow
+def test_a_window_failing_before_it_embeds_fails_the_run_without_holding_the_others(
+        prefect_harness, state, tmp_path, monkeypatch):
+    from situate.core.settings import get_settings
+    from situate.flows import ingest as ingest_module
+    from tests.helpers import ingest
+
+    situate = ingest_module.situate_documents
+
+    def failing_second(contextualizer, docs, *args, **kwargs):
+        if docs[0].id == "doc-1":
+            raise RuntimeError("contexts failed")
+        return situate(contextualizer, docs, *args, **kwargs)
+
+    monkeypatch.setattr(ingest_module, "situate_documents", failing_second)
+    monkeypatch.setenv("SITUATE_WINDOW", "1")
+    get_settings.cache_clear()
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="contexts failed"):
+        ingest(corpus=str(_corpus(tmp_path, 4)), collection="failing", embedder="hash")
+    assert time.monotonic() - started < 60
