@@ -588,11 +588,11 @@ def bench_backends() -> list[str]:
         ratios = e2e.get("ratios", {})
         if ref and new and ingest and ratios.get("over_embed_only"):
             def each(r: list[float]) -> str:
-                return ", ".join(f"{x:.2f}×" for x in r)
+                return ", ".join(f"{x:.3f}×" for x in r)
             out += ["", "The ingest takes "
-                    f"{statistics.median(ratios['over_reference']):.2f}× the torch fp32 "
+                    f"{statistics.median(ratios['over_reference']):.3f}× the torch fp32 "
                     f"embed-only reference (rounds: {each(ratios['over_reference'])}) and "
-                    f"{statistics.median(ratios['over_embed_only']):.2f}× embedding alone with "
+                    f"{statistics.median(ratios['over_embed_only']):.3f}× embedding alone with "
                     f"the default backend (rounds: {each(ratios['over_embed_only'])})"
                     + (f"; its process tree peaked at {_f(ingest['peak_rss_mib'], 0)} MiB against "
                        f"{_f(before['peak_rss_mib'], 0)} MiB for the torch ingest" if before
