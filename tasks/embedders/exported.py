@@ -342,8 +342,9 @@ def _onnxruntime(path: Path, backend: Backend, threads: int, precision: str) -> 
 def _openvino(path: Path, backend: Backend, threads: int, precision: str) -> tuple[Any, list[str]]:
     """OpenVINO's CPU plugin over the plain export: one stream (the LATENCY hint: one batch at a
     time on every thread given; THROUGHPUT's two streams, each given a batch at once, ran no
-    faster here and took about 80 MiB more), in the precision asked. An infer request per thread: a request is not to be shared between threads
-    (an app's own threads may search at once)."""
+    faster here and took about 80 MiB more), in the precision asked. An infer request per
+    thread: a request is not to be shared between threads (an app's own threads may search at
+    once)."""
     import threading
 
     import openvino as ov
