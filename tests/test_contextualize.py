@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from situate.core.errors import InputError, ProviderError
@@ -134,6 +136,53 @@ def test_structural_contexts_on_the_codebase_are_short_and_deterministic():
     assert max(len(c) for c in first) < 800
     # No path in this format: a chunk gets a context from a docstring or an enclosing definition.
     assert sum(1 for c in first if c) > 0.7 * 737
+
+
+def _big_module(classes: int) -> str:
+    lines = ['"""A generated module."""', ""]
+    for c in range(classes):
+        lines.append(f"class C{c}:")
+        for m in range(4):
+            lines += [f"    def m{m}(self, x):", *[f"        y{k} = x + {k}" for k in range(6)], ""]
+    return "\n".join(lines)
+
+
+def test_a_documents_contexts_take_one_pass_over_its_lines(monkeypatch):
+    """Where each chunk sits is found in one walk down the document for all its chunks: the lines
+    visited grow with the document, not with its lines times its chunks."""
+    from situate.tasks.contexts import structural
+
+    visits = 0
+    apply = structural._Enclosing._apply
+
+    def counted(self, stack, number, d):
+        nonlocal visits
+        visits += 1
+        return apply(self, stack, number, d)
+
+    monkeypatch.setattr(structural._Enclosing, "_apply", counted)
+    for classes in (20, 200):
+        visits = 0
+        doc = _doc("big.py", _big_module(classes), size=300)
+        contexts = [x.context for x in StructuralContextualizer().situate(doc, doc.chunks).situated]
+        lines = len(doc.text.splitlines())
+        assert len(doc.chunks) > classes / 2
+        assert visits <= lines + len(doc.chunks)
+        assert f"Inside: class C{classes - 1}" in contexts[-1]
+
+
+def test_where_a_chunk_sits_does_not_depend_on_the_order_chunks_are_asked_in():
+    from situate.tasks.contexts.structural import _Enclosing
+
+    text = _big_module(6) + "\n" + PYTHON
+    lines = text.splitlines()
+    defs = outline(text)
+    alone = [_Enclosing(defs, lines).at(n) for n in range(len(lines) + 2)]
+    walker = _Enclosing(defs, lines)
+    order = list(range(len(lines) + 2))
+    random.Random(7).shuffle(order)
+    assert {n: walker.at(n) for n in order} == dict(enumerate(alone))
+    assert any(len(path) == 2 for path in alone)  # class > def: the test sees nesting
 
 
 def test_registry_knows_names_and_rejects_unknown():

@@ -102,9 +102,15 @@ def outline(text: str, prose: bool | None = None) -> list[_Definition]:
         if m:
             kind, name = m.group("kind"), _definition_name(m.group("kind"), m.group("rest"))
         else:
-            m = _C_FUNCTION.match(line) or _JS_FUNCTION.match(line) or (
-                None if prose or line[:1].isspace() or ". " in line or line.rstrip().endswith(".")
-                else _C_TOP_LEVEL.match(line))
+            # Both C patterns need a "(" and the JavaScript one an "=": a line without is not
+            # tried (the C patterns are slow on long lines).
+            call = "(" in line
+            m = _C_FUNCTION.match(line) if call else None
+            if not m and "=" in line:
+                m = _JS_FUNCTION.match(line)
+            if not m and call and not (prose or line[:1].isspace() or ". " in line
+                                       or line.rstrip().endswith(".")):
+                m = _C_TOP_LEVEL.match(line)
             if not m:
                 continue
             kind, name = "function", m.group("name").split("::")[-1]
@@ -118,21 +124,47 @@ def outline(text: str, prose: bool | None = None) -> list[_Definition]:
     return defs
 
 
-def _enclosing(defs: Sequence[_Definition], lines: Sequence[str], first_line: int) -> list[str]:
-    """Signatures of the definitions and headings still open at `first_line` (outermost first).
+class _Enclosing:
+    """The definitions and headings still open at a line, for the lines of one document asked in
+    ascending order: one pass over the document for all its chunks (a line asked before the last
+    one asked starts the pass again).
 
     Indentation decides: a code line at or left of a definition's indent closes it (so do `}` and
     `end`), except lines that continue a signature. Headings close only under a heading of the same
     or a higher level.
     """
-    by_line = {d.line: d for d in defs}
-    stack: list[_Definition] = []
-    for number in range(min(first_line + 1, len(lines))):
-        line = lines[number]
+
+    def __init__(self, defs: Sequence[_Definition], lines: Sequence[str]) -> None:
+        self.by_line = {d.line: d for d in defs}
+        self.lines = lines
+        self._restart()
+
+    def _restart(self) -> None:
+        self.stack: list[_Definition] = []
+        self.next = 0  # the lines before it are applied, their definitions opened
+
+    def at(self, first_line: int) -> list[str]:
+        """Signatures of the definitions and headings open at `first_line` (outermost first): those
+        opened before it and not closed by the lines up to it, itself included (a definition on
+        `first_line` is the chunk's own, not one it sits inside)."""
+        if first_line < self.next:
+            self._restart()
+        end = min(first_line, len(self.lines))
+        while self.next < end:
+            self.stack = self._apply(self.stack, self.next, self.by_line.get(self.next))
+            self.next += 1
+        stack = self._apply(self.stack, first_line, None) if first_line < len(self.lines) else \
+            self.stack
+        return [d.signature for d in stack]
+
+    def _apply(self, stack: list[_Definition], number: int,
+               d: _Definition | None) -> list[_Definition]:
+        """The stack after line `number`, which opens `d` (if given)."""
+        line = self.lines[number]
         stripped = line.strip()
         if not stripped:
-            continue
-        d = by_line.get(number) if number < first_line else None
+            return stack
+        stack = list(stack)
         if d is not None and d.kind == "heading":
             stack = [s for s in stack if s.kind == "heading" and s.indent < d.indent]
         else:
@@ -142,7 +174,7 @@ def _enclosing(defs: Sequence[_Definition], lines: Sequence[str], first_line: in
                     stack.pop()
         if d is not None:
             stack.append(d)
-    return [d.signature for d in stack]
+        return stack
 
 
 def _continues(stripped: str) -> bool:
@@ -227,6 +259,10 @@ class StructuralContextualizer(Contextualizer):
         lines = doc.text.splitlines()
         header = self._header(doc, defs)
         line_starts = _line_offsets(doc.text)
+        enclosing = _Enclosing(defs, lines)
+        signatures: dict[int, set[str]] = {}
+        for d in defs:
+            signatures.setdefault(d.line, set()).add(d.signature)
         out: list[Situated] = []
         for chunk in chunks:
             parts = list(header)
@@ -238,9 +274,8 @@ class StructuralContextualizer(Contextualizer):
             start = chunk.start if chunk.start >= 0 else doc.text.find(chunk.text)
             if start >= 0:
                 first_line = _line_of(line_starts, start + _leading_blank(chunk.text))
-                path = _enclosing(defs, lines, first_line)
-                own = {d.signature for d in defs if d.line == first_line}
-                path = [p for p in path if p not in own]
+                own = signatures.get(first_line, set())
+                path = [p for p in enclosing.at(first_line) if p not in own]
                 if path:
                     parts.append("Inside: " + " > ".join(path[-3:]) + ".")
             out.append(Situated(chunk, " ".join(parts), "generated"))
