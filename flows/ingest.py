@@ -313,7 +313,9 @@ class _Ingest:
                                                          follow_links=o.follow_links,
                                                          wanted=plan.documents,
                                                          kept=inputs.scan.kept))
-                    for docs in windows(documents, window_size(o)):
+                    # Message Batches' windows stay whole: each batch takes its own wait.
+                    tail = None if o.batch else plan.chunks
+                    for docs in windows(documents, window_size(o), tail):
                         stored = {d.id: held[d.id].ids(d.id) for d in docs if d.id in held}
                         if inputs.existed and store.upkeep is not None:
                             # counted before written: a stop keeps it counted

@@ -40,6 +40,7 @@ IN_FLIGHT = 2  # windows in memory at once: one written while the next is situat
 # Message Batches answer a whole window in one batch, which can take an hour: their windows are
 # larger, so a big corpus makes few batches (each well under the API's 100,000 requests).
 BATCH_WINDOW_FACTOR = 25
+TAIL = 8  # the last windows of a run halve down to an eighth of a window (`windows`)
 # diskcache's database file: a context cache directory without it holds no context.
 _CACHE_FILE = "cache.db"
 
@@ -135,9 +136,36 @@ def _positions_of(indexes: Indexes) -> set[tuple[int, str | None]]:
     return {(i, None) for i in (range(indexes) if isinstance(indexes, int) else indexes)}
 
 
-def windows(documents: Iterable[Document], size: int) -> Iterator[list[Document]]:
-    """Whole documents in groups of about `size` chunks (a larger document alone)."""
-    return grouped(documents, size, lambda d: len(d.chunks))
+def windows(documents: Iterable[Document], size: int,
+            total: int | None = None) -> Iterator[list[Document]]:
+    """Whole documents in groups of about `size` chunks (a larger document alone).
+
+    Given the `total` chunks to come, the last `size` of them go in windows that halve, down to a
+    `TAIL`th of `size`: the last window's write is the one step of a run that nothing overlaps
+    (the model has nothing left to embed), so it is kept small. A total that proves wrong only
+    changes where the windows are cut."""
+    if total is None:
+        yield from grouped(documents, size, lambda d: len(d.chunks))
+        return
+    smallest = max(1, size // TAIL)
+    group: list[Document] = []
+    chunks, remaining = 0, total
+
+    def target() -> int:
+        return size if remaining > size else max(smallest, -(-remaining // 2))
+
+    cut = target()
+    for doc in documents:
+        n = len(doc.chunks)
+        if group and chunks + n > cut:
+            yield group
+            remaining -= chunks
+            group, chunks = [], 0
+            cut = target()
+        group.append(doc)
+        chunks += n
+    if group:
+        yield group
 
 
 @dataclass

@@ -9,7 +9,9 @@ import time
 
 import pytest
 
+from situate.core.records import Chunk, Document
 from situate.flows.order import WindowOrder
+from situate.flows.plan import windows
 
 
 def test_windows_enter_each_stage_in_order_whatever_order_they_arrive_in():
@@ -51,6 +53,29 @@ def test_unordered_windows_wait_for_nothing():
     """On Dask each window has its own order, starting at itself."""
     with WindowOrder(first=5).stage("embed", 5):
         pass
+
+
+def _docs(sizes: list[int]) -> list[Document]:
+    return [Document(f"d{i}", "x", tuple(Chunk(f"d{i}", j, "x", 0) for j in range(n)), f"d{i}", {})
+            for i, n in enumerate(sizes)]
+
+
+def _cut(sizes: list[int], size: int, total: int | None) -> list[list[int]]:
+    return [[len(d.chunks) for d in w] for w in windows(_docs(sizes), size, total)]
+
+
+def test_the_last_window_of_a_run_is_cut_small():
+    """The last `size` chunks go in windows that halve down to an eighth: the write after the last
+    embedding, which nothing overlaps, is an eighth of a window."""
+    ones = [1] * 2000 + [1] * 2000
+    assert [sum(w) for w in _cut(ones, 2000, 4000)] == [2000, 1000, 500, 250, 250]
+    assert [sum(w) for w in _cut(ones, 2000, None)] == [2000, 2000]
+    assert [sum(w) for w in _cut([1] * 100, 2000, 100)] == [100]  # a small run: one window
+    # whole documents, in order, never split, whatever the total says
+    for total in (0, 7, 4000, 10**6):
+        cut = _cut([3, 700, 1, 2500, 40, 40, 900, 5], 800, total)
+        assert [n for w in cut for n in w] == [3, 700, 1, 2500, 40, 40, 900, 5]
+        assert all(sum(w) <= 800 or len(w) == 1 for w in cut)
 
 
 def _corpus(tmp_path, n: int):
@@ -114,3 +139,25 @@ def test_a_window_failing_before_it_embeds_fails_the_run_without_holding_the_oth
     with pytest.raises(RuntimeError, match="contexts failed"):
         ingest(corpus=str(_corpus(tmp_path, 4)), collection="failing", embedder="hash")
     assert time.monotonic() - started < 60
+
+
+@pytest.mark.slow
+def test_an_ingest_cuts_its_last_windows_small(prefect_harness, state, tmp_path, monkeypatch):
+    from situate.core.settings import get_settings
+    from situate.storage.milvus import MilvusStore
+    from tests.helpers import ingest
+
+    windows_written: list[int] = []
+    write = MilvusStore.write
+
+    def recorded(self, collection, documents, *args, **kwargs):
+        documents = list(documents)
+        windows_written.append(len(documents))
+        return write(self, collection, documents, *args, **kwargs)
+
+    monkeypatch.setattr(MilvusStore, "write", recorded)
+    monkeypatch.setenv("SITUATE_WINDOW", "8")  # documents of one chunk each
+    get_settings.cache_clear()
+    summary = ingest(corpus=str(_corpus(tmp_path, 16)), collection="tapered", embedder="hash")
+    assert summary.new == 16
+    assert windows_written == [8, 4, 2, 1, 1]
