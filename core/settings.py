@@ -93,7 +93,7 @@ class Settings(BaseSettings):
     write_batch: int = Field(512, ge=1, description="rows per Milvus upsert")
     window: int = Field(2_000, ge=1, description="chunks (whole documents) ingested as one unit: "
                         "situated, embedded and written by one task; two are in memory at once; "
-                        "a run's last windows halve, down to an eighth")
+                        "a run of several windows ends in windows that halve, down to an eighth")
     rebuild_at: float = Field(0.05, ge=0, description="an ingest rebuilds the collection from "
                               "its own rows (no context, no embedding) when the rows written or "
                               "deleted since it was built pass this share of its rows; 0: after "

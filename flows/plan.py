@@ -142,9 +142,11 @@ def windows(documents: Iterable[Document], size: int,
 
     Given the `total` chunks to come, the last `size` of them go in windows that halve, down to a
     `TAIL`th of `size`: the last window's write is the one step of a run that nothing overlaps
-    (the model has nothing left to embed), so it is kept small. A total that proves wrong only
-    changes where the windows are cut."""
-    if total is None:
+    (the model has nothing left to embed), so it is kept small. A run of one window is left
+    whole: a text's vector depends a little (float rounding) on the batch it is embedded in, so
+    cutting it would move a small collection's rankings for nothing to overlap. A total that
+    proves wrong only changes where the windows are cut."""
+    if total is None or total <= size:
         yield from grouped(documents, size, lambda d: len(d.chunks))
         return
     smallest = max(1, size // TAIL)

@@ -70,7 +70,8 @@ def test_the_last_window_of_a_run_is_cut_small():
     ones = [1] * 2000 + [1] * 2000
     assert [sum(w) for w in _cut(ones, 2000, 4000)] == [2000, 1000, 500, 250, 250]
     assert [sum(w) for w in _cut(ones, 2000, None)] == [2000, 2000]
-    assert [sum(w) for w in _cut([1] * 100, 2000, 100)] == [100]  # a small run: one window
+    assert [sum(w) for w in _cut([1] * 2000, 2000, 2000)] == [2000]  # one window: left whole
+    assert [sum(w) for w in _cut([1] * 2001, 2000, 2001)] == [2000, 1]
     # whole documents, in order, never split, whatever the total says
     for total in (0, 7, 4000, 10**6):
         cut = _cut([3, 700, 1, 2500, 40, 40, 900, 5], 800, total)
