@@ -211,16 +211,23 @@ def batched(items: Iterable[T], n: int) -> Iterator[tuple[T, ...]]:
         yield batch
 
 
-def grouped(items: Iterable[T], size: int, weight: Callable[[T], int]) -> Iterator[list[T]]:
+def grouped(items: Iterable[T], size: int | Callable[[int], int],
+            weight: Callable[[T], int]) -> Iterator[list[T]]:
     """Items in groups of about `size` by `weight` (whole documents by their chunks), lazily; an
-    item heavier than `size` forms a group alone. Never splits an item."""
+    item heavier than `size` forms a group alone. Never splits an item. `size` may be a function
+    of the weight already grouped, asked at the start of each group."""
+    fixed = size if isinstance(size, int) else 0
+    limit = size if callable(size) else (lambda _done: fixed)
     group: list[T] = []
-    total = 0
+    total = done = 0
+    cut = limit(done)
     for item in items:
         w = weight(item)
-        if group and total + w > size:
+        if group and total + w > cut:
             yield group
+            done += total
             group, total = [], 0
+            cut = limit(done)
         group.append(item)
         total += w
     if group:

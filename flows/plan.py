@@ -146,28 +146,18 @@ def windows(documents: Iterable[Document], size: int,
     whole: a text's vector depends a little (float rounding) on the batch it is embedded in, so
     cutting it would move a small collection's rankings for nothing to overlap. A total that
     proves wrong only changes where the windows are cut."""
-    if total is None or total <= size:
-        yield from grouped(documents, size, lambda d: len(d.chunks))
-        return
-    smallest = max(1, size // TAIL)
-    group: list[Document] = []
-    chunks, remaining = 0, total
+    def chunks(doc: Document) -> int:
+        return len(doc.chunks)
 
-    def target() -> int:
+    if total is None or total <= size:
+        return grouped(documents, size, chunks)
+    smallest, known = max(1, size // TAIL), total
+
+    def cut(done: int) -> int:
+        remaining = known - done
         return size if remaining > size else max(smallest, -(-remaining // 2))
 
-    cut = target()
-    for doc in documents:
-        n = len(doc.chunks)
-        if group and chunks + n > cut:
-            yield group
-            remaining -= chunks
-            group, chunks = [], 0
-            cut = target()
-        group.append(doc)
-        chunks += n
-    if group:
-        yield group
+    return grouped(documents, cut, chunks)
 
 
 @dataclass
