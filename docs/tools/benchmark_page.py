@@ -615,7 +615,18 @@ def bench_backends() -> list[str]:
                     + (f"; its process tree peaked at {_f(ingest['peak_rss_mib'], 0)} MiB against "
                        f"{_f(before['peak_rss_mib'], 0)} MiB for the torch ingest." if before
                        else "."), ""]
-    parts = [p for p in (speed, d.get("speed_10k"), quality, tune, e2e) if p]
+    later = d.get("e2e_default")
+    if later and later.get("ratios", {}).get("over_embed_only"):
+        name = later.get("default", "openvino")
+        runs = [later[f"ingest_{name}"], later[f"embed_only_{name}_now"]]
+        walls = [", ".join(_f(x, 1) for x in r["wall_seconds_rounds"]) for r in runs]
+        out += ["", f"A later run of the default alone ({later['started']}, {later['rounds']} "
+                "rounds; its entry kept as `e2e_default`): the ingest takes "
+                f"{statistics.median(later['ratios']['over_embed_only']):.3f}× embedding alone "
+                "(rounds: " + ", ".join(f"{x:.3f}×" for x in later["ratios"]["over_embed_only"])
+                + f"; ingest {walls[0]} s against embedding alone {walls[1]} s); its process tree "
+                f"peaked at {_f(runs[0]['peak_rss_mib'], 0)} MiB in the median round."]
+    parts = [p for p in (speed, d.get("speed_10k"), quality, tune, e2e, later) if p]
     out += ["", "- Result file: `benchmarks/results/backends.json`",
             "- Commands: " + "; ".join(_venv_python(p["command"]) for p in parts),
             "- Date: " + ", ".join(sorted({p["started"][:10] for p in parts})),
