@@ -83,9 +83,10 @@ class Settings(BaseSettings):
     concurrency: int = Field(8, ge=1, description="concurrent requests to the context provider")
     chunk_size: int = Field(800, ge=100, description="characters per chunk for unchunked input")
     chunk_overlap: int = Field(100, ge=0, description="characters shared by consecutive chunks")
-    embed_batch: int = Field(64, ge=1, description="texts per embedding call")
+    embed_batch: int = Field(64, ge=1, description="texts per embedding call (at least the "
+                             "local model's forward batch: 256 on a GPU)")
     embed_backend: str = Field("auto", description="how a local embedder runs: auto (on the "
-                               "CPU the measured default, onnx; torch fp16 on a GPU) | torch "
+                               "CPU the measured default, openvino; torch fp16 on a GPU) | torch "
                                "| onnx | onnx-int8 | another measured setting (`situate ingest "
                                "--help`); ONNX models are exported once into the cache directory")
     device: str = Field("auto", description="where a local embedder runs: auto (CUDA when torch "

@@ -190,8 +190,12 @@ def embed(embedder: Any, texts: Sequence[str]) -> np.ndarray:
     The window's texts go to the embedder longest first, so that each call, and each batch a
     local model pads to its longest text, holds texts of about one length: the padding a batch
     of mixed lengths would compute is most of its cost (BENCHMARKS.md). The vectors come back in
-    the texts' order."""
-    size = get_settings().embed_batch
+    the texts' order.
+
+    A call holds `SITUATE_EMBED_BATCH` texts, or the model's forward batch where that is larger
+    (a GPU's 256): a call smaller than the batch would leave the GPU a smaller batch per pass and
+    pay the model process's round trip for each."""
+    size = max(get_settings().embed_batch, getattr(embedder, "forward_batch", 0))
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     out = in_groups(len(texts), batched(order, size),
                     lambda members: embedder.embed_documents([texts[i] for i in members],

@@ -207,6 +207,31 @@ def test_an_ingest_embeds_a_window_longest_first_and_returns_vectors_in_order():
     assert embed(recorder, []).shape == (0, 0)
 
 
+def test_an_ingest_calls_a_gpu_model_with_at_least_its_forward_batch():
+    """A call holds SITUATE_EMBED_BATCH texts (64), or the model's forward batch where that is
+    larger (a GPU's 256): smaller calls would cut the GPU's batches to 64 and pay a round trip to
+    the model process for each."""
+    from situate.flows.ingest import embed
+    from situate.tasks.embedders.base import Embedder
+
+    def sizes(batch: int) -> list[int]:
+        calls: list[int] = []
+
+        class Model:
+            info = {"device": "cuda" if batch > 64 else "cpu", "backend": "torch",
+                    "precision": "fp16", "batch": batch}
+
+            def encode_documents(self, texts):
+                calls.append(len(texts))
+                return [[1.0, 0.0] for _ in texts]
+
+        embed(Embedder("fake", "m", Model()), [f"text {i}" for i in range(600)])
+        return calls
+
+    assert sizes(256) == [256, 256, 88]
+    assert sizes(8) == [64] * 9 + [24]
+
+
 def test_windows_take_turns_embedding_whole():
     """Two windows embedding at once: each one's calls all go to the model before the other's
     (so the first is written while the second embeds, instead of both finishing together)."""

@@ -158,6 +158,13 @@ class Embedder:
         return {k: str(found.get(k) or "") for k in ("device", "backend", "precision")}
 
     @property
+    def forward_batch(self) -> int:
+        """Texts the model takes in one forward pass (a local model's; 0 for an API's)."""
+        self._wait_loaded()
+        found = getattr(self._function, "info", None) or {}
+        return int(found.get("batch") or 0)
+
+    @property
     def id(self) -> str:
         """What identifies the vector space: recorded on the collection, checked on re-use."""
         return f"{self.name}:{self.model}"

@@ -86,14 +86,14 @@ def build_minilm(model: str, api_key: str, runtime: Runtime | None = None) -> ob
         if chosen.precision == "fp16":
             function.model.half()
         wrapped = Windowed(function, function.model)  # past 256 word pieces too
-    wrapped.info = describe(chosen, note)
+    wrapped.info = describe(chosen, batch, note)
     return wrapped
 
 
-def describe(chosen: Resolved, note: str | None = None) -> dict[str, Any]:
-    """What a model process reports of itself to the run (`Embedder.info`)."""
+def describe(chosen: Resolved, batch: int, note: str | None = None) -> dict[str, Any]:
+    """What a model process reports of itself to the run (`Embedder.info`, `forward_batch`)."""
     return {"device": chosen.device, "backend": chosen.backend, "precision": chosen.precision,
-            "prepared": note}
+            "batch": batch, "prepared": note}
 
 
 def build_bge_m3(model: str, api_key: str, runtime: Runtime | None = None) -> object:
@@ -102,11 +102,11 @@ def build_bge_m3(model: str, api_key: str, runtime: Runtime | None = None) -> ob
 
     runtime = runtime or Runtime()
     chosen = resolve(runtime, "bge-m3")
+    batch = batch_size(chosen.device, asked=runtime.batch)
     function = DenseOnly(BGEM3EmbeddingFunction(model_name=model, device=chosen.device,
                                                 use_fp16=chosen.precision == "fp16",
-                                                batch_size=batch_size(chosen.device,
-                                                                      asked=runtime.batch)))
-    function.info = describe(chosen)
+                                                batch_size=batch))
+    function.info = describe(chosen, batch)
     return function
 
 

@@ -154,11 +154,11 @@ def build_sentence_embedding(model: str, api_key: str, runtime: Any = None) -> o
                   default=0)
     # What `encode_query` puts in front of a query: the "query" prompt, else the default one.
     query_prompt = named.get("query", named.get(getattr(st, "default_prompt_name", None) or "", ""))
-    wrapped = Windowed(SentenceEmbedding(st, batch_size(chosen.device, asked=runtime.batch)), st,
-                       reserve=reserve,
+    batch = batch_size(chosen.device, asked=runtime.batch)
+    wrapped = Windowed(SentenceEmbedding(st, batch), st, reserve=reserve,
                        query_prompt=query_prompt or "")
     wrapped.info = {"device": chosen.device, "backend": chosen.backend,
-                    "precision": chosen.precision, "prepared": None}
+                    "precision": chosen.precision, "batch": batch, "prepared": None}
     return wrapped
 
 
