@@ -159,3 +159,36 @@ def _stop(server: subprocess.Popen) -> None:
             time.sleep(1)  # the group's other processes (the model's) end with their parent
         except subprocess.TimeoutExpired:
             continue
+
+
+def test_the_gpu_section_prints_a_gpu_run_and_never_a_run_without_a_gpu(tmp_path, monkeypatch):
+    """The benchmarks page's GPU section: a run of benchmarks/bench_gpu.py that saw a GPU is
+    printed with the device named; a run that saw none, or no run at all, is said to hold no GPU
+    figure."""
+    import json
+
+    from docs.tools import benchmark_page
+
+    monkeypatch.setattr(benchmark_page, "RESULTS", tmp_path)
+    assert "Not measured" in "\n".join(benchmark_page.bench_gpu())
+    machine = {"cpu": "a CPU", "cores": 16, "python": "3.12.3"}
+    run = {"command": "benchmarks/bench_gpu.py --out gpu.json", "started": "2026-12-01 10:00",
+           "machine": machine, "gpu": {"torch": "2.11.0", "cuda": "13.0", "device": "NVIDIA H200"}}
+    speed = {"texts": 10000, "cpu_texts": 5000, "ratio_default_over_cpu_default": 12.5,
+             "default": {"device": "cuda", "backend": "torch", "precision": "fp16",
+                         "forward_batch": 256, "rounds": [2400.0, 2500.0, 2450.0],
+                         "chunks_per_second": 2450.0},
+             "cpu_default": {"device": "cpu", "backend": "openvino", "precision": "fp32",
+                             "cores": 16, "chunks_per_second": 196.0}}
+    ingest = {"chunks": 100000, "wall_seconds": 100.0, "peak_rss_mib": 3000.0, "device": "cuda",
+              "backend": "torch", "precision": "fp16", "ratio_ingest_over_embed_only": 1.6,
+              "embed_only": {"wall_seconds": 62.5}}
+    (tmp_path / "gpu.json").write_text(json.dumps({"run": run, "speed": speed, "ingest": ingest,
+                                                   "batch_failed": {"traceback": "..."}}))
+    page = "\n".join(benchmark_page.bench_gpu())
+    assert "2,450 chunks/s on NVIDIA H200" in page and "12.5×" in page
+    assert "100,000-chunk generated corpus" in page and "1.60× that" in page
+    assert "failed in this run" in page and "batch" in page
+    run["gpu"].pop("device")
+    (tmp_path / "gpu.json").write_text(json.dumps({"run": run, "speed": speed}))
+    assert "holds no GPU figure" in "\n".join(benchmark_page.bench_gpu())

@@ -645,8 +645,64 @@ def bench_backends() -> list[str]:
     return out + [""]
 
 
+def bench_gpu() -> list[str]:
+    """The GPU run (benchmarks/bench_gpu.py), or a plain statement that there is none."""
+    out = ["## On a GPU", ""]
+    if not (RESULTS / "gpu.json").exists():
+        return out + ["Not measured: no machine with a GPU has run it yet, and no GPU figure is "
+                      "estimated. `benchmarks/bench_gpu.py` measures, in one run, the default's "
+                      "chunks/s on the GPU against the same machine's CPU cores and a 100,000-chunk "
+                      "ingest end to end; `benchmarks/gpu/README.md` says how to run it on a GPU "
+                      "machine without network access.", ""]
+    d = _load("gpu.json")
+    run, speed, ingest = d["run"], d.get("speed", {}), d.get("ingest", {})
+    device = run["gpu"].get("device")
+    if not device:
+        return out + [f"The recorded run ({run['started'][:10]}) saw no GPU (torch "
+                      f"{run['gpu'].get('torch')}): it holds no GPU figure.", ""]
+    gpu, cpu = speed.get("default"), speed.get("cpu_default")
+    if gpu and cpu:
+        out += [f"The default (`--device auto`: {gpu['backend']} {gpu['precision']} on "
+                f"{gpu['device']}, {gpu['forward_batch']} texts a forward pass) embedded "
+                f"{_f(gpu['chunks_per_second'], 0)} chunks/s on {device}, against "
+                f"{_f(cpu['chunks_per_second'], 0)} chunks/s for the CPU's default ({cpu['backend']} "
+                f"{cpu['precision']}) on the same machine's {cpu['cores']} cores: "
+                f"{speed['ratio_default_over_cpu_default']:.1f}× ({speed['texts']:,} texts of the "
+                f"generated corpus with their structural contexts on the GPU, "
+                f"{speed['cpu_texts']:,} on the CPU; GPU rounds "
+                + ", ".join(_f(x, 0) for x in gpu["rounds"]) + ")."]
+    if ingest.get("wall_seconds"):
+        out += ["", f"`situate ingest` of a {ingest['chunks']:,}-chunk generated corpus with every "
+                f"setting at its default ({ingest['backend']} {ingest['precision']} on "
+                f"{ingest['device']}) took {_f(ingest['wall_seconds'], 1)} s, "
+                f"{ingest['chunks'] / ingest['wall_seconds']:,.0f} chunks/s end to end; its process "
+                f"tree peaked at {_f(ingest['peak_rss_mib'], 0)} MiB."
+                + (f" Embedding the same texts alone took {_f(ingest['embed_only']['wall_seconds'], 1)}"
+                   f" s: the ingest is {ingest['ratio_ingest_over_embed_only']:.2f}× that."
+                   if ingest.get("embed_only") else "")]
+    batch = d.get("batch")
+    if batch:
+        out += ["", "Texts per forward pass on the GPU: " + ", ".join(
+            f"{k}: {_f(v['chunks_per_second'], 0)} chunks/s" for k, v in batch.items()) + "."]
+    ref = d.get("reference")
+    if ref and gpu:
+        out += ["", f"torch fp32 on the CPU as situate ran it before backends: "
+                f"{_f(ref['chunks_per_second'], 0)} chunks/s; the GPU default is "
+                f"{gpu['chunks_per_second'] / ref['chunks_per_second']:.1f}× that."]
+    failed = [k[:-len("_failed")] for k in d if k.endswith("_failed")]
+    if failed:
+        out += ["", "Parts that failed in this run (tracebacks in the result file): "
+                + ", ".join(failed) + "."]
+    return out + ["", "- Result file: `benchmarks/results/gpu.json`",
+                  "- Command: " + _venv_python(run["command"]),
+                  "- Date: " + run["started"][:10],
+                  f"- Machine: {device}; {run['machine']['cpu']}, {run['machine']['cores']} cores, "
+                  f"Python {run['machine']['python']}, torch {run['gpu'].get('torch')} (CUDA "
+                  f"{run['gpu'].get('cuda')})", ""]
+
+
 BENCHMARK_SECTIONS: list[Callable[[], list[str]]] = [
-    bench_quality, bench_backends, bench_heldout, bench_code_chunks, bench_formats, bench_ingest,
+    bench_quality, bench_backends, bench_gpu, bench_heldout, bench_code_chunks, bench_formats, bench_ingest,
     bench_updates, bench_drift, bench_scale, bench_search_latency, bench_faces, bench_throughput,
     bench_door, bench_providers, bench_reading, bench_capacity]
 
@@ -655,9 +711,10 @@ def benchmarks_page() -> str:
     out = [NOTE.format(source="the result files under benchmarks/results/"), "",
            "# Benchmarks: the current figures", "",
            "Each figure below is read from the result file its benchmark wrote, and printed with "
-           "the command that wrote it, the date and the machine. Every run was on a 2-core x86_64 "
-           "machine without a GPU, often shared with other work: Pass@k does not depend on load, "
-           "times do (each section says how loaded it was). How the defaults were chosen, and "
+           "the command that wrote it, the date and the machine. Every run but the GPU section's "
+           "was on a 2-core x86_64 machine without a GPU, often shared with other work: Pass@k "
+           "does not depend on load, times do (each section says how loaded it was). How the "
+           "defaults were chosen, and "
            "every earlier measurement, is in the [archive](archive.md).", "",
            "![Pass@k of the codebase benchmark with 95% intervals, from situate evaluate]"
            "(evaluation-codebase-intervals.png)", ""]
