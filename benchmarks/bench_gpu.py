@@ -224,7 +224,7 @@ def main() -> None:
     parser.add_argument("--cache", default="data/cache")
     parser.add_argument("--device", default="auto", help="where the default runs (auto: the GPU)")
     parser.add_argument("--texts", type=int, default=10_000)
-    parser.add_argument("--cpu-texts", type=int, default=5_000)
+    parser.add_argument("--cpu-texts", type=int, default=3_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--parts", default="speed,ingest,batch,reference")

@@ -39,37 +39,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_backends import CODEBASE, codebase_texts, machine  # noqa: E402
 
-
-def _eval_set() -> tuple[list[str], list[list[tuple[str, int]]]]:
-    queries, golden = [], []
-    with open(CODEBASE / "evaluation_set.jsonl") as f:
-        for line in f:
-            item = json.loads(line)
-            queries.append(item["query"])
-            golden.append([(d, int(i)) for d, i in item["golden_chunk_uuids"]])
-    return queries, golden
+from situate.tasks.retrieval.metrics import EvalQuery, load_eval_set, mean_pass_at_k  # noqa: E402
 
 
-def _chunk_keys() -> list[tuple[str, int]]:
-    """The (document, chunk index) of every codebase chunk, in the order `codebase_texts` gives."""
+def _chunks() -> list[tuple[str, str]]:
+    """The (document, content) of every codebase chunk, in the order `codebase_texts` gives."""
     docs = json.loads((CODEBASE / "codebase_chunks.json").read_text())
-    return [(d["original_uuid"], int(c["original_index"])) for d in docs for c in d["chunks"]]
+    return [(d["original_uuid"], c["content"]) for d in docs for c in d["chunks"]]
 
 
-def _pass_at_k(doc_vectors: np.ndarray, query_vectors: np.ndarray, keys: list[tuple[str, int]],
-               golden: list[list[tuple[str, int]]]) -> dict[str, float]:
-    """Pass@k as `situate evaluate` counts it: per query, the share of its golden chunks in the
-    top k, averaged (exact cosine: the vectors are normalized)."""
+def _pass_at_k(doc_vectors: np.ndarray, query_vectors: np.ndarray, chunks: list[tuple[str, str]],
+               queries: list[EvalQuery]) -> dict[str, float]:
+    """Pass@k as `situate evaluate` counts it (`tasks.retrieval.metrics`: a golden chunk is found
+    when a chunk of its content is in the top k), over the top 20 by exact cosine (the vectors
+    are normalized)."""
     scores = query_vectors @ doc_vectors.T
     top = np.argsort(-scores, axis=1, kind="stable")[:, :20]
-    out = {}
-    for k in (5, 10, 20):
-        shares = []
-        for row, gold in zip(top, golden, strict=True):
-            found = {keys[i] for i in row[:k]}
-            shares.append(sum(g in found for g in gold) / len(gold))
-        out[str(k)] = round(100 * statistics.fmean(shares), 2)
-    return out
+    cases = [(q.golden, [chunks[i] for i in row]) for q, row in zip(queries, top, strict=True)]
+    return {str(k): round(mean_pass_at_k(cases, k), 2) for k in (5, 10, 20)}
 
 
 class _Calibration:
@@ -114,9 +101,9 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     names = [i.name for i in onnx.load(str(plain)).graph.input]
     texts = codebase_texts()
-    queries, golden = _eval_set()
-    keys = _chunk_keys()
-    assert len(keys) == len(texts), (len(keys), len(texts))
+    queries = load_eval_set(CODEBASE / "evaluation_set.jsonl")
+    chunks = _chunks()
+    assert len(chunks) == len(texts), (len(chunks), len(texts))
 
     work = (Path(args.cache) / "static-int8-experiment").resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -169,7 +156,8 @@ def main() -> None:
     results: dict[str, Any] = {}
     for key, embedder in embedders.items():
         engine, name = key.split(" ")
-        quality = _pass_at_k(vectors[key], embedder.encode_queries(queries), keys, golden)
+        quality = _pass_at_k(vectors[key], embedder.encode_queries([q.query for q in queries]),
+                             chunks, queries)
         results[key] = {"chunks_per_second": round(statistics.median(rates[key]), 1),
                         "rounds": [round(r, 1) for r in rates[key]], "dense": quality}
     for key, r in results.items():

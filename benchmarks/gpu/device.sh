@@ -26,8 +26,8 @@ if [ "$K" = 1 ]; then
     SITE=$("$V/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     # The image's packages after the environment's own: situate's pins come first, torch (with
     # CUDA) and the rest come from the image. addsitedir also reads the image's .pth files.
-    IMAGE=$("$PY" -c 'import site; print(site.getsitepackages()[0])')
-    echo "import site; site.addsitedir('$IMAGE')" > "$SITE/_image_site.pth"
+    "$PY" -c 'import site; print("import site; " + "; ".join(
+              f"site.addsitedir({p!r})" for p in site.getsitepackages()))' > "$SITE/_image_site.pth"
     mkdir -p .gpu/model
     "$PY" -c 'import sys, torch; print("image:", sys.version.split()[0], "torch", torch.__version__,
               "cuda", torch.version.cuda, "sees a GPU:", torch.cuda.is_available())'
