@@ -45,7 +45,8 @@ PREFECT_DEFAULTS = {
     # Models come from installed packages; a hub lookup would only time out.
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
-    # The tokenizers' own thread pool warns when the process forks (Prefect's server does).
+    # The tokenizers' own thread pool warns when the process forks (Prefect's server does); the
+    # model's process, which never forks, turns it on (`local.MODEL_TOKENIZERS_PARALLELISM`).
     "TOKENIZERS_PARALLELISM": "false",
     # No child interpreter puts the working directory first on its import path: Prefect starts
     # its temporary server as `python -m uvicorn`, which would import a `uvicorn.py` planted in
@@ -76,6 +77,10 @@ def configure_process() -> None:
     exit handler)."""
     import atexit
 
+    from situate.tasks.embedders import local
+
+    if "TOKENIZERS_PARALLELISM" not in os.environ:  # off here, on in the model's process
+        local.MODEL_TOKENIZERS_PARALLELISM = "true"
     for key, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(key, value)
     atexit.register(gc.freeze)

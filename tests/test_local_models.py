@@ -24,6 +24,17 @@ def build_pid_model(model: str, api_key: str) -> object:
     return PidModel()
 
 
+class EnvModel(PidModel):
+    """Reports the TOKENIZERS_PARALLELISM its process has."""
+
+    def __init__(self) -> None:
+        self.info = {"tokenizers": os.environ.get("TOKENIZERS_PARALLELISM")}
+
+
+def build_env_model(model: str, api_key: str) -> object:
+    return EnvModel()
+
+
 def build_broken_model(model: str, api_key: str) -> object:
     raise OSError(f"no weights for {model} in this package")
 
@@ -35,10 +46,12 @@ def local_specs(monkeypatch, embedders):
     EMBEDDERS.register("pid", EmbedderSpec("pid-1", "math", "", "", build_pid_model, local=True))
     EMBEDDERS.register("broken", EmbedderSpec("broken-1", "math", "", "", build_broken_model,
                                               local=True))
+    EMBEDDERS.register("env", EmbedderSpec("env-1", "math", "", "", build_env_model, local=True))
     yield
     embedders.release()
     EMBEDDERS.unregister("pid")
     EMBEDDERS.unregister("broken")
+    EMBEDDERS.unregister("env")
 
 
 def test_local_model_embeds_in_another_process_and_exits_when_released(local_specs, embedders):
@@ -134,3 +147,32 @@ def test_queries_from_many_threads_are_shared_by_the_query_processes(local_specs
         manager.join(timeout=30)
         assert not manager.is_alive()
     assert [p.exitcode for p in lanes] == [0, 0]
+
+
+def test_the_model_process_tokenizes_on_its_threads_unless_the_user_said_otherwise(
+        local_specs, embedders, monkeypatch):
+    """The command keeps the tokenizers' thread pool off in its own process (it forks), and
+    turns it on in the model's process, which never forks, unless the user's environment set
+    TOKENIZERS_PARALLELISM: then the user's value holds in both."""
+    import subprocess
+    import sys
+
+    from situate.tasks.embedders import local
+
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    monkeypatch.setattr(local, "MODEL_TOKENIZERS_PARALLELISM", "true")
+    assert embedders.get("env")._function.info["tokenizers"] == "true"
+    embedders.release()
+    monkeypatch.setattr(local, "MODEL_TOKENIZERS_PARALLELISM", None)
+    assert embedders.get("env")._function.info["tokenizers"] == "false"
+
+    code = ("import os; from situate.flows import launch; launch.configure_process(); "
+            "from situate.tasks.embedders import local; "
+            "print(os.environ['TOKENIZERS_PARALLELISM'], local.MODEL_TOKENIZERS_PARALLELISM)")
+    for given, printed in ((None, "false true"), ("false", "false None"), ("true", "true None")):
+        env = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"}
+        if given is not None:
+            env["TOKENIZERS_PARALLELISM"] = given
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True).stdout.split("\n")[-2]
+        assert out == printed, (given, out)

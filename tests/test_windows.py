@@ -40,6 +40,26 @@ def test_windows_are_exact_substrings_within_the_size(model):
     assert split_windows(model.tokenizer, "short text", 126) == [("short text", 1)]
 
 
+def test_texts_split_together_are_split_as_each_alone(model):
+    """`split_all` tokenizes every text that may not fit in one call: each text gets the windows
+    it gets alone, short, long and mixed in any order."""
+    from situate.tasks.embedders.windows import split_all
+
+    def alone(text: str, size: int) -> list[tuple[str, int]]:
+        spans = model.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True,
+                                truncation=False)["offset_mapping"]
+        if len(spans) <= size:
+            return [(text, 1)]
+        return [(text[spans[j][0]:spans[min(j + size, len(spans)) - 1][1]], min(size, len(spans) - j))
+                for j in range(0, len(spans), size)]
+
+    texts = ["short", " ".join(f"w{i}" for i in range(400)), "x" * 200,
+             "a " * 126 + "end", " ".join(f"word{i}" for i in range(127)), ""]
+    assert split_all(model.tokenizer, texts, 126) == [alone(t, 126) for t in texts]
+    assert [len(w) > 1 for w in split_all(model.tokenizer, texts, 126)][:2] == [False, True]
+    assert split_all(model.tokenizer, [], 126) == []
+
+
 def test_the_tail_of_a_long_text_changes_its_vector(model):
     from situate.tasks.embedders.windows import Windowed
 

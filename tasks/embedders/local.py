@@ -135,9 +135,17 @@ _DOCUMENT_THREADS = 0  # torch's intra-op threads as the model was loaded (docum
 QUERY_THREADS = 1
 # How often a worker checks that the process that started it is still there (seconds).
 PARENT_POLL = 0.5
+# TOKENIZERS_PARALLELISM for the model's process, set by the command (`flows.launch`) when the
+# user's environment did not: the command keeps the tokenizers' thread pool off in its own
+# process (a fork after the pool ran prints a warning), but the model's process never forks,
+# and a call's texts tokenized on every core wait less before they are embedded. None: the
+# environment's value, whatever it is, holds there too.
+MODEL_TOKENIZERS_PARALLELISM: str | None = None
 
 
-def _worker_init() -> None:
+def _worker_init(tokenizers_parallelism: str | None = None) -> None:
+    if tokenizers_parallelism is not None:
+        os.environ["TOKENIZERS_PARALLELISM"] = tokenizers_parallelism
     # Ctrl-C reaches the whole process group; the flow's process decides what happens, the
     # worker must not print a KeyboardInterrupt traceback of its own (it is started with SIGINT
     # ignored: `_spawn_context`; this keeps it so wherever it was started from).
@@ -295,7 +303,8 @@ class ModelProcess:
 
     def __init__(self, build: Callable[[str, str], object], model: str) -> None:
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=_spawn_context(),
-                                         initializer=_worker_init)
+                                         initializer=_worker_init,
+                                         initargs=(MODEL_TOKENIZERS_PARALLELISM,))
         self._ready: Future[dict[str, Any]] = self._pool.submit(_worker_load, build, model)
 
     def wait_loaded(self) -> None:
