@@ -322,7 +322,8 @@ from situate.tasks.embedders.base import Embedders
 from situate.tasks.embedders.runtime import Runtime
 texts = json.load(open(sys.argv[1]))
 before = sys.argv[4] == "before"
-e = Embedders().get("minilm", Runtime(sys.argv[2], "cpu", sys.argv[3], batch=32 if before else 0))
+device = sys.argv[5] if len(sys.argv) > 5 else "cpu"
+e = Embedders().get("minilm", Runtime(sys.argv[2], device, sys.argv[3], batch=32 if before else 0))
 e.embed_documents(texts[:8])
 t = time.perf_counter()
 if before:  # as situate embedded until now: corpus order, calls of 64, batches of 32
@@ -332,7 +333,7 @@ else:  # as an ingest embeds now: windows, each longest first
     size = get_settings().window
     for i in range(0, len(texts), size):
         embed(e, texts[i:i + size])
-print(json.dumps({"chunks": len(texts), "seconds": time.perf_counter() - t}))
+print(json.dumps({"chunks": len(texts), "seconds": time.perf_counter() - t, **e.info}))
 """
 
 
@@ -397,12 +398,13 @@ def _timed(cmd: list[str], env: dict[str, str], work: Path) -> tuple[dict[str, f
 
 
 def _embed_only(texts: Path, name: str, how: str, cache: str, env: dict[str, str],
-                work: Path) -> dict[str, Any]:
-    timed, out = _timed([sys.executable, "-c", EMBED_ONLY, str(texts), name, cache, how], env,
-                        work)
+                work: Path, device: str = "cpu") -> dict[str, Any]:
+    timed, out = _timed([sys.executable, "-c", EMBED_ONLY, str(texts), name, cache, how, device],
+                        env, work)
     done = json.loads(out.strip().splitlines()[-1])
     return {**timed, "embed_seconds": round(done["seconds"], 1),
-            "chunks_per_second": round(done["chunks"] / done["seconds"], 1)}
+            "chunks_per_second": round(done["chunks"] / done["seconds"], 1),
+            **{k: done.get(k) for k in ("device", "precision")}}
 
 
 def _ingest(corpus: Path, name: str, env: dict[str, str], work: Path) -> dict[str, Any]:

@@ -46,24 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_backends import machine, merge, scale_texts, vm_hwm  # noqa: E402
-
-SITUATE = str(Path(sys.executable).parent / "situate")
-
-EMBED_ONLY = """
-import json, sys, time
-from situate.flows.ingest import embed
-from situate.tasks.embedders.base import Embedders
-from situate.tasks.embedders.runtime import Runtime
-texts = json.load(open(sys.argv[1]))
-e = Embedders().get("minilm", Runtime("auto", sys.argv[2], sys.argv[3]))
-e.embed_documents(texts[:8])
-t = time.perf_counter()
-size = 2000  # an ingest's windows (SITUATE_WINDOW), each longest first
-for i in range(0, len(texts), size):
-    embed(e, texts[i:i + size])
-print(json.dumps({"chunks": len(texts), "seconds": time.perf_counter() - t, **e.info}))
-"""
+from bench_backends import SITUATE, machine, merge, scale_texts, vm_hwm  # noqa: E402
 
 
 def gpu() -> dict[str, Any]:
@@ -85,11 +68,13 @@ def gpu() -> dict[str, Any]:
 
 
 def rate(embedder: Any, texts: list[str]) -> float:
+    from situate.core.settings import get_settings
     from situate.flows.ingest import embed
 
+    size = get_settings().window  # as an ingest embeds its windows
     t = time.perf_counter()
-    for i in range(0, len(texts), 2000):  # an ingest's windows
-        embed(embedder, texts[i:i + 2000])
+    for i in range(0, len(texts), size):
+        embed(embedder, texts[i:i + size])
     return len(texts) / (time.perf_counter() - t)
 
 
@@ -132,15 +117,25 @@ def part_speed(args: argparse.Namespace, texts: list[str], out: Path) -> dict[st
     return result
 
 
+def _checked(run: Any) -> Any:
+    """bench_backends' timed runs exit on a failure; here a failed part is recorded and the next
+    parts still run."""
+    try:
+        return run()
+    except SystemExit as e:
+        raise RuntimeError(str(e)) from None
+
+
 def part_ingest(args: argparse.Namespace, out: Path) -> None:
-    from bench_scale import TreeMemory, write_corpus
+    from bench_backends import _embed_only, _timed, codebase_texts
+    from bench_scale import write_corpus
 
     work = Path(tempfile.mkdtemp(prefix="situate-gpu-"))
     corpus = work / "corpus.jsonl"
     write_corpus(corpus, args.chunks)
-    env = {**os.environ, "SITUATE_CACHE_DIR": str(Path(args.cache).resolve()),
-           "PREFECT_HOME": str(work / "prefect"), "SITUATE_RESULTS_DIR": str(work / "results"),
-           "SITUATE_DEVICE": args.device}
+    cache = str(Path(args.cache).resolve())
+    env = {**os.environ, "SITUATE_CACHE_DIR": cache, "PREFECT_HOME": str(work / "prefect"),
+           "SITUATE_RESULTS_DIR": str(work / "results"), "SITUATE_DEVICE": args.device}
     # Prefect makes its database on a PREFECT_HOME's first run (once per machine and user): a
     # small ingest first, so that the timed one is any run after a user's first.
     small = work / "first-documents.jsonl"
@@ -151,44 +146,21 @@ def part_ingest(args: argparse.Namespace, out: Path) -> None:
     summary = work / "summary.json"
     cmd = [SITUATE, "ingest", str(corpus), "--collection", "gpu", "--milvus-uri",
            str(work / "gpu.db"), "--json", str(summary)]
-    t = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    with TreeMemory(proc.pid) as memory:
-        stdout, stderr = proc.communicate()
-    wall = time.perf_counter() - t
-    result: dict[str, Any] = {"chunks": args.chunks, "command": " ".join(cmd[1:3]) + " ...",
-                              "exit": proc.returncode}
-    if proc.returncode:
-        result["stderr"] = stderr[-3000:]
-        merge(out, "ingest", result)
-        raise RuntimeError(f"situate ingest failed: {stderr[-3000:]}")
+    timed, stdout = _checked(lambda: _timed(cmd, env, work))
     done = json.loads(summary.read_text())
-    result.update({"wall_seconds": round(wall, 1), "peak_rss_mib": round(memory.peak / 2**20, 1),
-                   "rows": done["rows"], "seconds": done["seconds"],
-                   **{k: done.get(k) for k in ("device", "backend", "precision")},
-                   "stdout": stdout[-2000:]})
+    result: dict[str, Any] = {"chunks": args.chunks, "command": " ".join(cmd[1:3]) + " ...",
+                              **timed, "rows": done["rows"], "seconds": done["seconds"],
+                              **{k: done.get(k) for k in ("device", "backend", "precision")},
+                              "stdout": stdout[-2000:]}
     print("ingest", {k: v for k, v in result.items() if k != "stdout"}, flush=True)
     merge(out, "ingest", result)
     texts = work / "texts.json"  # what the ingest embedded: each chunk with its structural context
-    from bench_backends import codebase_texts
-
     texts.write_text(json.dumps(codebase_texts(corpus)))
-    t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", EMBED_ONLY, str(texts), args.device,
-                           str(Path(args.cache).resolve())], env=env, cwd=work,
-                          capture_output=True, text=True)
-    if proc.returncode:
-        result["embed_only_stderr"] = proc.stderr[-3000:]
-    else:
-        embedded = json.loads(proc.stdout.strip().splitlines()[-1])
-        result["embed_only"] = {"wall_seconds": round(time.perf_counter() - t, 1),
-                                "embed_seconds": round(embedded["seconds"], 1),
-                                "chunks_per_second": round(embedded["chunks"] / embedded["seconds"], 1),
-                                "device": embedded.get("device"), "precision": embedded.get("precision")}
-        result["ratio_ingest_over_embed_only"] = round(
-            result["wall_seconds"] / result["embed_only"]["wall_seconds"], 3)
-    print("embed only", result.get("embed_only"), result.get("ratio_ingest_over_embed_only"), flush=True)
+    result["embed_only"] = _checked(lambda: _embed_only(texts, "auto", "now", cache, env, work,
+                                                        device=args.device))
+    result["ratio_ingest_over_embed_only"] = round(
+        result["wall_seconds"] / result["embed_only"]["wall_seconds"], 3)
+    print("embed only", result["embed_only"], result["ratio_ingest_over_embed_only"], flush=True)
     merge(out, "ingest", result)
 
 

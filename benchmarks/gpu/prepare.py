@@ -119,7 +119,8 @@ def main() -> None:
     shutil.rmtree(dest, ignore_errors=True)
     wheels = download(NEEDED, dest / "wheels", args.python_version)
     model = download([MODEL], dest / "model", args.python_version)[0]
-    capacity = CALL_LIMIT - tree_bytes() - MARGIN
+    tree = tree_bytes()
+    capacity = CALL_LIMIT - tree - MARGIN
     parts = pack(wheels, model, capacity)
     for k, members in enumerate(parts, 1):
         folder = dest / f"part{k}"
@@ -142,7 +143,7 @@ def main() -> None:
     shutil.rmtree(dest / "model")
     n = len(parts)
     print(f"{n} parts of at most {capacity / 2**20:.1f} MiB (the tree is "
-          f"{tree_bytes() / 2**20:.1f} MiB) in {dest}. The calls, one right after another (the "
+          f"{tree / 2**20:.1f} MiB) in {dest}. The calls, one right after another (the "
           "machine stays warm 30 s after each):")
     for k in range(1, n + 1):
         size = sum(p.stat().st_size for p in (dest / f"part{k}").iterdir())

@@ -148,11 +148,15 @@ class Embedder:
         self._batcher: QueryBatcher | None = None
         self._told = False
 
+    def _reported(self) -> dict[str, Any]:
+        """What the model's process reported of itself (`Resolved.report`; {} for an API)."""
+        return getattr(self._function, "info", None) or {}
+
     @property
     def info(self) -> dict[str, str]:
         """The device, backend and precision the model runs on (an API's: "api")."""
         self._wait_loaded()
-        found = getattr(self._function, "info", None) or {}
+        found = self._reported()
         if not found:
             return {"device": "", "backend": "api", "precision": ""}
         return {k: str(found.get(k) or "") for k in ("device", "backend", "precision")}
@@ -161,8 +165,7 @@ class Embedder:
     def forward_batch(self) -> int:
         """Texts the model takes in one forward pass (a local model's; 0 for an API's)."""
         self._wait_loaded()
-        found = getattr(self._function, "info", None) or {}
-        return int(found.get("batch") or 0)
+        return int(self._reported().get("batch") or 0)
 
     @property
     def id(self) -> str:
@@ -188,7 +191,7 @@ class Embedder:
                                     f"{type(e).__name__}: {_one_line(str(e))}") from None
         if not self._told:
             self._told = True
-            note = (getattr(self._function, "info", None) or {}).get("prepared")
+            note = self._reported().get("prepared")
             if note:
                 log.warning(f"embedder {self.id}: {note}")
 

@@ -38,7 +38,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from situate.tasks.embedders.runtime import BACKENDS, Resolved, Runtime, batch_size, resolve
+from situate.tasks.embedders.runtime import BACKENDS, Runtime, batch_size, resolve
 
 
 def quiet_transformers() -> None:
@@ -86,14 +86,8 @@ def build_minilm(model: str, api_key: str, runtime: Runtime | None = None) -> ob
         if chosen.precision == "fp16":
             function.model.half()
         wrapped = Windowed(function, function.model)  # past 256 word pieces too
-    wrapped.info = describe(chosen, batch, note)
+    wrapped.info = chosen.report(batch, note)
     return wrapped
-
-
-def describe(chosen: Resolved, batch: int, note: str | None = None) -> dict[str, Any]:
-    """What a model process reports of itself to the run (`Embedder.info`, `forward_batch`)."""
-    return {"device": chosen.device, "backend": chosen.backend, "precision": chosen.precision,
-            "batch": batch, "prepared": note}
 
 
 def build_bge_m3(model: str, api_key: str, runtime: Runtime | None = None) -> object:
@@ -106,7 +100,7 @@ def build_bge_m3(model: str, api_key: str, runtime: Runtime | None = None) -> ob
     function = DenseOnly(BGEM3EmbeddingFunction(model_name=model, device=chosen.device,
                                                 use_fp16=chosen.precision == "fp16",
                                                 batch_size=batch))
-    function.info = describe(chosen, batch)
+    function.info = chosen.report(batch)
     return function
 
 

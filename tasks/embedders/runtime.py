@@ -172,6 +172,12 @@ class Resolved:
     backend: str
     precision: str
 
+    def report(self, batch: int, note: str | None = None) -> dict[str, object]:
+        """What the model's process reports of itself to the run (`Embedder.info`,
+        `Embedder.forward_batch`): this, its forward batch, and what preparing it took."""
+        return {"device": self.device, "backend": self.backend, "precision": self.precision,
+                "batch": batch, "prepared": note}
+
 
 def resolve(runtime: Runtime, embedder: str = "minilm") -> Resolved:
     """The device, backend and precision `runtime` means here (torch imported for `auto`)."""

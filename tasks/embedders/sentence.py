@@ -157,8 +157,7 @@ def build_sentence_embedding(model: str, api_key: str, runtime: Any = None) -> o
     batch = batch_size(chosen.device, asked=runtime.batch)
     wrapped = Windowed(SentenceEmbedding(st, batch), st, reserve=reserve,
                        query_prompt=query_prompt or "")
-    wrapped.info = {"device": chosen.device, "backend": chosen.backend,
-                    "precision": chosen.precision, "batch": batch, "prepared": None}
+    wrapped.info = chosen.report(batch)
     return wrapped
 
 
