@@ -266,8 +266,9 @@ class MilvusStore(Connection):
 
     def count(self, collection: str) -> int:
         self.load(collection)
-        res = self._call(f"counting rows of {collection!r}", lambda: self.client.query(
-            collection, filter="", output_fields=["count(*)"]))
+        res = self._call(f"counting rows of {collection!r}", self._loaded(
+            collection, lambda: self.client.query(collection, filter="",
+                                                  output_fields=["count(*)"])))
         return int(res[0]["count(*)"]) if res else 0
 
     def stored_documents(self, collection: str) -> dict[str, StoredDocument]:
@@ -304,10 +305,10 @@ class MilvusStore(Connection):
         if page is None:
             page = SCAN_PAGE if set(fields) <= NARROW_FIELDS else WIDE_PAGE
         what = f"reading rows of {collection!r}"
-        it = self._call(what, lambda: self.client.query_iterator(
-            collection, batch_size=page, filter=filter, output_fields=list(fields)))
+        it = self._call(what, self._loaded(collection, lambda: self.client.query_iterator(
+            collection, batch_size=page, filter=filter, output_fields=list(fields))))
         try:
-            while batch := self._call(what, it.next):
+            while batch := self._call(what, self._loaded(collection, it.next)):
                 yield from batch
         finally:
             it.close()
@@ -381,8 +382,10 @@ class MilvusStore(Connection):
 
     def _loaded(self, collection: str, read: Callable[[], T]) -> Callable[[], T]:
         """`read`, made again once the collection is loaded if the server had released it: a
-        restarted server starts with every collection released, and a search then finds it so
-        instead of waiting for the next command's `load`."""
+        restarted server starts with every collection released, and a read then finds it so
+        instead of waiting for the next command's `load`. Every read goes through it, those that
+        `load` first too: a restart between that load and the read releases the collection
+        again (a write's read of stored ids met it, the server killed mid-write)."""
         def call() -> T:
             try:
                 return read()

@@ -140,6 +140,36 @@ def test_killed_while_calls_are_in_flight_and_restarted_the_write_completes(serv
     assert rows == expected(docs) and len({r[0] for r in rows}) == 3_000
 
 
+def test_a_restart_between_a_load_and_the_read_after_it_loads_again(server, store_for):
+    """A restarted server holds every collection released. A restart that lands between a read's
+    `load` and the read itself (as the kill above once did, inside a write's read of stored ids)
+    is met by loading again and reading, never a "call load() first" StoreError: counting,
+    reading rows, and a write (its read of stored ids) each meet one."""
+    store = store_for()
+    full_budget(store)
+    store.ensure_collection(C, EMB.dim, EMBEDDER)
+    docs = documents(n=3, chunks=40)
+    assert store.write(C, docs) == 120
+    store.flush(C)
+    real = store.load
+    restarts = []
+
+    def load_then_restart(collection: str) -> None:
+        real(collection)
+        server.kill()
+        server.start()
+        restarts.append(collection)
+
+    store.load = load_then_restart  # type: ignore[method-assign]
+    assert store.count(C) == 120
+    assert sorted(r["id"] for r in store.rows(C, fields=("id",))) == sorted(
+        s.chunk.id for d in docs for s in d.situated)
+    assert store.write(C, docs) == 120
+    assert len(restarts) == 3
+    store.load = real  # type: ignore[method-assign]
+    assert snapshot(server.uri, C) == expected(docs)
+
+
 def test_left_down_the_write_fails_with_one_line_and_the_next_write_finishes(server, store_for):
     store = store_for(**SHORT)
     store.ensure_collection(C, EMB.dim, EMBEDDER)
