@@ -41,11 +41,25 @@ def pytest_configure(config):
         atexit.register(shutil.rmtree, home, ignore_errors=True)
 
 
+# The slowest test files, slowest first (each file's tests summed, `pytest --durations`, on a
+# 2-core machine): they are started first. Each file runs whole on one worker (--dist loadfile),
+# in the order collected (--no-loadscope-reorder: xdist would put files with fewer tests last);
+# by name these sort last, and the slowest, started at the end, ran alone for minutes while the
+# other worker had nothing left.
+SLOWEST_FIRST = ("test_docs.py", "test_search_faces.py", "test_stop.py", "test_ui.py",
+                 "test_rebuild_flow.py", "test_serving_door.py", "test_error_exits.py",
+                 "test_nothing_moves.py", "test_update.py", "test_claude_flow.py", "test_serve.py",
+                 "test_embed_backends.py", "test_progress.py", "test_error_exits_b.py")
+
+
 def pytest_collection_modifyitems(config, items):
-    """A test that starts a Prefect server is marked slow (so `make test-fast` leaves it out)."""
+    """A test that starts a Prefect server is marked slow (so `make test-fast` leaves it out);
+    the slowest files first (`SLOWEST_FIRST`), each file's tests kept together and in order."""
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 def pytest_sessionfinish(session, exitstatus):
