@@ -197,8 +197,8 @@ class Generations:
         copied = 0
         for batch in batched(ids, COPY_BATCH):
             wanted = list(batch)
-            rows = self._call(f"reading rows of {old!r}", self.store._loaded(old, partial(
-                self.client.get, old, ids=wanted, output_fields=list(INPUT_FIELDS))))
+            rows = self.store._read(f"reading rows of {old!r}", old, partial(
+                self.client.get, old, ids=wanted, output_fields=list(INPUT_FIELDS)))
             position = {row_id: i for i, row_id in enumerate(wanted)}
             rows = sorted(rows, key=lambda r: position[r["id"]])
             copied += self.store.upsert(new, [{k: r[k] for k in INPUT_FIELDS} for r in rows],

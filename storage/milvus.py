@@ -266,9 +266,8 @@ class MilvusStore(Connection):
 
     def count(self, collection: str) -> int:
         self.load(collection)
-        res = self._call(f"counting rows of {collection!r}", self._loaded(
-            collection, lambda: self.client.query(collection, filter="",
-                                                  output_fields=["count(*)"])))
+        res = self._read(f"counting rows of {collection!r}", collection, lambda: self.client.query(
+            collection, filter="", output_fields=["count(*)"]))
         return int(res[0]["count(*)"]) if res else 0
 
     def stored_documents(self, collection: str) -> dict[str, StoredDocument]:
@@ -305,10 +304,10 @@ class MilvusStore(Connection):
         if page is None:
             page = SCAN_PAGE if set(fields) <= NARROW_FIELDS else WIDE_PAGE
         what = f"reading rows of {collection!r}"
-        it = self._call(what, self._loaded(collection, lambda: self.client.query_iterator(
-            collection, batch_size=page, filter=filter, output_fields=list(fields))))
+        it = self._read(what, collection, lambda: self.client.query_iterator(
+            collection, batch_size=page, filter=filter, output_fields=list(fields)))
         try:
-            while batch := self._call(what, self._loaded(collection, it.next)):
+            while batch := self._read(what, collection, it.next):
                 yield from batch
         finally:
             it.close()
@@ -363,29 +362,28 @@ class MilvusStore(Connection):
                     fields: list[str]) -> Any:
         data, field, metric = self._leg(leg, query_text, query_vector)
         asked = min(limit + TIE_MARGIN, MAX_TOPK)
-        return self._call(f"{leg} search in {collection!r}", self._loaded(
-            collection, lambda: self.client.search(
-                collection, data=data, anns_field=field, limit=asked, output_fields=fields,
-                search_params=self._search_params(metric, asked))))
+        return self._read(f"{leg} search in {collection!r}", collection, lambda: self.client.search(
+            collection, data=data, anns_field=field, limit=asked, output_fields=fields,
+            search_params=self._search_params(metric, asked)))
 
     def hits(self, collection: str, ranked: Sequence[tuple[str, float]]) -> list[Hit]:
         if not ranked:
             return []
         ids = [i for i, _ in ranked]
-        rows = self._call(f"reading hits of {collection!r}", self._loaded(
-            collection, lambda: self.client.get(collection, ids=ids,
-                                                output_fields=["id", *HIT_FIELDS])))
+        rows = self._read(f"reading hits of {collection!r}", collection, lambda: self.client.get(
+            collection, ids=ids, output_fields=["id", *HIT_FIELDS]))
         by_id = {str(r["id"]): r for r in rows}
         return [Hit(id=i, doc_id=r["doc_id"], index=int(r["chunk_index"]), text=r["text"],
                     context=r["context"], score=score, metadata=r.get("metadata") or {})
                 for i, score in ranked if (r := by_id.get(i)) is not None]
 
-    def _loaded(self, collection: str, read: Callable[[], T]) -> Callable[[], T]:
-        """`read`, made again once the collection is loaded if the server had released it: a
-        restarted server starts with every collection released, and a read then finds it so
-        instead of waiting for the next command's `load`. Every read goes through it, those that
-        `load` first too: a restart between that load and the read releases the collection
-        again (a write's read of stored ids met it, the server killed mid-write)."""
+    def _read(self, what: str, collection: str, read: Callable[[], T]) -> T:
+        """`read()`, one call to Milvus (`_call`), made again once the collection is loaded if the
+        server had released it: a restarted server starts with every collection released, and a
+        read then finds it so instead of waiting for the next command's `load`. Every read goes
+        through here, those that `load` first too: a restart between that load and the read
+        releases the collection again (a write's read of stored ids met it, the server killed
+        mid-write)."""
         def call() -> T:
             try:
                 return read()
@@ -395,7 +393,7 @@ class MilvusStore(Connection):
             self.client.load_collection(collection)
             return read()
 
-        return call
+        return self._call(what, call)
 
     def _search_params(self, metric: str, limit: int) -> dict[str, Any]:
         if metric == "COSINE":
@@ -427,11 +425,10 @@ class MilvusStore(Connection):
         if not ids:
             return {}
         data, field, metric = self._leg(leg, query_text, query_vector)
-        res = self._call(f"{leg} scores in {collection!r}", self._loaded(
-            collection, lambda: self.client.search(
-                collection, data=data, anns_field=field, limit=len(ids),
-                filter=f"id in {json.dumps(list(ids))}", output_fields=["id"],
-                search_params=self._search_params(metric, len(ids)))))
+        res = self._read(f"{leg} scores in {collection!r}", collection, lambda: self.client.search(
+            collection, data=data, anns_field=field, limit=len(ids),
+            filter=f"id in {json.dumps(list(ids))}", output_fields=["id"],
+            search_params=self._search_params(metric, len(ids))))
         scores = dict.fromkeys(ids, 0.0) if leg == "bm25" else {}
         scores.update((_hit_id(h), _hit_score(h, leg)) for h in (res[0] if res else []))
         return scores
