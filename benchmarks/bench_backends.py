@@ -33,7 +33,7 @@ before the timed runs.
 `choose`: the CPU default from the file's speed and quality parts.
 
     B=benchmarks/bench_backends.py; OUT=benchmarks/results/backends.json
-    C=../shared/datasets/codebase
+    C=data/benchmarks/codebase
     .venv/bin/python $B quality --backends torch,openvino-bf16,openvino,onnx \
         --corpus codebase=$C/codebase_chunks.json,$C/evaluation_set.jsonl \
         --corpus nodedocs=/tmp/nodesynth/corpus,/tmp/nodesynth/eval.jsonl --out $OUT
@@ -73,7 +73,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 SITUATE = str(Path(sys.executable).parent / "situate")
 BEFORE = "torch (before)"  # the reference: torch fp32 as situate embedded until now
-CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
+CODEBASE = ROOT / "data" / "benchmarks" / "codebase"
 
 
 def machine() -> dict[str, Any]:

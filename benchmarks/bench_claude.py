@@ -55,7 +55,7 @@ from situate.tasks.contexts.claude import (  # noqa: E402
 from situate.tasks.corpus.load import load_corpus  # noqa: E402
 from tests.fakes.anthropic_server import FakeAnthropic, Faults, count_tokens  # noqa: E402
 
-CORPUS = ROOT.parent / "shared" / "datasets" / "codebase" / "codebase_chunks.json"
+CORPUS = ROOT / "data" / "benchmarks" / "codebase" / "codebase_chunks.json"
 RESULTS = ROOT / "benchmarks" / "results" / "claude.json"
 KEY = "sk-ant-bench-not-a-real-key"
 OUTPUT_TOKENS = 100  # every context is this long, in every mode (Anthropic's assumption too)

@@ -30,7 +30,7 @@ from situate.tasks.embedders.base import Embedders  # noqa: E402
 from situate.tasks.retrieval.metrics import load_eval_set, mean_pass_at_k  # noqa: E402
 from situate.tasks.retrieval.search import answer  # noqa: E402
 
-CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
+CODEBASE = ROOT / "data" / "benchmarks" / "codebase"
 VARIANTS = {
     "none": (NoContext(), "before"),
     "structural": (StructuralContextualizer(max_names=12), "before"),

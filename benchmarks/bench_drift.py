@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.drift import drifted  # noqa: E402
 
-CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
+CODEBASE = ROOT / "data" / "benchmarks" / "codebase"
 SITUATE = Path(sys.executable).with_name("situate")
 
 

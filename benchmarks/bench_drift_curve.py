@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.bench_scale import situate_command  # noqa: E402
 from benchmarks.drift import drifted_share, edit_text, pick_share  # noqa: E402
 
-CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
+CODEBASE = ROOT / "data" / "benchmarks" / "codebase"
 SHARES = (0.005, 0.01, 0.05, 0.1, 0.25)
 
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CORPUS = ROOT.parent / "shared" / "datasets" / "codebase" / "codebase_chunks.json"
+DEFAULT_CORPUS = ROOT / "data" / "benchmarks" / "codebase" / "codebase_chunks.json"
 
 REFERENCE = r"""
 import json, sys, time

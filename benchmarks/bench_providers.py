@@ -43,7 +43,7 @@ from tests.fakes.anthropic_server import FakeAnthropic  # noqa: E402
 from tests.fakes.ollama_server import FakeOllama  # noqa: E402
 from tests.fakes.openai_chat_server import FakeOpenAIChat, count_tokens  # noqa: E402
 
-CORPUS = ROOT.parent / "shared" / "datasets" / "codebase" / "codebase_chunks.json"
+CORPUS = ROOT / "data" / "benchmarks" / "codebase" / "codebase_chunks.json"
 RESULTS = ROOT / "benchmarks" / "results" / "providers.json"
 KEY = "sk-bench-not-a-real-key"
 OUTPUT = 50  # tokens per context, the same on every fake

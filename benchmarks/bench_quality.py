@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The default configuration's chart, shown in the README.
 DEFAULT_VARIANT = ("codebase", "minilm", "structural", "cdbsf")
 CHART = ROOT / "benchmarks" / "results" / "evaluation-codebase.png"
-CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
+CODEBASE = ROOT / "data" / "benchmarks" / "codebase"
 # Held-out corpora: benchmarks/heldout.py's arguments for each.
 HELDOUT = {"heldout": [], "heldout-code2": ["--packages", "httpx", "click"],
            "heldout-prose": ["--markdown", "/usr/share/doc/nodejs/api"],

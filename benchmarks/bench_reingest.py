@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase" / "codebase_chunks.json"
+CODEBASE = ROOT / "data" / "benchmarks" / "codebase" / "codebase_chunks.json"
 sys.path.insert(0, str(ROOT))
 
 for _k, _v in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",

@@ -15,7 +15,7 @@ queries to `situate api` for `--concurrent-seconds`: queries per second and erro
 average is recorded before and after each step (the machine is shared).
 
     .venv/bin/python benchmarks/bench_search_faces.py \\
-        --target codebase,http://127.0.0.1:19634,../shared/datasets/codebase/evaluation_set.jsonl \\
+        --target codebase,http://127.0.0.1:19634,data/benchmarks/codebase/evaluation_set.jsonl \\
         --target scale,http://127.0.0.1:19635,/tmp/eval100k.jsonl,bow \\
         --queries 40 --rounds 3 --out benchmarks/results/search-faces.json
 

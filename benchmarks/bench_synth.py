@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
+CODEBASE = ROOT / "data" / "benchmarks" / "codebase"
 NODE_API = Path("/usr/share/doc/nodejs/api")
 MODES = ("dense", "bm25", "hybrid")
 KS = ("5", "10", "20")

@@ -17,7 +17,7 @@ Before the timed cells, every variant answers the same queries one at a time and
 differently would not count.
 
     .venv/bin/python benchmarks/bench_throughput.py \\
-        --target codebase,http://127.0.0.1:19712,../shared/datasets/codebase/evaluation_set.jsonl \\
+        --target codebase,http://127.0.0.1:19712,data/benchmarks/codebase/evaluation_set.jsonl \\
         --target scale,http://127.0.0.1:19711,/tmp/eval100k.jsonl,bow \\
         --variant before=/work/w42-base --variant after=. --variant after-w2=.:2 \\
         --seconds 20 --out benchmarks/results/throughput.json

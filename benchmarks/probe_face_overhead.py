@@ -12,7 +12,7 @@ connection each:
 
     .venv/bin/situate api --collection codebase --milvus-uri http://127.0.0.1:19634 --port 18734 &
     .venv/bin/python benchmarks/probe_face_overhead.py http://127.0.0.1:18734 \\
-        ../shared/datasets/codebase/evaluation_set.jsonl
+        data/benchmarks/codebase/evaluation_set.jsonl
 """
 
 from __future__ import annotations

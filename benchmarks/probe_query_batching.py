@@ -4,7 +4,7 @@ for stragglers) at 0 and at a few milliseconds, alternating; per setting, querie
 CPU per query of this process and its model processes, and the mean batch the model was given.
 
     .venv/bin/python benchmarks/probe_query_batching.py --uri http://127.0.0.1:19712 \\
-        --collection codebase --eval-set ../shared/datasets/codebase/evaluation_set.jsonl
+        --collection codebase --eval-set data/benchmarks/codebase/evaluation_set.jsonl
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ the model together (`Windowed`'s way: none padded); then, per way of batching, h
 248 vectors are bitwise the one the query gets alone, and the largest difference.
 
     .venv/bin/python benchmarks/probe_query_embedding.py \\
-        --eval-set ../shared/datasets/codebase/evaluation_set.jsonl
+        --eval-set data/benchmarks/codebase/evaluation_set.jsonl
 """
 
 from __future__ import annotations

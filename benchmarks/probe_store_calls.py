@@ -5,7 +5,7 @@ the hits' fields and with the id alone, and for `leg_scores` with `output_fields
 Milvus Lite reads as every field: what situate asked for before issue 42).
 
     .venv/bin/python benchmarks/probe_store_calls.py --uri http://127.0.0.1:19712 \\
-        --collection codebase --eval-set ../shared/datasets/codebase/evaluation_set.jsonl
+        --collection codebase --eval-set data/benchmarks/codebase/evaluation_set.jsonl
 """
 
 from __future__ import annotations

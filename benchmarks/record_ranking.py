@@ -1,6 +1,6 @@
 """Record what a checkout ranks on the codebase benchmark, for `tests/test_nothing_moves.py`.
 
-Ingests the codebase (../shared/datasets/codebase) with the default settings into a Lite file of
+Ingests the codebase (data/benchmarks/codebase) with the default settings into a Lite file of
 its own, then writes, as JSON: the stored rows' ids, sorted, a sha256 over every row's fields but
 its vectors (in that order), each dense vector's sum (a change of model, backend or normalisation moves it;
 the last bits of a float that another CPU's kernels round otherwise do not), and for each of the
@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-CODEBASE = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "codebase"
+CODEBASE = Path(__file__).resolve().parents[1] / "data" / "benchmarks" / "codebase"
 MODES = ("dense", "bm25", "hybrid")
 K = 20
 ROW_FIELDS = ("id", "doc_id", "chunk_index", "text", "context", "doc_hash", "chunk_hash",

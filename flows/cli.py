@@ -190,8 +190,8 @@ def _value_type(annotation: Any) -> type:
          """\
   # the sample corpus: structural contexts and MiniLM, offline, about a minute
   situate ingest data/sample/corpus --collection sample
-  # the codebase benchmark (pre-chunked JSON), read in place
-  situate ingest ../shared/datasets/codebase/codebase_chunks.json --collection codebase
+  # the codebase benchmark (pre-chunked JSON, committed under data/benchmarks)
+  situate ingest data/benchmarks/codebase/codebase_chunks.json --collection codebase
   # Claude contexts (ANTHROPIC_API_KEY): see the requests and the bill first, then run
   situate ingest data/sample/corpus --collection sample_claude --context anthropic --dry-run
   situate ingest data/sample/corpus --collection sample_claude --context anthropic""", verbose=True)
@@ -208,7 +208,7 @@ def cmd_ingest(options: IngestOptions) -> int:
   # Pass@k of the sample corpus (after `situate ingest data/sample/corpus --collection sample`)
   situate evaluate data/sample/eval.jsonl --collection sample
   # the codebase benchmark (after ingesting its codebase_chunks.json)
-  situate evaluate ../shared/datasets/codebase/evaluation_set.jsonl --collection codebase
+  situate evaluate data/benchmarks/codebase/evaluation_set.jsonl --collection codebase
   # hybrid only, at k = 1 and 5, the results also as JSON
   situate evaluate data/sample/eval.jsonl --collection sample --modes hybrid --k 1,5 --json r.json""",
          verbose=True)
@@ -224,15 +224,26 @@ def cmd_evaluate(options: EvaluateOptions) -> int:
          """\
   situate search "How is the retry delay computed?" --collection sample --k 5
   situate search "dead letter queue" --collection sample --mode bm25
-  situate search "how does the differential executor run both executors" --collection codebase""")
+  situate search "how does the differential executor run both executors" --collection codebase
+  # the reply of POST /search, as JSON; the first hit's whole text
+  situate search "dead letter queue" --collection sample --json
+  situate search "dead letter queue" --collection sample --k 1 --full""")
 def cmd_search(options: SearchOptions) -> int:
-    from situate.flows.search import search
+    from situate.flows.search import respond
 
-    hits = search(options)
-    if not hits:
+    reply = respond(options)
+    if options.json_out:
+        print(reply.model_dump_json())  # the bytes `situate api` sends (`situate.api.http`)
+        return 0
+    if not reply.hits:
         print("no results")
-    for rank, h in enumerate(hits, start=1):
+    for rank, h in enumerate(reply.hits, start=1):
         print(f"{rank:>3}. {h.score:.4f}  {h.doc_id} #{h.index}")
+        if options.full:
+            if h.context:
+                print(textwrap.indent(f"context: {h.context}", "     "))
+            print(textwrap.indent(h.text, "     "))
+            continue
         if h.context:
             print(f"     context: {_one_line(h.context, 200)}")
         print(f"     {_one_line(h.text, 300)}")
@@ -375,7 +386,29 @@ def _one_line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+# The status of a process ended by SIGPIPE (128 + 13), as a shell reports `git log | head -1`.
+BROKEN_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
+    """`situate`: a command's exit status. A reader that stops reading (`| head -1`) ends the
+    command quietly with BROKEN_PIPE: Python ignores SIGPIPE, so the write raises instead."""
+    try:
+        try:
+            return _main(argv)
+        finally:  # what is still buffered is written here, not at exit, where it cannot be caught
+            sys.stdout.flush()
+    except BrokenPipeError:
+        import os
+
+        # Nothing more reaches the closed pipe, not even the interpreter's flush at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return BROKEN_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
     from situate.core.secrets import install_log_redaction
 
     install_log_redaction()  # no secret in any log line of this process, whoever writes it

@@ -32,6 +32,7 @@ from situate.api.request import K, Query, SearchRequest
 from situate.core.errors import InputError, SituateError, StoreError
 from situate.core.settings import MAX_WORKERS, Settings, get_settings
 from situate.core.uri import credentials, is_lite, shown, uri_problem
+from situate.tasks.retrieval.search import check_k
 
 DEFAULT_KS = (5, 10, 20)
 TASK_RUNNERS = ("threads", "dask")
@@ -403,8 +404,17 @@ class SearchOptions(Options):
                                                    "the collection was embedded)")
     device: Device = from_settings(description="where the query's embedder runs: auto, cpu, "
                                    "cuda, cuda:N or mps")
+    json_out: Annotated[bool, Flag(("--json",))] = Field(
+        False, description="print the reply as JSON, as POST /search of `situate api` returns it")
+    full: Annotated[bool, Flag(("--full",))] = Field(
+        False, description="print each chunk's whole text and context, not their first lines")
 
     _request: SearchRequest | None = PrivateAttr(default=None)
+
+    @field_validator("k", mode="before")
+    @classmethod
+    def _k(cls, value: Any) -> int:
+        return check_k(value)  # worded as HTTP and MCP word it (`situate.api.request`)
 
     @property
     def request(self) -> SearchRequest:

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import time
+
 from situate.api.retriever import Retriever
+from situate.api.wire import SearchResponse
 from situate.core.records import Hit
 from situate.flows.options import SearchOptions
 
 
 def search(options: SearchOptions) -> list[Hit]:
+    """The top `k` chunks of a collection for one query (`respond`'s hits)."""
+    return respond(options).hits
+
+
+def respond(options: SearchOptions) -> SearchResponse:
     """The top `k` chunks of a collection for one query: the same `Retriever` an app searches
     with, so the same ranking as `situate evaluate` measures. The model runs in a process of its
-    own, so that Ctrl-C stops the command at once, even while torch loads."""
+    own, so that Ctrl-C stops the command at once, even while torch loads. The reply is the one
+    `POST /search` sends (`situate.api.wire`): the hits, and the time the search took once the
+    store and the model were ready."""
     with Retriever(options.collection, options.milvus_uri, mode=options.mode,
                    fusion=options.fusion, reranker=options.reranker, backend=options.backend,
                    device=options.device, model_process=True) as retriever:
-        return retriever.run(options.request)
+        started = time.perf_counter()
+        hits = retriever.run(options.request)
+        return SearchResponse(hits=hits, took_ms=round((time.perf_counter() - started) * 1000, 3))

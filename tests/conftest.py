@@ -77,7 +77,7 @@ def pytest_sessionfinish(session, exitstatus):
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CORPUS = ROOT / "data" / "sample" / "corpus"
 SAMPLE_EVAL = ROOT / "data" / "sample" / "eval.jsonl"
-CODEBASE = ROOT.parent / "shared" / "datasets" / "codebase"
+CODEBASE = ROOT / "data" / "benchmarks" / "codebase"
 
 
 @pytest.fixture(scope="session", autouse=True)

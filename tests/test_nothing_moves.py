@@ -11,10 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CODEBASE
-
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CODEBASE.is_dir(), reason="needs the codebase dataset")]
+pytestmark = [pytest.mark.slow]
 
 MODES = ("dense", "bm25", "hybrid")
 RECORDED = Path(__file__).parent / "data" / "codebase_ranking.json"

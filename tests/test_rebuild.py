@@ -24,11 +24,9 @@ from tests.conftest import CODEBASE
 from tests.fakes.milvus_server import milvus_server
 from tests.store_contract import EMB, EMBEDDER, embedded
 
-pytestmark = [pytest.mark.skipif(not CODEBASE.is_dir(), reason="needs the codebase dataset")]
-
 QUERIES = [json.loads(line)["query"]
            for line in (CODEBASE / "evaluation_set.jsonl").read_text().splitlines()[:60]
-           ] if CODEBASE.is_dir() else []
+           ]
 
 
 @pytest.fixture(scope="module")

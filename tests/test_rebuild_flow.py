@@ -20,8 +20,7 @@ from tests.conftest import CODEBASE
 from tests.fakes.milvus_server import milvus_server
 from tests.test_rebuild import every_row
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow,
-              pytest.mark.skipif(not CODEBASE.is_dir(), reason="needs the codebase dataset")]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 EVAL = CODEBASE / "evaluation_set.jsonl"
 
 

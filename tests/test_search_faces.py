@@ -37,8 +37,7 @@ import pytest
 from tests.conftest import CODEBASE
 from tests.fakes.milvus_server import MilvusServer, free_port, stop_process
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CODEBASE.is_dir(), reason="needs the codebase dataset")]
+pytestmark = [pytest.mark.slow]
 
 MODES = ("dense", "bm25", "hybrid")
 K = 20  # evaluate's deepest cut-off (5, 10, 20): the hits it ranks each query by

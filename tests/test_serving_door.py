@@ -455,6 +455,66 @@ def test_every_face_refuses_the_same_bad_input_the_same_way(door, api):
     assert described["modes"] == ["dense", "bm25", "hybrid"]
 
 
+# --- the command line, as the servers -------------------------------------------------------------
+
+def test_search_json_prints_the_http_reply_and_full_the_whole_texts(door, api):
+    """`situate search --json` prints what POST /search replies (one serializer: the hits equal,
+    field for field); `--full` prints each hit's whole text, its lines kept."""
+    import textwrap
+
+    query = "how long is the retry delay?"
+    ran = {flag: subprocess.run([SITUATE, "search", query, "--collection", "door", "--k", "3",
+                                 flag], env=door.env, capture_output=True, text=True, timeout=300)
+           for flag in ("--json", "--full")}
+    for done in ran.values():
+        assert done.returncode == 0, done.stderr
+        door.said += [done.stdout, done.stderr]
+    printed = json.loads(ran["--json"].stdout)
+    replied = api.post("/search", {"query": query, "k": 3}, _auth()).json()
+    assert set(printed) == set(replied) == {"hits", "took_ms"}
+    assert printed["hits"] == replied["hits"] and len(printed["hits"]) == 3
+    assert printed["hits"][0]["doc_id"] == "retry.md"
+    for hit in printed["hits"]:
+        assert textwrap.indent(hit["text"], "     ") in ran["--full"].stdout
+    assert "\n\n" in printed["hits"][0]["text"]  # so the lines kept are seen to be kept
+
+
+@pytest.mark.parametrize("k", [0, 1001])
+def test_the_command_line_refuses_k_in_the_servers_words(door, api, k):
+    """`situate search --k 0` says what POST /search (and the MCP tool: the table above) says."""
+    cli = subprocess.run([SITUATE, "search", "cache", "--collection", "door", "--k", str(k)],
+                         env=door.env, capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 2 and cli.stdout == ""
+    prefix = "situate search: error: "
+    line = cli.stderr.strip()
+    assert line.startswith(prefix) and "\n" not in line, cli.stderr
+    detail = api.post("/search", {"query": "cache", "k": k}, _auth()).json()["detail"]
+    assert detail.split("; send JSON")[0] == line.removeprefix(prefix) == (
+        f"k={k} is not a number of hits: give a whole number from 1 to 1000")
+
+
+@pytest.mark.parametrize("command", [["search", "cache", "--collection", "door", "--k", "200",
+                                      "--full"], ["version"], ["--help"]])
+def test_a_reader_that_stops_reading_ends_the_command_quietly(door, command):
+    """A pipe closed before the command writes (the reader gone, as `| head -1` after its line):
+    the command ends with SIGPIPE's conventional status, and no traceback."""
+    proc = subprocess.Popen([SITUATE, *command], env=door.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode in (0, 141), err
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err
+
+
+def test_search_piped_into_head_prints_one_line(door):
+    shell = subprocess.run(["bash", "-c", f"set -o pipefail; '{SITUATE}' search cache "
+                            "--collection door --k 200 --full | head -1"],
+                           env=door.env, capture_output=True, text=True, timeout=300)
+    assert shell.returncode in (0, 141), shell.stderr
+    assert len(shell.stdout.splitlines()) == 1 and shell.stdout.startswith("  1. ")
+    assert "Traceback" not in shell.stderr and "Exception ignored" not in shell.stderr
+
+
 # --- MCP started elsewhere -----------------------------------------------------------------------
 
 def test_an_mcp_client_starting_the_server_elsewhere_gets_answers(door, tmp_path):

@@ -304,7 +304,7 @@ def bench_faces() -> list[str]:
             "show as a ratio; on a real query they vanish into it.", ""]
     out += _source("search-faces.json",
                    ".venv/bin/python benchmarks/bench_search_faces.py --target "
-                   "codebase,http://127.0.0.1:19634,../shared/datasets/codebase/evaluation_set.jsonl"
+                   "codebase,http://127.0.0.1:19634,data/benchmarks/codebase/evaluation_set.jsonl"
                    " --target scale,http://127.0.0.1:19635,EVAL100K.jsonl,bow --queries 16 "
                    "--rounds 2 --cli-queries 1 --concurrent-seconds 30",
                    "2026-11-27 02:27-02:49 UTC (quiet machine)", _machine(d["machine"]))
