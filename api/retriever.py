@@ -115,7 +115,8 @@ class Retriever:
         _check_mode(mode)
         check_workers(workers)
         store = open_existing(uri, collection, settings.milvus_token.get_secret_value()
-                              if token is None else token, retry_attempts=retry_attempts)
+                              if token is None else token, retry_attempts=retry_attempts,
+                              cache_dir=settings.cache_dir)
         embedders = Embedders(processes=model_process or workers > 1)
         try:
             self._setup(store, collection, embedders, owns=True, mode=mode, fusion=fusion,
@@ -318,7 +319,7 @@ def query_runtime(info: Any, backend: str | None, device: str | None) -> Runtime
     settings = get_settings()
     recorded = info.backend if info.backend in BACKENDS else ""
     return Runtime(backend or recorded or settings.embed_backend, device or settings.device,
-                   settings.cache_dir)
+                   settings.model_cache)
 
 
 def embedder_of(collection: str, uri: str, stored: str, wanted: str | None) -> str:

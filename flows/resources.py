@@ -51,7 +51,8 @@ class Resources:
                 mine = False
         if mine:
             try:
-                opening.set_result(open_store(uri, _token()))
+                opening.set_result(open_store(uri, _token(),
+                                              cache_dir=get_settings().cache_dir))
             except BaseException as e:
                 opening.set_exception(e)
                 with self._lock:

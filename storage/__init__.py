@@ -12,28 +12,31 @@ if TYPE_CHECKING:
 MEMORY = "memory://"
 
 
-def open_store(uri: str, token: str = "", *, retry_attempts: int | None = None) -> ChunkStore:
+def open_store(uri: str, token: str = "", *, retry_attempts: int | None = None,
+               cache_dir: str | None = None) -> ChunkStore:
     """The store at `uri`: a Milvus Lite file, a Milvus server or Zilliz Cloud (their URI), or
     `memory://NAME`, a store held in this process (tests, notebooks: nothing is persisted, and
-    stores opened on one NAME share it). `token` and `retry_attempts` are a Milvus server's."""
+    stores opened on one NAME share it). `token` and `retry_attempts` are a Milvus server's;
+    `cache_dir` keeps a Milvus Lite collection's lexical index between processes
+    (`situate.storage.lexical`)."""
     if uri.startswith(MEMORY):
         from situate.storage.memory import MemoryStore
 
         return MemoryStore(uri)
     from situate.storage.milvus import MilvusStore
 
-    return MilvusStore(uri, token, retry_attempts=retry_attempts)
+    return MilvusStore(uri, token, retry_attempts=retry_attempts, cache_dir=cache_dir)
 
 
 def open_existing(uri: str, collection: str, token: str = "", *,
-                  retry_attempts: int | None = None) -> ChunkStore:
+                  retry_attempts: int | None = None, cache_dir: str | None = None) -> ChunkStore:
     """The store holding `collection`, for reading: a Milvus Lite file that does not exist is not
     created (opening one would create it), and a missing collection is one CollectionNotFound
     that says to ingest first."""
     from situate.core.errors import CollectionNotFound
 
     CollectionNotFound.unless_lite_file(collection, uri)
-    store = open_store(uri, token, retry_attempts=retry_attempts)
+    store = open_store(uri, token, retry_attempts=retry_attempts, cache_dir=cache_dir)
     try:
         store.require(collection)
     except BaseException:

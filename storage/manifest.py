@@ -72,15 +72,20 @@ def _decode(fingerprint: str | None, n: int, indexes: str, other: str) -> Stored
                           tuple((int(i), str(r)) for i, r in json.loads(other)) if other else ())
 
 
+def cache_key(uri: str, collection: str) -> str:
+    """The name of what the cache directory keeps for one collection of one store (a Milvus Lite
+    file by whatever path it is named)."""
+    if is_lite(uri):
+        uri = str(Path(uri).expanduser().resolve())
+    return hashlib.sha256(f"{uri}\x1f{collection}".encode()).hexdigest()[:24]
+
+
 class Manifest:
     """The local copy of one collection's `StoredDocument`s: a SQLite file under `directory`
     (created private: 0700, the file 0600), named for the store's URI and the collection."""
 
     def __init__(self, directory: str | Path, uri: str, collection: str) -> None:
-        if is_lite(uri):  # the same file by whatever path it is named
-            uri = str(Path(uri).expanduser().resolve())
-        key = hashlib.sha256(f"{uri}\x1f{collection}".encode()).hexdigest()[:24]
-        self.path = Path(directory).expanduser() / "manifests" / f"{key}.sqlite"
+        self.path = Path(directory).expanduser() / "manifests" / f"{cache_key(uri, collection)}.sqlite"
 
     def load(self, token: str, rows: int) -> dict[str, StoredDocument] | None:
         """The documents the file holds, when it was written under `token` for a collection of

@@ -11,8 +11,10 @@ next run after a failed one, never duplicates a row.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 
 from situate.core.errors import CollectionNotFound, EmbedderMismatch, StoreError
@@ -28,8 +30,9 @@ from situate.core.records import (
 from situate.storage.client import RETRY_ATTEMPTS, RETRY_BASE, RETRY_CAP, Connection
 from situate.storage.faults import is_not_loaded, writing
 from situate.storage.generations import Generations
+from situate.storage.lexical import BUILD_PAGE, LexicalLeg, Stamp
 from situate.storage.manifest import FIELDS as STORED_FIELDS
-from situate.storage.manifest import TOKEN, from_rows
+from situate.storage.manifest import TOKEN, Manifest, cache_key, from_rows
 from situate.storage.rows import (
     WRITE_BATCH,
     collection_schema,
@@ -48,6 +51,10 @@ SCAN_PAGE = 16384
 WIDE_PAGE = 1000
 NARROW_FIELDS = frozenset({"id", "doc_id", "chunk_index", "doc_hash", "chunk_hash"})
 HIT_FIELDS = ["doc_id", "chunk_index", "text", "context", "metadata"]
+# What the lexical index reads of a row (`situate.storage.lexical`).
+LEXICAL_FIELDS = ["id", "doc_id", "doc_hash", "lexical"]
+# How a `milvus-lite server` names its version: its BM25 is Lite's, answered by the lexical index.
+LITE_SERVER = "milvus_lite"
 # Hits asked for beyond a search's limit, so that chunks tying with the last one kept are seen
 # and the cut between equal scores is made by id (`MilvusStore.search`); Milvus's top-k ceiling.
 TIE_MARGIN = 16
@@ -64,7 +71,35 @@ class MilvusStore(Connection):
     """Schema, rows, batched writes, deletes by document and one-leg searches over one client.
 
     A collection is an alias of its current generation (`situate.storage.generations`), which a
-    rebuild replaces whole."""
+    rebuild replaces whole.
+
+    On Milvus Lite (a file, or a `milvus-lite server`), BM25 searches and scores are answered by
+    a lexical index derived from the collection's rows (`situate.storage.lexical`), kept under
+    `cache_dir` when one is given (else built in memory by each process); `native_bm25` leaves
+    them to Lite. A Milvus server computes BM25 itself."""
+
+    cache_dir: str | None = None
+    native_bm25: bool = False
+    _lite_engine: bool | None = None
+    _lexical: dict[str, LexicalLeg] | None = None
+
+    def __init__(self, uri: str, token: str = "", db_name: str = "", *,
+                 retry_attempts: int | None = None, retry_base: float | None = None,
+                 retry_cap: float | None = None, stop: threading.Event | None = None,
+                 cache_dir: str | None = None, native_bm25: bool = False) -> None:
+        super().__init__(uri, token, db_name, retry_attempts=retry_attempts,
+                         retry_base=retry_base, retry_cap=retry_cap, stop=stop)
+        self.cache_dir = cache_dir
+        self.native_bm25 = native_bm25
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "cache_dir": self.cache_dir,
+                "native_bm25": self.native_bm25}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.cache_dir = state.get("cache_dir")
+        self.native_bm25 = bool(state.get("native_bm25"))
 
     @property
     def generations(self) -> Generations:
@@ -172,6 +207,8 @@ class MilvusStore(Connection):
     def drop(self, collection: str) -> None:
         """The collection gone: its alias and every generation."""
         self.generations.drop(validate_collection_name(collection))
+        if self._lexical is not None:
+            self._lexical.pop(collection, None)
 
     # --- drift and rebuild (situate.storage.generations) ---------------------------------------
 
@@ -179,6 +216,7 @@ class MilvusStore(Connection):
         return self.generations.drift(collection)
 
     def add_drift(self, collection: str, rows: int) -> int:
+        self._changed(collection)
         return self.generations.add_drift(collection, rows)
 
     def rebuild(self, collection: str, order: Iterable[str] = (),
@@ -186,6 +224,7 @@ class MilvusStore(Connection):
                 stored: Mapping[str, StoredDocument] | None = None) -> int:
         """The collection rewritten from its own rows, in `order` of documents, and put in the
         place of the old one in one step (see `Generations.rebuild`); returns the rows copied."""
+        self._changed(collection)
         return self.generations.rebuild(validate_collection_name(collection), order,
                                         batch_size, stored).rows
 
@@ -231,6 +270,7 @@ class MilvusStore(Connection):
         bulk files) in batches; each batch is one atomic Milvus call, retried whole. Returns rows
         written."""
         written = 0
+        self._changed(collection)
         for batch in batched(rows, batch_size):
             data = list(batch)
             self._call(f"upsert into {collection!r}",
@@ -246,6 +286,7 @@ class MilvusStore(Connection):
         if not doc_ids:
             return 0
         deleted = 0
+        self._changed(collection)
         for expr in _doc_filters(doc_ids):
             res = self._call(f"deleting documents from {collection!r}",
                              partial(self.client.delete, collection, filter=expr), write=True)
@@ -256,6 +297,7 @@ class MilvusStore(Connection):
         """Delete rows by primary key, DELETE_BATCH a call (each call a lookup of those keys, on
         Milvus Lite too: no pass over the collection); returns the rows deleted."""
         deleted = 0
+        self._changed(collection)
         for batch in batched(ids, DELETE_BATCH):
             deleted += _deleted_count(self._call(
                 f"deleting rows from {collection!r}",
@@ -317,7 +359,12 @@ class MilvusStore(Connection):
         return self.generations.properties(collection).get(TOKEN, "")
 
     def set_manifest_token(self, collection: str, token: str) -> None:
+        """Record the token of the manifest just written; on Milvus Lite, with a cache directory,
+        the lexical index is then brought up to the collection as it is (caught up from that
+        manifest) and saved, so that the next process to search loads it at once."""
         self.generations.set_properties(collection, {TOKEN: token})
+        if self.cache_dir is not None and self.lexical_here:
+            self._lexical_leg(collection).refresh()
 
     def flush(self, collection: str) -> None:
         """The rows written so far sealed into stored segments, as the end of a Milvus Lite
@@ -341,7 +388,13 @@ class MilvusStore(Connection):
         could rank, or cut at `limit`, differently from one call to the next. TIE_MARGIN more
         hits are asked for and the chunks sorted by score, then id: equal scores rank by id,
         and the cut at `limit` keeps the same chunks every time unless more than TIE_MARGIN
-        chunks tie across it."""
+        chunks tie across it.
+
+        On Milvus Lite, BM25 is the lexical index's (`situate.storage.lexical`): its ranking is
+        exact (every chunk tying with the last one kept is weighed), and the hits are read from
+        the collection by id."""
+        if leg == "bm25" and self.lexical_here:
+            return self.hits(collection, self.ranking(collection, leg, query_text, None, limit))
         res = self._leg_search(collection, leg, query_text, query_vector, limit, HIT_FIELDS)
         hits = sorted(self._hits(res, leg), key=lambda h: (-h.score, h.id))
         return hits[:limit]
@@ -352,6 +405,8 @@ class MilvusStore(Connection):
         fuses each leg's top 100 and keeps ten: fetching the 200 candidates' texts, contexts and
         metadata with their scores was most of the server's work on a hybrid query
         (docs/benchmarks: concurrent queries)."""
+        if leg == "bm25" and self.lexical_here:
+            return self._lexical_leg(collection).current().top(query_text, limit)
         res = self._leg_search(collection, leg, query_text, query_vector, limit, ["id"])
         ranked = sorted(((_hit_id(h), _hit_score(h, leg)) for h in (res[0] if res else [])),
                         key=lambda p: (-p[1], p[0]))
@@ -376,6 +431,61 @@ class MilvusStore(Connection):
         return [Hit(id=i, doc_id=r["doc_id"], index=int(r["chunk_index"]), text=r["text"],
                     context=r["context"], score=score, metadata=r.get("metadata") or {})
                 for i, score in ranked if (r := by_id.get(i)) is not None]
+
+    # --- the lexical index beside Milvus Lite (situate.storage.lexical) ----------------------
+
+    @property
+    def lexical_here(self) -> bool:
+        """Whether BM25 is answered by the lexical index: on Milvus Lite, a file or a
+        `milvus-lite server` (its version says so: one call, once), unless `native_bm25`."""
+        if self.native_bm25:
+            return False
+        if self._lite_engine is None:
+            if self.is_local:
+                self._lite_engine = True
+            else:
+                version = self._call("asking the server's version", self.client.get_server_version)
+                self._lite_engine = str(version).startswith(LITE_SERVER)
+        return self._lite_engine
+
+    def lexical_path(self, collection: str) -> Path | None:
+        """Where the collection's lexical index is kept: the cache directory, by the store's URI
+        and the collection (as the manifest), so that every process on this machine that opens
+        the same store finds it; None without a cache directory."""
+        if self.cache_dir is None:
+            return None
+        return Path(self.cache_dir).expanduser() / "lexical" / f"{cache_key(self.uri, collection)}.npz"
+
+    def lexical_stamp(self, collection: str) -> Stamp:
+        """The collection's stamp as it is now: its generation, manifest token and row count."""
+        properties, physical = self.generations._described(collection)
+        return Stamp(physical, properties.get(TOKEN, ""), self.count(collection))
+
+    def _lexical_leg(self, collection: str) -> LexicalLeg:
+        with _LEGS_LOCK:
+            if self._lexical is None:
+                self._lexical = {}
+            leg = self._lexical.get(collection)
+            if leg is None:
+                manifest = (Manifest(self.cache_dir, self.uri, collection)
+                            if self.cache_dir is not None else None)
+                leg = self._lexical[collection] = LexicalLeg(
+                    stamp=lambda: self.lexical_stamp(collection),
+                    rows=lambda: self.rows(collection, fields=LEXICAL_FIELDS, page=BUILD_PAGE),
+                    fetch=lambda ids: self._read(
+                        f"reading rows of {collection!r}", collection, lambda: self.client.get(
+                            collection, ids=ids, output_fields=LEXICAL_FIELDS)),
+                    manifest=(manifest.load if manifest is not None
+                              else lambda token, rows: None),
+                    path=self.lexical_path(collection))
+            return leg
+
+    def _changed(self, collection: str) -> None:
+        """This process writes to the collection: its lexical index asks for the stamp again
+        before the next search."""
+        leg = (self._lexical or {}).get(collection)
+        if leg is not None:
+            leg.written()
 
     def _read(self, what: str, collection: str, read: Callable[[], T]) -> T:
         """`read()`, one call to Milvus (`_call`), made again once the collection is loaded if the
@@ -424,6 +534,8 @@ class MilvusStore(Connection):
         that way, 4.8 and 1.3 ms with the id (docs/benchmarks: concurrent queries)."""
         if not ids:
             return {}
+        if leg == "bm25" and self.lexical_here:
+            return self._lexical_leg(collection).current().scores_of(query_text, ids)
         data, field, metric = self._leg(leg, query_text, query_vector)
         res = self._read(f"{leg} scores in {collection!r}", collection, lambda: self.client.search(
             collection, data=data, anns_field=field, limit=len(ids),
@@ -443,6 +555,9 @@ class MilvusStore(Connection):
                             context=entity["context"], score=_hit_score(h, mode),
                             metadata=entity.get("metadata") or {}))
         return hits
+
+
+_LEGS_LOCK = threading.Lock()
 
 
 def _hit_id(h: Any) -> str:

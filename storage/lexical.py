@@ -1,0 +1,500 @@
+"""BM25 beside Milvus Lite: the lexical leg of a search computed by an index made for it, derived
+from the collection's rows.
+
+Milvus Lite (a `.db` file, or `milvus-lite server`) scores BM25 in a Python loop over every
+posting of every query term, segment by segment, each segment with statistics of its own
+(`benchmarks/bm25_statistics/FINDINGS.md`): 51 ms a query at 40,000 chunks, about a second at
+100,000, and a collection kept up to date scores differently from a fresh ingest of the same rows.
+`Bm25` scores the same terms (the stored `lexical` field, `rows.lexical_text`, split as Lite's
+standard analyzer splits it, situate's stop words left out) with the same formula (Lucene's
+idf, k1 = 1.5, b = 0.75, a query term counted as often as it occurs) over statistics of the whole
+collection as it is: N, document frequencies and the average length count the live rows only,
+whatever segments Lite cut them into. So one segment's scores are Lite's own, to the bit, and a
+collection kept up to date scores exactly as a fresh ingest of the same rows.
+
+The engine was chosen by measurement (`benchmarks/bench_lexical.py`, docs/benchmarks): tantivy
+and SQLite FTS5 answer fast but fix k1 at 1.2 (tantivy also rounds document lengths to a byte
+and counts deleted documents until a merge), so neither gives Lite's scores; bm25s gives them but
+precomputes every (document, term) score, so any change to the statistics means rebuilding all
+of them. Here the term frequencies are a compressed sparse column matrix (scipy), scored at query
+time (numpy over the query terms' postings), so a change is rows appended and rows masked.
+
+Milvus stays the store of record. An index is stamped with what it was built from (the physical
+collection behind the alias: its generation; the manifest token an ingest records when it ends;
+the row count), saved atomically (a temporary file, then `os.replace`), and trusted only while
+its stamp is the collection's: else it is caught up from the ingest's manifest (the documents
+whose fingerprint changed, read by id) or rebuilt from the rows, before it answers
+(`LexicalLeg`). Hits are read from Milvus by id, so nothing it ranks can return a chunk that is
+gone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from situate.core.records import StoredDocument
+from situate.storage.rows import STOP_WORDS, lexical_text
+
+if TYPE_CHECKING:
+    from scipy.sparse import csc_matrix
+
+log = logging.getLogger("situate.storage.lexical")
+
+# Milvus Lite's BM25 (milvus_lite/index/sparse_inverted.py): its defaults, which situate's schema
+# keeps (no bm25_k1/bm25_b parameters on the index).
+K1 = 1.5
+B = 0.75
+_WORD = re.compile(r"\w+")
+_STOP = frozenset(STOP_WORDS)
+# Rows read per page when an index is built from the collection: Lite filters the whole
+# collection for every page of a query iterator, so fewer, larger pages (a row's lexical text is
+# about 1-4 KB: a page stays far under gRPC's 256 MiB).
+BUILD_PAGE = 16_384
+# Rows fetched by id per call when an index catches up with changed documents.
+FETCH_BATCH = 1_000
+# How long a checked stamp is trusted before the collection is asked again: a search within this
+# long of another process's write may rank by the index as it was before that write (its hits are
+# still read from Milvus, so a chunk deleted meanwhile is never returned).
+POLL_SECONDS = 1.0
+# Dead rows (deleted, or replaced by a newer version) kept in the matrix before it is compacted.
+DEAD_SHARE = 0.25
+FORMAT = 1  # of the saved file; another number is rebuilt
+
+
+def terms(text: str) -> list[str]:
+    """The BM25 terms of `text` as Milvus Lite's standard analyzer cuts them (`\\w+`,
+    lowercased) with situate's stop words left out."""
+    return [t for t in _WORD.findall(text.lower()) if t not in _STOP]
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What an index was built from: the physical collection (its generation), the manifest
+    token recorded when the last ingest ended ("" while a run writes, or after one stopped), and
+    the row count."""
+
+    physical: str
+    token: str
+    rows: int
+
+    @property
+    def provable(self) -> bool:
+        """Whether the stamp names one state of the collection: only an ingest that ended records
+        a token, and any write clears it first, so without one the rows may change under the
+        same stamp (an index built then is used, never saved)."""
+        return bool(self.token)
+
+
+class Bm25:
+    """Term frequencies of a collection's rows, scored as Milvus Lite scores BM25, with
+    statistics over the live rows only.
+
+    Rows are appended (an upsert appends the new version and marks the old one dead) and masked
+    (a delete); appended rows wait in a list until the next search or save seals them into the
+    matrix, and the matrix drops its dead rows when they pass DEAD_SHARE of it. Not safe for
+    concurrent writes: `LexicalLeg` swaps in a new one, or writes under its lock."""
+
+    def __init__(self) -> None:
+        from scipy.sparse import csc_matrix
+
+        self.vocab: dict[str, int] = {}
+        self.ids: list[str] = []  # row position -> chunk id
+        self.docs: list[str] = []  # row position -> document id
+        self.position: dict[str, int] = {}  # live chunk id -> row position
+        self.fingerprints: dict[str, str] = {}  # document id -> doc_hash of its rows
+        self.by_doc: dict[str, list[str]] = {}  # document id -> its live chunk ids
+        self.matrix: csc_matrix = csc_matrix((0, 0), dtype=np.float32)
+        self.lengths = np.zeros(0, dtype=np.float32)
+        self.live = np.zeros(0, dtype=bool)
+        self.df = np.zeros(0, dtype=np.int64)
+        self.total = 0.0  # summed length of the live rows
+        self._pending: list[tuple[Counter[int], int]] = []  # appended rows' (tf, length)
+        self._csr: Any = None  # the matrix by rows, made when a sealed row is deleted
+
+    # --- writes ------------------------------------------------------------------------------
+
+    @property
+    def rows(self) -> int:
+        return len(self.position)
+
+    def upsert(self, rows: Iterable[Mapping[str, Any]]) -> int:
+        """Add rows (`id`, `doc_id`, `doc_hash`, `lexical`), each replacing any row of its id."""
+        n = 0
+        for row in rows:
+            row_id, doc_id = str(row["id"]), str(row["doc_id"])
+            self.delete([row_id])
+            counts: Counter[int] = Counter()
+            for term in terms(row["lexical"]):
+                j = self.vocab.get(term)
+                if j is None:
+                    j = self.vocab[term] = len(self.vocab)
+                counts[j] += 1
+            length = sum(counts.values())
+            position = len(self.ids)
+            self.ids.append(row_id)
+            self.docs.append(doc_id)
+            self.position[row_id] = position
+            self.by_doc.setdefault(doc_id, []).append(row_id)
+            self.fingerprints[doc_id] = str(row.get("doc_hash") or "")
+            self._pending.append((counts, length))
+            self.total += length
+            n += 1
+        return n
+
+    def delete(self, ids: Iterable[str]) -> int:
+        n = 0
+        for row_id in ids:
+            position = self.position.pop(row_id, None)
+            if position is None:
+                continue
+            doc_id = self.docs[position]
+            held = self.by_doc.get(doc_id, [])
+            if row_id in held:
+                held.remove(row_id)
+            if not held:
+                self.by_doc.pop(doc_id, None)
+                self.fingerprints.pop(doc_id, None)
+            sealed = self.live.shape[0]
+            if position < sealed:
+                self.live[position] = False
+                self.total -= float(self.lengths[position])
+                self._forget_terms(position)
+            else:
+                _, length = self._pending[position - sealed]
+                self._pending[position - sealed] = (Counter(), 0)
+                self.total -= length
+            n += 1
+        return n
+
+    def delete_documents(self, doc_ids: Iterable[str]) -> int:
+        return sum(self.delete(list(self.by_doc.get(d, ()))) for d in doc_ids)
+
+    def _forget_terms(self, position: int) -> None:
+        """A sealed row's terms no longer counted in the document frequencies."""
+        row = self._row_terms(position)
+        if row.size:
+            np.subtract.at(self.df, row, 1)
+
+    def _row_terms(self, position: int) -> np.ndarray:
+        if self._csr is None:
+            self._csr = self.matrix.tocsr()
+        csr = self._csr
+        found: np.ndarray = csr.indices[csr.indptr[position]:csr.indptr[position + 1]]
+        return found
+
+    def seal(self) -> None:
+        """Appended rows into the matrix (one stack), and dead rows dropped when too many."""
+        from scipy.sparse import csc_matrix, csr_matrix, vstack
+
+        if self._pending:
+            indptr = [0]
+            indices: list[int] = []
+            data: list[float] = []
+            for counts, _ in self._pending:
+                indices.extend(counts.keys())
+                data.extend(counts.values())
+                indptr.append(len(indices))
+            width = len(self.vocab)
+            block = csr_matrix((np.asarray(data, dtype=np.float32),
+                                np.asarray(indices, dtype=np.int32),
+                                np.asarray(indptr, dtype=np.int64)),
+                               shape=(len(self._pending), width))
+            old = self.matrix
+            if old.shape[1] < width:
+                old = csc_matrix((old.data, old.indices, np.concatenate(
+                    [old.indptr, np.full(width - old.shape[1], old.indptr[-1],
+                                         dtype=old.indptr.dtype)])),
+                    shape=(old.shape[0], width))
+            self.matrix = vstack([old, block], format="csc", dtype=np.float32)
+            # A row deleted before it was sealed has no terms left: counted nowhere.
+            df = np.zeros(width, dtype=np.int64)
+            df[:self.df.shape[0]] = self.df
+            df += np.diff(block.tocsc().indptr).astype(np.int64)
+            self.df = df
+            first = self.live.shape[0]
+            appended_alive = np.fromiter(
+                (self.position.get(self.ids[p]) == p
+                 for p in range(first, first + len(self._pending))),
+                dtype=bool, count=len(self._pending))
+            self.lengths = np.concatenate([self.lengths, np.asarray(
+                [length for _, length in self._pending], dtype=np.float32)])
+            self.live = np.concatenate([self.live, appended_alive])
+            self._pending = []
+            self._csr = None
+        dead = self.live.shape[0] - int(self.live.sum())
+        if dead and dead > DEAD_SHARE * self.live.shape[0]:
+            self.compact()
+
+    def compact(self) -> None:
+        """The matrix without its dead rows."""
+        keep = np.flatnonzero(self.live)
+        self.matrix = self.matrix[keep]
+        self.lengths = self.lengths[keep]
+        self.ids = [self.ids[i] for i in keep]
+        self.docs = [self.docs[i] for i in keep]
+        self.position = {row_id: i for i, row_id in enumerate(self.ids)}
+        self.live = np.ones(len(self.ids), dtype=bool)
+        self._csr = None
+
+    # --- searches ----------------------------------------------------------------------------
+
+    def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """(row positions that share a term with `query`, their BM25 scores), the scores rounded
+        in float32 as Milvus Lite computes them. The query's identifiers are split as the rows' were
+        (`lexical_text`); each term counts as often as it occurs, in the order it first occurs
+        (the order Lite adds them in, so the sums are Lite's to the bit)."""
+        self.seal()
+        n = self.rows
+        if not n:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        avgdl = self.total / n if self.total > 0 else 1.0
+        # float32 from the document lengths on, as in Lite (its lengths are a float32 array, and
+        # NumPy computes a float32 with a Python float in float32), so the scores are the same.
+        total = np.zeros(self.live.shape[0], dtype=np.float32)
+        touched = np.zeros(self.live.shape[0], dtype=bool)
+        matrix = self.matrix
+        for term, weight in Counter(terms(lexical_text(query))).items():
+            j = self.vocab.get(term)
+            if j is None or j >= matrix.shape[1]:
+                continue
+            start, end = matrix.indptr[j], matrix.indptr[j + 1]
+            rows = matrix.indices[start:end]
+            keep = self.live[rows]
+            rows = rows[keep]
+            if not rows.size:
+                continue
+            tf = matrix.data[start:end][keep]
+            df = int(self.df[j])
+            idf = math.log((n - df + 0.5) / (df + 0.5) + 1.0)
+            norm = (tf * (K1 + 1.0)) / (tf + K1 * (1.0 - B + B * self.lengths[rows] / avgdl))
+            total[rows] += idf * norm * weight
+            touched[rows] = True
+        found = np.flatnonzero(touched)
+        return found, total[found]
+
+    def top(self, query: str, limit: int) -> list[tuple[str, float]]:
+        """The `limit` best (chunk id, score), best first, equal scores by id: every chunk tying
+        with the last one kept is weighed, so the cut is the same on every call."""
+        found, scores = self.scores(query)
+        if not found.size:
+            return []
+        if found.size > limit:
+            cut = np.partition(scores, found.size - limit)[found.size - limit]
+            keep = scores >= cut
+            found, scores = found[keep], scores[keep]
+        ranked = sorted(((self.ids[p], float(s)) for p, s in zip(found, scores, strict=True)),
+                        key=lambda h: (-h[1], h[0]))
+        return ranked[:limit]
+
+    def scores_of(self, query: str, ids: Iterable[str]) -> dict[str, float]:
+        """Each of `ids`' score for `query`: 0 for a chunk sharing no term with it (or unknown)."""
+        found, scores = self.scores(query)
+        by_position = dict(zip(found.tolist(), scores.tolist(), strict=True))
+        return {i: by_position.get(self.position.get(i, -1), 0.0) for i in ids}
+
+    # --- catching up and saving --------------------------------------------------------------
+
+    def changed_documents(self, documents: Mapping[str, StoredDocument]) -> tuple[list[str],
+                                                                                    list[str]]:
+        """(documents to read again, documents gone) for the index to hold what `documents`
+        says the collection holds: those whose fingerprint or chunk ids differ, those absent."""
+        stale = [d for d, s in documents.items()
+                 if self.fingerprints.get(d) != (s.fingerprint or "")
+                 or sorted(self.by_doc.get(d, ())) != sorted(s.ids(d))]
+        gone = [d for d in self.by_doc if d not in documents]
+        return stale, gone
+
+    def save(self, path: Path, stamp: Stamp) -> None:
+        """The index (live rows only) written to `path` under `stamp`, atomically: a reader finds
+        the old file or the new one."""
+        self.seal()
+        if self.live.shape[0] != self.rows:
+            self.compact()
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        meta = {"format": FORMAT, "stamp": [stamp.physical, stamp.token, stamp.rows],
+                "ids": self.ids, "docs": self.docs, "fingerprints": self.fingerprints,
+                "vocab": sorted(self.vocab, key=self.vocab.__getitem__)}
+        fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, data=self.matrix.data, indices=self.matrix.indices,
+                         indptr=self.matrix.indptr, shape=np.asarray(self.matrix.shape),
+                         lengths=self.lengths, df=self.df,
+                         meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: Path) -> tuple[Bm25, Stamp] | None:
+        """The index saved at `path` and its stamp; None when there is none, or it cannot be
+        read (rebuilt then)."""
+        from scipy.sparse import csc_matrix
+
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                meta = json.loads(bytes(f["meta"]).decode())
+                if meta.get("format") != FORMAT:
+                    return None
+                self = cls()
+                shape = tuple(int(x) for x in f["shape"])
+                self.matrix = csc_matrix((f["data"], f["indices"], f["indptr"]), shape=shape)
+                self.lengths = f["lengths"]
+                self.df = f["df"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        self.ids, self.docs = meta["ids"], meta["docs"]
+        self.fingerprints = meta["fingerprints"]
+        self.vocab = {t: j for j, t in enumerate(meta["vocab"])}
+        self.position = {row_id: i for i, row_id in enumerate(self.ids)}
+        for row_id, doc_id in zip(self.ids, self.docs, strict=True):
+            self.by_doc.setdefault(doc_id, []).append(row_id)
+        self.live = np.ones(len(self.ids), dtype=bool)
+        self.total = float(self.lengths.sum(dtype=np.float64))
+        physical, token, rows = meta["stamp"]
+        return self, Stamp(physical, token, int(rows))
+
+
+class LexicalLeg:
+    """The BM25 leg of one collection of a Milvus Lite store: an index trusted only while its
+    stamp is the collection's, and brought up to date before it answers.
+
+    `stamp()` asks the collection for its stamp; `rows(fields)` streams its rows; `fetch(ids)`
+    reads rows by id; `manifest(token, rows)` gives what the last ingest recorded the collection
+    holds (None when it cannot say). With `path`, the index is kept on disk between processes.
+
+    A search (`current`) asks for the stamp at most every POLL_SECONDS, or at once after this
+    process wrote to the collection. A different stamp: the file at `path`, when another process
+    (the ingest) saved it under that stamp, is loaded; else the index catches up from the
+    manifest (documents whose fingerprint changed are read by id, those gone dropped); else it
+    is rebuilt from the rows. The new index is built beside the old one and swapped in under a
+    lock: searches under way finish on the old one."""
+
+    def __init__(self, stamp: Callable[[], Stamp],
+                 rows: Callable[[], Iterator[Mapping[str, Any]]],
+                 fetch: Callable[[list[str]], list[Mapping[str, Any]]],
+                 manifest: Callable[[str, int], Mapping[str, StoredDocument] | None],
+                 path: Path | None = None, poll: float = POLL_SECONDS) -> None:
+        self._stamp_of = stamp
+        self._rows = rows
+        self._fetch = fetch
+        self._manifest = manifest
+        self.path = path
+        self.poll = poll
+        self._lock = threading.Lock()
+        self._index: Bm25 | None = None
+        self._stamp: Stamp | None = None
+        self._checked = -math.inf
+        self.last: str = ""  # how the index in use was made: loaded, caught up, rebuilt, kept
+
+    def written(self) -> None:
+        """This process wrote to the collection: the next search asks for the stamp."""
+        self._checked = -math.inf
+
+    def current(self) -> Bm25:
+        """The index as the collection is now."""
+        index = self._index
+        if index is not None and time.monotonic() - self._checked < self.poll:
+            return index
+        with self._lock:
+            if self._index is not None and time.monotonic() - self._checked < self.poll:
+                return self._index
+            stamp = self._stamp_of()
+            if self._index is None or self._stamp != stamp:
+                self._index = self._made(stamp)
+                self._stamp = stamp
+            else:
+                self.last = "kept"
+            self._checked = time.monotonic()
+            return self._index
+
+    def refresh(self) -> Bm25:
+        """The index brought up to the collection's stamp now, and saved under it (an ingest
+        calls this once its manifest token is recorded, so that every other process loads it
+        rather than rebuild)."""
+        self.written()
+        return self.current()
+
+    def _made(self, stamp: Stamp) -> Bm25:
+        started = time.monotonic()
+        index = None
+        if self.path is not None and stamp.provable:
+            loaded = Bm25.load(self.path)
+            if loaded is not None and loaded[1] == stamp:
+                self.last = "loaded"
+                return loaded[0]
+            if loaded is not None and self._index is None:
+                self._index, self._stamp = loaded
+        if stamp.provable:
+            index = self._caught_up(stamp)
+        if index is None:
+            index = Bm25()
+            index.upsert(self._rows())
+            self.last = "rebuilt"
+        index.seal()
+        if index.rows != stamp.rows:
+            log.info(f"lexical index holds {index.rows} rows, the collection {stamp.rows}: "
+                     "rebuilt from its rows")
+            index = Bm25()
+            index.upsert(self._rows())
+            index.seal()
+            self.last = "rebuilt"
+        if self.path is not None and stamp.provable and index.rows == stamp.rows:
+            index.save(self.path, stamp)
+        log.debug(f"lexical index {self.last} in {time.monotonic() - started:.2f} s")
+        return index
+
+    def _caught_up(self, stamp: Stamp) -> Bm25 | None:
+        """The index in memory (or last saved) moved to what the manifest says the collection
+        holds, copy on write: None when there is no manifest for this stamp, or nothing to
+        start from."""
+        base = self._index
+        if base is None:
+            return None
+        documents = self._manifest(stamp.token, stamp.rows)
+        if documents is None:
+            return None
+        stale, gone = base.changed_documents(documents)
+        index = _copy(base)
+        index.delete_documents(gone)
+        ids = [i for d in stale for i in documents[d].ids(d)]
+        index.delete_documents(stale)
+        for start in range(0, len(ids), FETCH_BATCH):
+            index.upsert(self._fetch(ids[start:start + FETCH_BATCH]))
+        self.last = "caught up"
+        return index
+
+
+def _copy(index: Bm25) -> Bm25:
+    """A copy that can be changed while searches read the original."""
+    index.seal()
+    other = Bm25.__new__(Bm25)
+    other.vocab = dict(index.vocab)
+    other.ids = list(index.ids)
+    other.docs = list(index.docs)
+    other.position = dict(index.position)
+    other.fingerprints = dict(index.fingerprints)
+    other.by_doc = {d: list(v) for d, v in index.by_doc.items()}
+    other.matrix = index.matrix
+    other.lengths = index.lengths
+    other.live = index.live.copy()
+    other.df = index.df.copy()
+    other.total = index.total
+    other._pending = []
+    other._csr = index._csr
+    return other
