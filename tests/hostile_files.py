@@ -1,4 +1,4 @@
-"""Small hand-made hostile files, built as an attacker would (issue 32): PDFs whose few kilobytes
+"""Small hand-made hostile files, built as an attacker would: PDFs whose few kilobytes
 cost minutes or gigabytes to read, an XLSX whose shared strings expand through internal entities,
 and links, pipes and unreadable files planted in a corpus folder.
 

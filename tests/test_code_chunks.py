@@ -426,8 +426,7 @@ def test_text_that_is_not_code_falls_back() -> None:
     prose = ("The committee met on Tuesday; it's agreed that (for now) nobody's budget changes. "
              "Members asked: why? Because 'it was late' & \"everyone left\"... \n") * 20
     assert chunk_code("}}}} ))) ]]] {{{\n" * 50, ".py", 200, 0) is None
-    result = chunk_code(prose, ".rs", 200, 0)
-    assert result is None or all(len(p.text) <= 200 for p in result)
+    assert chunk_code(prose, ".rs", 200, 0) is None  # prose parsed as Rust is mostly errors
 
 
 def test_unsupported_suffix_and_language_for() -> None:

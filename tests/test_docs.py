@@ -120,8 +120,11 @@ def _command(block: Block, where: Path, n: int) -> list[str]:
 def _run(block: Block, where: Path, env: dict[str, str], n: int = 0) -> None:
     r = subprocess.run(_command(block, where, n), cwd=where, env=env, capture_output=True,
                        text=True, timeout=BLOCK_TIMEOUT, stdin=subprocess.DEVNULL)
-    assert r.returncode == 0, (f"{block.where}: exit {r.returncode}\n{block.script()}\n"
-                               f"--- stdout\n{r.stdout[-4000:]}\n--- stderr\n{r.stderr[-4000:]}")
+    said = (f"{block.where}: exit {r.returncode}\n{block.script()}\n"
+            f"--- stdout\n{r.stdout[-4000:]}\n--- stderr\n{r.stderr[-4000:]}")
+    assert r.returncode == 0, said
+    # `situate search` exits 0 when it finds nothing: an example that shows a search shows hits.
+    assert "no results" not in r.stdout.splitlines(), said
 
 
 def _start(block: Block, where: Path, env: dict[str, str], n: int) -> subprocess.Popen:

@@ -2,9 +2,9 @@
 stderr that names what and where, exit code 2, and after it nothing but Prefect's own line
 stopping its temporary server: no traceback, no ERROR line from any library.
 
-Issue 36: Prefect's temporary server, asked to shut down as a command ended, sometimes printed
-SQLAlchemy's `Exception during reset or similar` and a traceback after the command's one line
-(its shutdown cancels the background services wherever they are: see
+The race this guards against: Prefect's temporary server, asked to shut down as a command
+ended, sometimes printed SQLAlchemy's `Exception during reset or similar` and a traceback after
+the command's one line (its shutdown cancels the background services wherever they are: see
 `prefect_internals.kill_at_exit`). It was rare on an idle machine and came more often
 under load, hence rounds: each exit here runs several times (SITUATE_EXIT_ROUNDS sets how many).
 
@@ -19,7 +19,7 @@ under load, hence rounds: each exit here runs several times (SITUATE_EXIT_ROUNDS
   the server is killed at exit, not shut down), and the process's end, where the server stops,
   must print nothing but Prefect's stop line. The stop is the same for every exit and every
   round (a kill); what differs between runs is the flow run, and each has one.
-- `test_a_server_caught_mid_commit_by_the_end_prints_nothing` sets up the race of issue 36 on
+- `test_a_server_caught_mid_commit_by_the_end_prints_nothing` sets up that race on
   purpose (tests/fakes/held_commit) and checks the command's end prints nothing of it.
 
 Left out, each tested where it belongs: exits that are not errors (skips and cleaning, exit 0),
@@ -384,7 +384,7 @@ def test_each_exit_in_a_flow_run_is_one_line_every_time_first_half(lite_template
 @pytest.mark.slow  # one command with a temporary Prefect server, each way
 @pytest.mark.parametrize("automations", ["default", "on"])
 def test_a_server_caught_mid_commit_by_the_end_prints_nothing(lite_template, tmp_path, automations):
-    """The race of issue 36, set up on purpose: when the command ends, the server's periodic
+    """The shutdown race, set up on purpose: when the command ends, the server's periodic
     evaluation of automations (every 5 s, automations or not) is still returning the connection
     of its commit (tests/fakes/held_commit holds it there). A server asked to shut down cancels it
     there, and SQLAlchemy printed `Exception during reset or similar` and a traceback after the

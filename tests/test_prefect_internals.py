@@ -78,7 +78,7 @@ def test_the_temporary_server_gets_a_port_the_kernel_picked(monkeypatch):
 
 def test_the_temporary_server_is_killed_at_exit_once_its_run_is_recorded(monkeypatch):
     """Prefect stops its temporary server at exit with `terminate()`: SIGTERM, then the server's
-    shutdown, which cancels its background writers wherever they are (issue 36: one cut off in a
+    shutdown, which cancels its background writers wherever they are (one cut off in a
     commit printed SQLAlchemy's traceback after the command's line). Once the command has seen its
     run recorded, `kill_at_exit(True)` makes that stop a SIGKILL: no shutdown code runs."""
     import signal

@@ -1,4 +1,4 @@
-"""One document, the same sections in every format (issue 46): each reader keeps the headings the
+"""One document, the same sections in every format: each reader keeps the headings the
 document has, at their levels, and drops what is furniture by the format's own word (a tagged
 PDF's artifacts, an EPUB's title page), and nothing else. Small documents made by hand, each
 failing on the readers before the issue."""

@@ -1,4 +1,4 @@
-"""A collection kept up to date searches like a fresh one (issue 21), on Milvus Lite and on a
+"""A collection kept up to date searches like a fresh one, on Milvus Lite and on a
 Milvus server (`milvus-lite server`).
 
 Milvus Lite's BM25 statistics count the rows deleted or overwritten in a stored segment, and a
@@ -166,7 +166,8 @@ def test_a_rebuild_stopped_at_any_step_loses_nothing(store, monkeypatch, at):
 
 
 def test_a_collection_from_before_aliases_is_rebuilt_into_generations(store):
-    """Collections situate made before issue 21 are physical collections under the user's name."""
+    """Collections situate made before generations existed are physical collections under the
+    user's name."""
     corpus = true_corpus()[:10]
     rows = legacy(store, corpus)
     assert store.drift("legacy") == 0 and store.generations.physical("legacy") == "legacy"

@@ -1,9 +1,9 @@
-"""Issue 21's scenario through the ingest and evaluate flows, on Milvus Lite and on a Milvus server:
-a collection first ingested from a drifted copy of the codebase corpus (a third of its documents
-edited, 5 missing, 8 stray), then brought up to date with the true corpus and `--prune`, searches
-like a fresh ingest of the true corpus: BM25 Pass@k identical (every ranked list too), dense and
-hybrid within 0.5, the same rows; the rebuild situated and embedded nothing. Without the rebuild
-(`--rebuild-at inf`) the BM25 ranked lists differ: the test can fail.
+"""A collection kept up to date, through the ingest and evaluate flows, on Milvus Lite and on a
+Milvus server: a collection first ingested from a drifted copy of the codebase corpus (a third
+of its documents edited, 5 missing, 8 stray), then brought up to date with the true corpus and
+`--prune`, searches like a fresh ingest of the true corpus: BM25 Pass@k identical (every ranked
+list too), dense and hybrid within 0.5, the same rows; the rebuild situated and embedded
+nothing. Without the rebuild (`--rebuild-at inf`) the BM25 ranked lists differ: the test can fail.
 """
 
 from __future__ import annotations

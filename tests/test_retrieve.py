@@ -130,21 +130,30 @@ def test_hybrid_runs_its_legs_at_the_same_time_and_ranks_the_same(fusion):
 
 def test_a_failing_leg_is_raised_once_the_other_is_done():
     import threading
+    import time
     from concurrent.futures import ThreadPoolExecutor
 
     from situate.core.errors import StoreError
     from situate.tasks.retrieval.search import hybrid
 
     finished = threading.Event()
+    both_in = threading.Barrier(2, timeout=60)
 
     class Failing(_LegStore):
+        """Both legs meet inside their searches, so they run at once; BM25 then fails at
+        once while dense is still working, and dense finishes only 0.3 s later."""
+
         def ranking(self, collection, leg, query, vector, limit):
+            both_in.wait()
             if leg == "bm25":
                 raise StoreError("bm25 search in 'c' failed")
+            time.sleep(0.3)
             ranked = super().ranking(collection, leg, query, vector, limit)
             finished.set()
             return ranked
 
-    with ThreadPoolExecutor(2) as pool, pytest.raises(StoreError, match="bm25 search"):
-        hybrid(Failing(), "c", "q", [0.1], 10, "cdbsf", pool)
-    assert finished.is_set()  # the dense leg was not left running behind the error
+    with ThreadPoolExecutor(2) as pool:
+        with pytest.raises(StoreError, match="bm25 search"):
+            hybrid(Failing(), "c", "q", [0.1], 10, "cdbsf", pool)
+        # Checked before the pool's exit, which would wait for the dense leg itself.
+        assert finished.is_set()  # the dense leg was not left running behind the error

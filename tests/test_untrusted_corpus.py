@@ -1,4 +1,4 @@
-"""A corpus is its own files, read in bounded time and memory (issue 32): links out of the folder,
+"""A corpus is its own files, read in bounded time and memory: links out of the folder,
 /proc files, pipes, devices and unreadable files; PDFs and a workbook that cost minutes or
 gigabytes to read; a launcher planted at a predictable name. Through the loading functions here
 (one reader process per limit, shared); one real `situate ingest` over a folder of them all."""

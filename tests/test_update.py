@@ -1,4 +1,4 @@
-"""A scheduled run pays for what changed (issue 35): the plan is made from the corpus's scan and
+"""A scheduled run pays for what changed: the plan is made from the corpus's scan and
 what the collection holds per document, read once (the local manifest when the store agrees with
 it, else one pass over the collection); only the documents it processes are read again; their
 rows are written and the stale or pruned ones deleted by primary key; the rows stay exact."""

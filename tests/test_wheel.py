@@ -1,4 +1,4 @@
-"""The package installs whole (issue 34): a built wheel holds every module of every folder that
+"""The package installs whole: a built wheel holds every module of every folder that
 makes up `situate.*` (setup.py finds them; no list is kept by hand), and installed without `-e`
 into a fresh virtual environment it runs: `situate --version`, an ingest of data/sample, a search
 through `Retriever`.

