@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ByteSize, Field, SecretStr, ValidationError
@@ -44,8 +45,13 @@ class Settings(BaseSettings):
                                    "it); e.g. 64KiB, 1MiB")
     api_client_limit: int = Field(64, ge=1, description="requests one client address may have in "
                                   "flight at `situate api` or `situate mcp` (429 past it)")
-    cache_dir: str = Field("data/cache", description="disk cache of generated contexts and of "
-                           "models exported for ONNX Runtime (models/)")
+    cache_dir: str = Field("data/cache", description="this project's disk cache: generated "
+                           "contexts, ingest manifests")
+    model_cache: str = Field("", description="where local models exported for ONNX Runtime and "
+                             "OpenVINO are kept (models/), shared by every process and project "
+                             "of this user; empty: the user's cache directory (~/.cache/situate "
+                             "on Linux, ~/Library/Caches/situate on macOS, "
+                             "%LOCALAPPDATA%\\situate\\Cache on Windows)")
     results_dir: str = Field("data/results", description="evaluation JSON reports")
     context: str = Field("", description="structural | anthropic | openai | ollama | none "
                                           "(optionally name:model); default: anthropic when an "
@@ -133,6 +139,18 @@ class Settings(BaseSettings):
         if self.context:
             return self.context
         return "anthropic" if has_key("anthropic") else "structural"
+
+
+def model_cache_dir(value: str = "") -> Path:
+    """The machine-level cache of exported models: `value` (SITUATE_MODEL_CACHE) when given, else
+    the user's cache directory as the platform names it (platformdirs). One per user, not per
+    folder: a script in one folder and an MCP server an agent starts in another share one export
+    (written atomically, under a lock: `situate.tasks.embedders.exported`)."""
+    if value:
+        return Path(value).expanduser().resolve()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("situate", appauthor=False))
 
 
 def default(name: str) -> Any:

@@ -9,6 +9,7 @@ choices and help come from the options models (`situate.flows.options`).
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import textwrap
 import typing
@@ -418,6 +419,8 @@ def _main(argv: list[str] | None) -> int:
     from situate.core.settings import configured
 
     logs.install_log_filter(verbose=args.verbose)
+    # A model prepared for this user (once, seconds) is news, not a warning: an INFO line, shown.
+    logging.getLogger("situate.embed").setLevel(logging.INFO)
     # `situate serve` stops on its own terms (flows.deploy.serve: cancels its runs, exits 0);
     # the servers until they serve (`situate.api.http.starting`), then as uvicorn or MCP does.
     cmd = COMMANDS[args.command]

