@@ -1,6 +1,7 @@
 """`situate api`: the warm `Retriever` behind HTTP (FastAPI and uvicorn, which come with Prefect).
 
-    POST /search      {"query": str, "k": int, "mode": str} -> {"hits": [...], "took_ms": float}
+    POST /search      {"query": str, "k": int, "mode": str} -> {"hits": [...], "took_ms": float,
+                      "warnings": [str]} (a query past 64 terms is cut, and the warning says where)
     GET  /collection  what the collection served is (rows, embedder, contexts, last ingested)
     GET  /healthz     {"status": "ok", "collection": NAME}
     GET  /docs        the OpenAPI page (/openapi.json), served from the package (offline)
@@ -34,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 
-from situate.api.guard import Guard, Policy
+from situate.api.guard import Guard, Policy, printable
 from situate.api.request import SearchRequest
 from situate.api.retriever import Retriever
-from situate.api.wire import CollectionDescription, SearchResponse, status_of
+from situate.api.wire import CollectionDescription, SearchResponse, status_of, warnings_of
 from situate.core.errors import InputError, SituateError
 from situate.core.secrets import redact
 from situate.core.version import version
@@ -124,7 +125,7 @@ def create_app(retriever: Retriever, policy: Policy | None = None) -> Any:
     async def situate_error(request: Request, exc: SituateError) -> JSONResponse:
         status, message = status_of(exc)
         if status >= 500:
-            log.warning(f"{request.method} {request.url.path}: {status}: {message}")
+            log.warning(f"{request.method} {printable(request.url.path)}: {status}: {message}")
         return JSONResponse({"detail": message}, status_code=status,
                             headers={"Retry-After": "5"} if status == 503 else None)
 
@@ -154,7 +155,8 @@ def create_app(retriever: Retriever, policy: Policy | None = None) -> Any:
         started = time.perf_counter()
         hits = await asyncio.to_thread(retriever.run, asked)
         answer = SearchResponse(hits=hits,
-                                took_ms=round((time.perf_counter() - started) * 1000, 3))
+                                took_ms=round((time.perf_counter() - started) * 1000, 3),
+                                warnings=warnings_of(asked))
         # Serialized once, here: returned as a model, FastAPI would validate it again against
         # response_model (which stays, for the OpenAPI page) and encode it a second time.
         return Response(answer.model_dump_json(), media_type="application/json")
@@ -213,10 +215,22 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run_uvicorn(app: Any, sock: socket.socket) -> str | None:
+def uvicorn_config(app: Any, forwarded_allow_ips: str = "") -> Any:
+    """How uvicorn serves `app`: its own access log off (the guard writes one without query
+    strings), and the client's address the socket's peer unless `forwarded_allow_ips` names the
+    proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (uvicorn's defaults believe
+    them from 127.0.0.1, so any local process could pass as any address)."""
+    import uvicorn
+
+    return uvicorn.Config(app, log_level="info", access_log=False, lifespan="on",
+                          timeout_graceful_shutdown=10, server_header=False,
+                          proxy_headers=bool(forwarded_allow_ips),
+                          forwarded_allow_ips=forwarded_allow_ips or None)
+
+
+def run_uvicorn(app: Any, sock: socket.socket, forwarded_allow_ips: str = "") -> str | None:
     """Serve `app` on `sock` until SIGINT or SIGTERM; returns that signal's name (None if it
-    stopped otherwise). uvicorn shuts down gracefully (the lifespan closes the retriever). Its
-    own access log is off: the guard writes one without query strings."""
+    stopped otherwise). uvicorn shuts down gracefully (the lifespan closes the retriever)."""
     import uvicorn
 
     stopped: list[str] = []
@@ -226,9 +240,7 @@ def run_uvicorn(app: Any, sock: socket.socket) -> str | None:
         previous = {sig: signal.signal(sig, lambda s, f: stopped.append(signal.Signals(s).name))
                     for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        server = uvicorn.Server(uvicorn.Config(app, log_level="info", access_log=False,
-                                               lifespan="on", timeout_graceful_shutdown=10,
-                                               server_header=False))
+        server = uvicorn.Server(uvicorn_config(app, forwarded_allow_ips))
         server.run(sockets=[sock])
     finally:
         for sig, handler in previous.items():
@@ -260,7 +272,7 @@ def serve(collection: str, uri: str, *, host: str = "127.0.0.1", port: int = 800
     log.info(f"serving collection {collection!r} ({info.rows} rows, {info.embedder}, mode "
              f"{mode}) on http://{shown}:{sock.getsockname()[1]} (docs: /docs)"
              + ("; clients send Authorization: Bearer <SITUATE_API_TOKEN>" if policy.token else ""))
-    return run_uvicorn(create_app(retriever, policy), sock)
+    return run_uvicorn(create_app(retriever, policy), sock, policy.forwarded_allow_ips)
 
 
 @contextlib.contextmanager
@@ -291,14 +303,27 @@ def starting(command: str) -> Any:
 
 
 def configure_logging() -> None:
-    """situate's own log lines (the store's retries, a 503's one line) on stderr, as uvicorn's."""
+    """situate's own log lines (the store's retries, a 503's one line) on stderr, as uvicorn's.
+    The access log's lines are written by a thread of their own (a QueueHandler's listener):
+    a stderr that a slow reader holds up never holds up the event loop."""
+    import atexit
+    import logging.handlers
+    import queue
+
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
-    for name in ("situate",):
-        logger = logging.getLogger(name)
-        if not logger.handlers:
-            logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
+    logger = logging.getLogger("situate")
+    if not logger.handlers:
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    access = logging.getLogger("situate.api.access")
+    if not access.handlers:
+        lines: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+        access.addHandler(logging.handlers.QueueHandler(lines))
+        access.propagate = False
+        listener = logging.handlers.QueueListener(lines, handler)
+        listener.start()
+        atexit.register(listener.stop)
 
 

@@ -7,7 +7,11 @@ and whose structured result is the same JSON as `POST /search` answers
 (`situate.api.wire.SearchResponse`), and `describe_collection` (rows, embedder, contexts, when it
 was last ingested, the modes it can be searched in). A bad argument or a failing store is a tool
 error with one line saying what to do, never a traceback. Over HTTP, the same door as
-`situate api` (`situate.api.guard`: Host and Origin, token first, bounded bodies).
+`situate api` (`situate.api.guard`: Host and Origin, token first, bounded bodies). Over stdio, a
+line that is not a JSON-RPC message (not JSON, not UTF-8, nested deeper than the parser goes) is
+answered with a JSON-RPC parse error (-32700, id null), as the SDK's HTTP transport answers it:
+the SDK's stdio transport (mcp 2.3) drops such a line in silence, and a client would wait
+forever for the id it sent (`run_stdio`).
 
 An agent starts `situate mcp` from a directory of its own choosing: a relative Milvus Lite path is
 made absolute when the server starts (and named so in every error), and an error before the
@@ -26,7 +30,7 @@ from situate.api.guard import Guard, Policy
 from situate.api.http import SERVING_ATTEMPTS, check_bind, listen, run_uvicorn, starting
 from situate.api.request import K, Mode, Query, SearchRequest, Served
 from situate.api.retriever import Retriever
-from situate.api.wire import CollectionDescription, SearchResponse, message_of
+from situate.api.wire import CollectionDescription, SearchResponse, message_of, warnings_of
 from situate.core.errors import SituateError
 from situate.core.uri import is_lite
 from situate.core.version import version
@@ -76,7 +80,8 @@ def create_server(retriever: Retriever) -> MCPServer[Any]:
         except SituateError as e:
             raise ToolError(message_of(e)) from None
         return SearchResponse(hits=hits,
-                              took_ms=round((time.perf_counter() - started) * 1000, 3))
+                              took_ms=round((time.perf_counter() - started) * 1000, 3),
+                              warnings=warnings_of(request))
 
     @server.tool(name="describe_collection", annotations=read_only, description=(
         f"What collection {name!r} holds: rows, the embedder of its vectors, the contexts its "
@@ -88,6 +93,38 @@ def create_server(retriever: Retriever) -> MCPServer[Any]:
             raise ToolError(message_of(e)) from None
 
     return server
+
+
+async def run_stdio(server: MCPServer[Any]) -> None:
+    """`server` over this process's stdin and stdout (the SDK's `stdio_server`), each line the
+    SDK could not read as a JSON-RPC message answered with a parse error (id null: no id could
+    be read from it) instead of dropped."""
+    import anyio
+    import mcp_types as types
+    from mcp.server.stdio import stdio_server
+    from mcp.shared.message import SessionMessage
+
+    async with stdio_server() as (read_stream, write_stream):
+        passed, inbound = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+        async def relay() -> None:
+            async with passed:
+                async for item in read_stream:
+                    if isinstance(item, Exception):
+                        log.warning("MCP over stdio: a line that is not a JSON-RPC message was "
+                                    "answered with a parse error")
+                        await write_stream.send(SessionMessage(types.JSONRPCError(
+                            jsonrpc="2.0", id=None, error=types.ErrorData(
+                                code=types.PARSE_ERROR,
+                                message="Parse error: the line is not a JSON-RPC message"))))
+                    else:
+                        await passed.send(item)
+
+        lowlevel = server._lowlevel_server  # what the SDK's own run_stdio_async serves
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(relay)
+            await lowlevel.run(inbound, write_stream, lowlevel.create_initialization_options())
+            tasks.cancel_scope.cancel()
 
 
 def absolute(uri: str) -> str:
@@ -128,7 +165,9 @@ def serve(collection: str, uri: str, *, transport: str = "stdio", host: str = "1
         server = create_server(retriever)
         if sock is None:
             log.info(f"serving collection {collection!r} at {retriever.uri} over MCP on stdio")
-            server.run("stdio")
+            import anyio
+
+            anyio.run(run_stdio, server)
             return None
         from mcp.server.transport_security import TransportSecuritySettings
 
@@ -142,7 +181,7 @@ def serve(collection: str, uri: str, *, transport: str = "stdio", host: str = "1
                  f"http://{shown}:{sock.getsockname()[1]}/mcp"
                  + ("; clients send Authorization: Bearer <SITUATE_API_TOKEN>"
                     if policy.token else ""))
-        return run_uvicorn(Guard(app, policy), sock)
+        return run_uvicorn(Guard(app, policy), sock, policy.forwarded_allow_ips)
     finally:
         retriever.close()
 

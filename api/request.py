@@ -5,7 +5,9 @@ a value one face accepts no other refuses, and each refusal is the same one Inpu
 
 `k` is a whole number (JSON's `5`, never `"5"`, `5.0` or `true`) from 1 to MAX_K; an unknown field
 is refused (a misspelt `top_k` would otherwise be ignored in silence); `collection`, when given,
-must be the one served.
+must be the one served. A refusal shows at most a short, escaped prefix of the value it refuses
+(`situate.api.guard.shown`): a 24 KB mode is not sent back. A body too deeply nested for the JSON
+parser is refused as any other body that is not JSON.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from situate.api.guard import SHOWN, printable, shown
 from situate.core.errors import InputError
 from situate.tasks.retrieval.search import MAX_K, MODES, check_k, check_modes
 
 MODES_TEXT = " | ".join(MODES)
 FIELDS = ("query", "k", "mode", "collection")
+# Longest collection name Milvus takes: a longer one is refused before it is named in a reply.
+MAX_NAME = 255
 
 
 # Each field once, with its bounds and description: the request below, the MCP tool's
@@ -58,7 +63,10 @@ class SearchRequest(BaseModel):
     @field_validator("k", mode="before")
     @classmethod
     def _k(cls, value: Any) -> int:
-        return check_k(value)
+        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_K:
+            return check_k(value)
+        raise InputError(f"k={_shown(value)} is not a number of hits: give a whole number from 1 "
+                         f"to {MAX_K}")
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -68,6 +76,9 @@ class SearchRequest(BaseModel):
         if not isinstance(value, str):
             raise InputError(f"retrieval mode must be text, not {_kind(value)}: use one of "
                              f"{', '.join(MODES)}")
+        if value not in MODES:
+            raise InputError(f"unknown retrieval mode {shown(value)}: use one of "
+                             f"{', '.join(MODES)}")
         return check_modes([value])[0]
 
     @field_validator("collection", mode="before")
@@ -75,6 +86,9 @@ class SearchRequest(BaseModel):
     def _collection(cls, value: Any) -> str | None:
         if value is not None and not isinstance(value, str):
             raise InputError(f"collection must be a name, not {_kind(value)}")
+        if value is not None and len(value) > MAX_NAME:
+            raise InputError(f"collection {shown(value)} is not a collection's name (at most "
+                             f"{MAX_NAME} characters): leave collection out")
         return value
 
     @classmethod
@@ -95,6 +109,8 @@ class SearchRequest(BaseModel):
             values = json.loads(body)
         except (ValueError, UnicodeDecodeError) as e:
             raise InputError(f"the body is not JSON ({_first_line(str(e))})") from None
+        except RecursionError:  # "[[[[...": deeper than the parser goes
+            raise InputError("the body is not JSON (nested too deeply)") from None
         return cls.of(values)
 
 
@@ -106,12 +122,22 @@ def _one_line(error: ValidationError) -> str:
         return f"{where} is missing: give words to search for" if where == "query" else \
             f"{where} is missing"
     if kind == "extra_forbidden":
-        return f"unknown field {where!r}: a search takes {', '.join(FIELDS)}"
+        return f"unknown field {shown(where)}: a search takes {', '.join(FIELDS)}"
     return f"{where or 'request'}: {_first_line(str(first.get('msg', 'invalid')))}"
 
 
 def _first_line(text: str) -> str:
     return " ".join(text.split())[:200]
+
+
+def _shown(value: Any) -> str:
+    """A value a client sent, as a refusal shows it: text and numbers as a short prefix, anything
+    else by its kind (a list nested 900 deep is not written out)."""
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, bool | int | float):
+        return printable(repr(value), SHOWN)
+    return _kind(value)
 
 
 def _kind(value: Any) -> str:

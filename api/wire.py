@@ -8,7 +8,7 @@ redacted (`situate.core.secrets.redact`: keys, tokens, a URI's user information)
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from situate.api.request import MODES_TEXT, SearchRequest
 from situate.api.retriever import CollectionDescription
@@ -23,17 +23,27 @@ from situate.core.errors import (
 )
 from situate.core.records import Hit
 from situate.core.secrets import redact
-from situate.tasks.retrieval.search import MAX_K
+from situate.tasks.retrieval.search import MAX_K, query_cut
 
 REQUEST_SHAPE = (f'send JSON {{"query": "words to search for", "k": 1-{MAX_K}, "mode": '
                  f'"{MODES_TEXT}"}}')
 
 
 class SearchResponse(BaseModel):
-    """The hits, best first, and the time the search took in the server."""
+    """The hits, best first, the time the search took in the server, and what the client should
+    know of how its request was searched (a long query is searched up to its 64th term)."""
 
     hits: list[Hit]
     took_ms: float
+    warnings: list[str] = Field(default_factory=list, description=(
+        "how the request was not searched as sent, one line each: a query longer than 64 terms "
+        "(or 8,192 characters) is cut, and the line says where"))
+
+
+def warnings_of(request: SearchRequest) -> list[str]:
+    """What a reply to `request` says of how it was searched (`SearchResponse.warnings`)."""
+    cut = query_cut(request.query)
+    return [cut] if cut else []
 
 
 def status_of(error: SituateError) -> tuple[int, str]:
@@ -66,4 +76,4 @@ def _status(error: SituateError) -> int:
 
 
 __all__ = ["CollectionDescription", "Hit", "SearchRequest", "SearchResponse", "message_of",
-           "status_of"]
+           "status_of", "warnings_of"]

@@ -7,6 +7,9 @@ what to do in plain words; the CLI words the same advice as commands and flags
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 from situate.core.uri import is_missing_lite_file, shown
 
 
@@ -41,6 +44,24 @@ class CollectionNotFound(StoreError, InputError):
         it (to ask) would create it."""
         if is_missing_lite_file(uri):
             raise cls(collection, uri, " (no Milvus Lite file there)")
+
+
+def suggestion(name: str, others: Iterable[str]) -> str:
+    """What a store holds instead of `name`, for a CollectionNotFound's detail: the closest names
+    (`minee`: did you mean 'mine'?), else every name when there are few, else nothing."""
+    others = sorted(set(others) - {name})
+    close = difflib.get_close_matches(name, others, n=3)
+    if close:
+        return f" (did you mean {' or '.join(repr(c) for c in close)}?)"
+    if not others:
+        return " (it holds no collection)"
+    if len(others) <= FEW:
+        return f" (it holds {', '.join(repr(c) for c in others)})"
+    return ""
+
+
+# Up to this many collections are listed when none is close to the name asked for.
+FEW = 8
 
 
 class CollectionNotServed(InputError):

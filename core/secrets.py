@@ -1,7 +1,13 @@
 """API keys: the one place they are resolved (environment, else a Prefect Secret block) and the
 one function that keeps secrets out of every message, reply, log line, artifact and cache
 (`redact`): the keys and tokens situate knows, the user information of a URI, credentials in a
-query string and an `Authorization` value, wherever they appear."""
+query string and an `Authorization` value, wherever they appear.
+
+`redact` takes linear time in what it reads, and reads a bounded part of any text: every pattern
+is bounded (a scheme of at most 32 characters, a parameter name of at most 64, no quantifier
+inside another), and a text longer than REDACTED_CHARS keeps its first and last halves of that
+with a marker between them. A log line or an error built from what a client sent (a path of
+100 KB, a query string of `a.a.a.`) therefore costs microseconds, never seconds."""
 
 from __future__ import annotations
 
@@ -30,14 +36,24 @@ _resolved: set[str] = set()
 # Shorter values are not searched for (they would mask ordinary words); every token situate
 # accepts is longer, and a URI's user information is masked by its shape whatever its length.
 MIN_SECRET = 4
+# The most characters of one text `redact` reads and returns: its first and last halves of this,
+# with a marker between them (a longer text is a client's payload or a runaway traceback).
+REDACTED_CHARS = 16_384
+# Characters read past each kept half, so that a secret or a URI's user information crossing the
+# cut is still matched whole (and masked) before the text is cut.
+_MARGIN = 2_048
+# Each pattern is bounded on the left (a scheme of at most 32 characters, a parameter name of at
+# most 64 around its credential word) and has no quantifier inside another: each start position
+# is tried in bounded time, so a text of n characters is read in O(n) (an unbounded scheme made
+# `a.a.a.a.` quadratic: 7.6 s for 32 KB).
 # scheme://USERINFO@host: the user information, whatever it holds.
-_USERINFO = re.compile(r"\b([a-z][a-z0-9+.-]*://)[^\s/@?#'\"<>]+@", re.IGNORECASE)
+_USERINFO = re.compile(r"\b([a-z][a-z0-9+.-]{0,31}://)[^\s/@?#'\"<>]+@", re.IGNORECASE)
 # A query-string or form value whose name says it is a credential.
 _CREDENTIAL_PARAM = re.compile(
-    r"([?&;](?:[\w.-]*?)(?:token|key|secret|password|passwd|pwd|auth|signature|sig|credential)"
-    r"[\w.-]*=)[^&\s#'\"<>]+", re.IGNORECASE)
+    r"([?&;][\w.-]{0,64}?(?:token|key|secret|password|passwd|pwd|auth|signature|sig|credential)"
+    r"[\w.-]{0,64}=)[^&\s#'\"<>]+", re.IGNORECASE)
 # An HTTP Authorization value.
-_AUTHORIZATION = re.compile(r"\b(bearer)(\s+)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
+_AUTHORIZATION = re.compile(r"\b(bearer)(\s{1,16})[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
 
 
 def set_secret_loader(loader: Callable[[str], str | None] | None) -> None:
@@ -82,12 +98,26 @@ def remember(*values: str) -> None:
 def redact(text: str, *secrets: str) -> str:
     """`text` with every secret replaced by ***: the ones given, every key and token resolved or
     remembered so far, the values of the key and token variables, any URI's user information, a
-    credential-named query parameter's value and an Authorization value."""
+    credential-named query parameter's value and an Authorization value.
+
+    A text longer than REDACTED_CHARS is cut: its first and last REDACTED_CHARS // 2 characters
+    are kept, each masked with some text beyond it read too, with `[... N characters cut ...]`
+    between them. Linear time in what is read, which is bounded (see the module's docstring)."""
     known = {*secrets, *_resolved,
              *(os.environ.get(env, "") for env, _ in KEYS.values()),
              *(os.environ.get(name, "") for name in SECRET_VARIABLES)}
-    for secret in sorted((s.strip() for s in known if s and len(s.strip()) >= MIN_SECRET),
-                         key=len, reverse=True):
+    found = sorted((s.strip() for s in known if s and len(s.strip()) >= MIN_SECRET),
+                   key=len, reverse=True)
+    if len(text) <= REDACTED_CHARS:
+        return _masked(text, found)
+    half = REDACTED_CHARS // 2
+    head = _masked(text[:half + _MARGIN], found)[:half]
+    tail = _masked(text[-(half + _MARGIN):], found)[-half:]
+    return f"{head}[... {len(text) - 2 * half:,} characters cut ...]{tail}"
+
+
+def _masked(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
         text = text.replace(secret, "***")
     text = _USERINFO.sub(r"\1***@", text)
     text = _CREDENTIAL_PARAM.sub(r"\1***", text)

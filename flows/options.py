@@ -467,6 +467,14 @@ class _ServingOptions(Options):
     client_limit: Annotated[int, Flag(("--client-limit",), metavar="N"),
                             FromSetting("api_client_limit")] = from_settings(
         description="requests one client address may have in flight (429 past it)", ge=1)
+    read_timeout: Annotated[float, Flag(("--read-timeout",), metavar="SECONDS")] = Field(
+        10.0, gt=0, le=600, description="seconds a request's body may take to arrive whole (408 "
+                                         "past it, and the connection closed)")
+    forwarded_allow_ips: Annotated[str | None, Flag(("--forwarded-allow-ips",),
+                                                    metavar="ADDRESSES")] = Field(
+        None, description="addresses of the reverse proxies whose X-Forwarded-For and "
+                              "X-Forwarded-Proto are believed (comma-separated); without it the "
+                              "client is the connection's own address")
 
     @field_validator("allowed_hosts", "cors_origins", mode="before")
     @classmethod
@@ -492,7 +500,8 @@ class _ServingOptions(Options):
 
         return Policy(token=token, allowed_hosts=tuple(self.allowed_hosts),
                       cors_origins=tuple(self.cors_origins), max_body=self.max_body,
-                      client_limit=self.client_limit)
+                      client_limit=self.client_limit, read_timeout=self.read_timeout,
+                      forwarded_allow_ips=self.forwarded_allow_ips or "")
 
     @model_validator(mode="after")
     def _check(self) -> _ServingOptions:

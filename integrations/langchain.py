@@ -20,11 +20,12 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from situate.api.request import SearchRequest
 from situate.api.retriever import Retriever, hit_metadata
 from situate.core.records import Hit
+from situate.integrations import refuse_unknown
 
 
 class SituateRetriever(BaseRetriever):
@@ -43,6 +44,16 @@ class SituateRetriever(BaseRetriever):
     retriever: Retriever | None = Field(None, exclude=True,
                                         description="a Retriever to share (opened if None)")
     _situate: Retriever = PrivateAttr()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, values: Any) -> Any:
+        """An unknown keyword (`milvus_uri=`) is refused, not ignored (LangChain's default)."""
+        if isinstance(values, dict):
+            own = [n for n in cls.model_fields if n not in BaseRetriever.model_fields]
+            refuse_unknown("SituateRetriever (LangChain)", values,
+                           [*own, *BaseRetriever.model_fields])
+        return values
 
     @field_validator("k", mode="before")
     @classmethod

@@ -13,6 +13,7 @@ metadata, then `id`, `doc_id`, `index`, `context`, `score`). Every query is
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from llama_index.core.retrievers import BaseRetriever
@@ -20,6 +21,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from situate.api.retriever import Retriever, hit_metadata
 from situate.core.records import Hit
+from situate.integrations import refuse_unknown
 
 
 class SituateRetriever(BaseRetriever):
@@ -32,6 +34,7 @@ class SituateRetriever(BaseRetriever):
     def __init__(self, collection: str, uri: str | None = None, k: int = 10,
                  mode: str = "hybrid", retriever: Retriever | None = None,
                  **kwargs: Any) -> None:
+        refuse_unknown("SituateRetriever (LlamaIndex)", kwargs, _TAKES)
         self.collection, self.uri, self.k, self.mode = collection, uri, k, mode
         self._shared = retriever is not None
         self._situate = retriever or Retriever(collection, uri, mode=mode)
@@ -48,6 +51,11 @@ class SituateRetriever(BaseRetriever):
         """Close the Retriever this one opened (a shared one is its owner's to close)."""
         if not self._shared:
             self._situate.close()
+
+
+# Its own keywords, then LlamaIndex's BaseRetriever's (callback_manager, verbose, ...).
+_TAKES = ["collection", "uri", "k", "mode", "retriever",
+          *[p for p in inspect.signature(BaseRetriever.__init__).parameters if p != "self"]]
 
 
 def _node(hit: Hit) -> NodeWithScore:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from situate.core.errors import CollectionNotFound, EmbedderMismatch, StoreError
+from situate.core.errors import CollectionNotFound, EmbedderMismatch, StoreError, suggestion
 from situate.core.protocols import LEGS, StoreUpkeep
 from situate.core.records import (
     CollectionInfo,
@@ -172,7 +172,8 @@ class MemoryStore:
     def _get(self, collection: str) -> _Collection:
         found = self._space.collections.get(validate_collection_name(collection))
         if found is None:
-            raise CollectionNotFound(collection, self.uri)
+            raise CollectionNotFound(collection, self.uri,
+                                     suggestion(collection, self._space.collections))
         return found
 
     # --- collections -----------------------------------------------------------------------

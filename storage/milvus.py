@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from situate.core.errors import CollectionNotFound, EmbedderMismatch, StoreError
+from situate.core.errors import CollectionNotFound, EmbedderMismatch, StoreError, suggestion
 from situate.core.protocols import LEGS, StoreUpkeep
 from situate.core.records import (
     CollectionInfo,
@@ -29,7 +29,7 @@ from situate.core.records import (
 )
 from situate.storage.client import RETRY_ATTEMPTS, RETRY_BASE, RETRY_CAP, Connection
 from situate.storage.faults import is_not_loaded, writing
-from situate.storage.generations import Generations
+from situate.storage.generations import GENERATION, Generations
 from situate.storage.lexical import BUILD_PAGE, LexicalLeg, Stamp
 from situate.storage.manifest import FIELDS as STORED_FIELDS
 from situate.storage.manifest import TOKEN, Manifest, cache_key, from_rows
@@ -201,8 +201,13 @@ class MilvusStore(Connection):
 
     def require(self, collection: str) -> None:
         if not self.exists(collection):
-            raise CollectionNotFound(collection, self.uri)
+            raise CollectionNotFound(collection, self.uri, suggestion(collection, self._names()))
         self.load(collection)
+
+    def _names(self) -> list[str]:
+        """The collections by the names they were made with (a generation by its name)."""
+        listed = self._call("listing collections", self.client.list_collections)
+        return [m.group("name") if (m := GENERATION.match(c)) else c for c in listed]
 
     def drop(self, collection: str) -> None:
         """The collection gone: its alias and every generation."""

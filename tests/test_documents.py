@@ -159,7 +159,8 @@ def test_every_format_is_read_with_its_place_and_every_bad_file_is_a_counted_ski
     assert set(docs) == {"readme.md", "queue.py", "handbook.pdf", "policy.docx", "deck.pptx",
                          "capacity.xlsx", "tuning.ipynb", "site.html", "book.epub"}
     assert dict(corpus.formats) == {"md": 1, "pdf": 1, "docx": 1, "pptx": 1, "xlsx": 1, "ipynb": 1,
-                                    "html": 1, "epub": 1}
+                                    "html": 1, "epub": 1, "py": 1}
+    assert sum(dict(corpus.formats).values()) == len(docs)  # every file read, source code too
     assert dict(corpus.units)["pages"] == 2 and dict(corpus.units)["slides"] == 2
     skipped = dict(corpus.skipped)
     assert skipped["not a PDF"] == 1 and skipped["scanned PDF"] == 1

@@ -118,6 +118,27 @@ def test_failure_listing_is_bounded_and_says_how_many_more():
     assert re.findall(r"^\| (q\d+) \|", text, re.M) == ["q0", "q1", "q2", "q3"]
 
 
+def test_the_console_lists_the_missed_queries_bounded():
+    """`situate evaluate` prints the queries every mode missed, each with its golden document: the
+    first CONSOLE_LISTED, then how many more and where every one is."""
+    from situate.tasks.retrieval.failures import failure_analysis
+    from situate.tasks.retrieval.report import CONSOLE_LISTED, missed_lines
+
+    queries = [EvalQuery(f"query  number\n{i}", (Golden(content=f"c{i}", doc_id=f"d{i}",
+                                                       source=f"src/d{i}.py"),)) for i in range(30)]
+    ranks = {"dense": [[None]] * 30, "bm25": [[None]] * 29 + [[3]]}
+    firsts = {"dense": [hit("x", "x")] * 30, "bm25": [None] * 30}
+    lines = missed_lines(failure_analysis(queries, ranks, firsts, k=5))
+    assert lines[:2] == ["  - query number 0 (golden: src/d0.py)",
+                         "  - query number 1 (golden: src/d1.py)"]
+    assert len(lines) == CONSOLE_LISTED + 1
+    assert lines[-1].startswith(f"  … and {29 - CONSOLE_LISTED} more (the JSON report lists")
+    few = failure_analysis(queries[:3], {"dense": [[None]] * 3}, {"dense": [None] * 3}, k=5)
+    assert len(missed_lines(few)) == 3  # all of them, nothing more to say
+    none = failure_analysis(queries[:1], {"dense": [[1]]}, {"dense": [None]}, k=5)
+    assert missed_lines(none) == []
+
+
 def test_benchmark_golden_chunks_know_their_document_and_path():
     from situate.tasks.retrieval.metrics import load_eval_set
     from tests.conftest import CODEBASE

@@ -40,6 +40,34 @@ def test_nothing_moves_rows_and_rankings_are_as_recorded(tmp_path):
              for i, (a, b) in enumerate(zip(now["hits"][mode], recorded["hits"][mode], strict=True))
              if not _same_up_to_ties(a, b)]
     assert moved == []
+    _the_readme_says_what_this_ranking_measures(uri, now)
+
+
+def _the_readme_says_what_this_ranking_measures(uri: str, now: dict) -> None:
+    """The README's headline (hybrid Pass@5/10/20 of its two commands on the committed codebase
+    benchmark: `situate ingest`, `situate evaluate`, the defaults, a Lite file) is this ranking's,
+    as `situate evaluate` measures Pass@k."""
+    import re
+
+    from situate.tasks.retrieval.metrics import load_eval_set, mean_pass_at_k
+    from tests.conftest import CODEBASE, ROOT
+    from tests.helpers import open_store
+
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    said = re.search(r"\*\*(\d+\.\d\d)%\*\* of the questions \(hybrid Pass@10; (\d+\.\d\d) at 5, "
+                     r"(\d+\.\d\d) at 20\)", readme)
+    assert said, "the README's headline sentence changed: update this test's pattern"
+    assert ("situate ingest data/benchmarks/codebase/codebase_chunks.json --collection codebase "
+            "situate evaluate data/benchmarks/codebase/evaluation_set.jsonl --collection "
+            "codebase") in readme
+    texts = {r["id"]: (r["doc_id"], r["text"])
+             for r in open_store(uri).rows("codebase", fields=("id", "doc_id", "text"))}
+    queries = load_eval_set(CODEBASE / "evaluation_set.jsonl")
+    cases = [(q.golden, [texts[now["ids"][place]] for place, _ in hits])
+             for q, hits in zip(queries, now["hits"]["hybrid"], strict=True)]
+    measured = {k: round(mean_pass_at_k(cases, k), 2) for k in (5, 10, 20)}
+    at10, at5, at20 = (float(x) for x in said.groups())
+    assert measured == {5: at5, 10: at10, 20: at20}
 
 
 def _same_up_to_ties(now: list[list[float]], recorded: list[list[float]]) -> bool:

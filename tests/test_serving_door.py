@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -582,6 +584,74 @@ def test_a_server_stopped_while_starting_says_so_in_its_own_line(sig, door):
     assert "run the same command again" not in err and "Traceback" not in err
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive
+
+
+# --- a hostile client, against the real commands (tests/test_serving_hostile.py: every case) -----
+
+def _raw_get(served: Served, path: str, source: str = "127.0.0.1") -> tuple[int, float]:
+    """(status, seconds) of a GET sent as raw bytes (httpx refuses URLs past 64 KB)."""
+    host, port = served.url.removeprefix("http://").split(":")
+    started = time.perf_counter()
+    with socket.create_connection((host, int(port)), timeout=60,
+                                  source_address=(source, 0)) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+                     .encode())
+        data = b""
+        while chunk := sock.recv(1 << 16):
+            data += chunk
+    return int(data.split(b" ", 2)[1]), time.perf_counter() - started
+
+
+def test_the_log_of_situate_api_is_data_and_long_paths_cost_nothing(api):
+    """As `situate api` writes its log: a path with %0A, %0D, %1B and %00 leaves no raw control
+    byte and no forged line; a 32 KB path of `a.` is refused at once and /healthz from another
+    address answers meanwhile."""
+    forged = "INFO:     situate.api: serving collection FORGED"
+    status, _ = _raw_get(api, "/x%0A" + forged.replace(" ", "%20") + "%0D%0A%1B[2J%00end")
+    assert status == 401
+    seconds = []
+    for _ in range(3):
+        sender = threading.Thread(target=_raw_get, args=(api, "/" + "a." * 16_000))
+        sender.start()
+        status, waited = _raw_get(api, "/healthz", source="127.0.0.2")
+        sender.join()
+        seconds.append(waited)
+        assert status == 200
+        assert _raw_get(api, "/" + "a." * 16_000)[1] < 5
+    assert min(seconds) < 0.1, seconds
+    time.sleep(0.5)  # the access log's thread writes the lines
+    text = api.log.read_bytes()
+    assert not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]", text), text[-2000:]
+    assert not any(line.startswith(forged.encode()) for line in text.splitlines())
+    assert b"\\x1b[2J\\x00end" in text
+
+
+def test_nested_json_is_the_invalid_json_refusal_on_both_faces(api, mcp_http, door):
+    nested = "[" * 1_000 + "]" * 1_000
+    r = httpx.post(f"{api.url}/search", content=nested, headers=_auth(), timeout=30)
+    assert r.status_code == 422 and r.json()["detail"].startswith("the body is not JSON"), r.text
+    r = httpx.post(f"{mcp_http.url}/mcp", content=nested, timeout=30,
+                   headers={**_auth(), **MCP_HEADERS, "Content-Type": "application/json"})
+    assert 400 <= r.status_code < 500 and r.json()["error"]["code"] == -32700, r.text
+    door.said += [r.text]
+    for log in (api.log, mcp_http.log):
+        assert "Traceback" not in log.read_text()
+
+
+def test_a_long_query_costs_about_a_short_one_and_its_reply_says_it_was_cut(api):
+    """With MiniLM, on the same server: an 8,192-character query's median time is at most 5
+    times a short query's (it took 40 times: every window embedded, every term looked up)."""
+    long = ("how does the retry delay grow after each failed attempt with jitter " * 200)[:8_192]
+    short, cut = [], []
+    for _ in range(11):
+        for query, times in (("retry delay", short), (long, cut)):
+            started = time.perf_counter()
+            r = api.post("/search", {"query": query, "k": 5}, _auth())
+            times.append(time.perf_counter() - started)
+            assert r.status_code == 200, r.text
+    assert statistics.median(cut) <= 5 * statistics.median(short), (short, cut)
+    [warning] = r.json()["warnings"]
+    assert "first 64 terms" in warning and "of 8,192" in warning
 
 
 # --- no secret leaves ----------------------------------------------------------------------------

@@ -79,10 +79,28 @@ def test_a_long_text_is_the_token_weighted_mean_of_its_windows_and_a_short_one_i
     plain = Plain(model)
     windowed = Windowed(plain, model)
     long = " ".join(f"token{i}" for i in range(233))
-    vectors = windowed.encode_queries([long, "a short query"])
+    vectors = windowed.encode_documents([long, "a short text"])
     pieces = split_windows(model.tokenizer, long, windowed.size)
     parts = plain.encode_documents([w for w, _ in pieces])
     assert pieces[-1][1] < pieces[0][1]  # a short last window: its weight is what it holds
     mean = (parts * np.array([n for _, n in pieces], dtype=np.float32)[:, None]).sum(axis=0)
     assert np.allclose(vectors[0], mean / np.linalg.norm(mean), atol=1e-5)
+    assert np.allclose(vectors[1], plain.encode_documents(["a short text"])[0], atol=1e-6)
+
+
+def test_a_query_is_read_as_one_window_its_first(model):
+    """A query costs one window however long it is sent: its vector is its first window's (a
+    short one's is unchanged)."""
+    from situate.tasks.embedders.windows import Windowed, split_windows
+
+    plain = Plain(model)
+    windowed = Windowed(plain, model)
+    long = " ".join(f"token{i}" for i in range(2_000))
+    asked: list[list[str]] = []
+    encode = plain.encode_queries
+    plain.encode_queries = lambda texts: asked.append(list(texts)) or encode(texts)
+    vectors = windowed.encode_queries([long, "a short query"])
+    first = split_windows(model.tokenizer, long, windowed.size)[0][0]
+    assert sum(len(texts) for texts in asked) == 2 and first in asked[0] + asked[-1]
+    assert np.allclose(vectors[0], plain.encode_documents([first])[0], atol=1e-6)
     assert np.allclose(vectors[1], plain.encode_documents(["a short query"])[0], atol=1e-6)

@@ -200,7 +200,9 @@ def _text_document(f: Path, doc_id: str, where: str, body: str, tally: Tally, si
                    overlap: int) -> Document | None:
     """A text or source file: source code cut along its syntax tree where the language has a
     grammar and `code_chunks` is "syntax", everything else (and code that does not parse) as
-    text."""
+    text. Counted by its suffix (`py`, `txt`; `text` without one), as a document is by its
+    reader's format, so that the formats add up to the files read."""
+    tally.formats[f.suffix.lower().lstrip(".") or "text"] += 1
     metadata = _file_metadata(f, doc_id)
     cut: Cut | None = None
     if tally.options.code_chunks == "syntax":

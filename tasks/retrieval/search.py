@@ -11,6 +11,7 @@ either way, and so is the fusion."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, TypeVar
@@ -37,6 +38,12 @@ MAX_K = 1_000
 # Characters of a query kept for embedding and BM25: ten times a chunk, and far more than any
 # embedder reads (MiniLM reads 256 word pieces); a longer query is cut, not refused.
 MAX_QUERY_CHARS = 8_192
+# Terms of a query that are searched (`searched_query`): what BM25 looks up and the embedder
+# reads. An embedder reads one window of a query (MiniLM: 256 word pieces; 64 words of prose
+# take about 80), and BM25's cost grows with every term: without the cut an 8,192-character
+# query cost as much as forty short ones.
+MAX_QUERY_TERMS = 64
+_TERM = re.compile(r"\w+")
 
 log = logging.getLogger("situate.retrieve")
 T = TypeVar("T")
@@ -52,6 +59,36 @@ def clean_query(text: str) -> str:
         log.warning(f"query of {len(text)} characters cut to its first {MAX_QUERY_CHARS}")
         text = text[:MAX_QUERY_CHARS]
     return text
+
+
+def _terms_end(text: str) -> int:
+    """Where `text`'s MAX_QUERY_TERMS-th term ends (len(text) when it has no more terms than
+    that): reads no further than that term."""
+    count = 0
+    for term in _TERM.finditer(text):
+        count += 1
+        if count == MAX_QUERY_TERMS:
+            return len(text) if _TERM.search(text, term.end()) is None else term.end()
+    return len(text)
+
+
+def searched_query(text: str) -> str:
+    """What of a cleaned query (`clean_query`) is searched: its first MAX_QUERY_TERMS terms
+    (words, as BM25's analyzer splits them), in both legs and the reranker."""
+    return text[:_terms_end(text)]
+
+
+def query_cut(query: str) -> str:
+    """What a reply says when a query is not searched whole ("" when it is): how much of it was,
+    and where it was cut."""
+    text, _ = clean_text(query)
+    end = _terms_end(text[:MAX_QUERY_CHARS])
+    if end >= len(text):
+        return ""
+    why = (f"its first {MAX_QUERY_TERMS} terms" if end < min(len(text), MAX_QUERY_CHARS)
+           else f"its first {MAX_QUERY_CHARS:,} characters")
+    return (f"the query was cut: {why} (characters 1 to {end:,} of {len(text):,}, ending "
+            f"{text[max(0, end - 24):end]!r}) were searched, the rest ignored")
 
 
 def can_rerank(reranker: str = "cohere") -> bool:
@@ -161,7 +198,9 @@ def answer(store: SearchStore, collection: str, query: str, mode: str, limit: in
     """The top `limit` hits of one query in one mode: embedded (every mode but `bm25`, by
     `encoder`, to the vector it gets alone), searched (hybrid's legs at the same time in `pool`),
     and for `rerank` the hybrid top RERANK_DEPTH reranked by `reranker`. Every face searches
-    through here, by `Retriever.run`, which has checked the query, the mode and the fusion."""
+    through here, by `Retriever.run`, which has checked the query, the mode and the fusion.
+    The query is searched up to its MAX_QUERY_TERMS-th term (`searched_query`)."""
+    query = searched_query(query)
     vector = encoder.embed_queries([query])[0] if encoder is not None and mode != "bm25" else None
     if mode == "rerank":
         assert reranker is not None, "the rerank mode is asked for with a reranker"
