@@ -57,6 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from bench_reading import code_version  # the script's folder is on sys.path
@@ -92,6 +93,12 @@ out = {"documents": len(corpus.documents), "chunks": corpus.chunk_count,
 sizes = sorted(len(c.text) for d in corpus.documents for c in d.chunks)
 out["chars_mean"] = round(sum(sizes) / max(1, len(sizes)), 1)
 out["chars_median"] = sizes[len(sizes) // 2] if sizes else 0
+# Where each chunk begins: its first line, and the heading its context names (the last of its
+# heading path), per document, for the heading cuts measured against the Markdown (`cuts_kept`).
+def line(text):
+    return " ".join(text.strip().split("\\n", 1)[0].split()).casefold()
+out["starts"] = {_stem(d.id): [[line(c.text), line(str((c.where.get("heading_path") or [""])[-1]))]
+                               for c in d.chunks] for d in corpus.documents}
 for q in load_eval_set(sys.argv[2]):
     g = q.golden[0]
     doc = by_stem.get(_stem(g.doc_id))
@@ -151,6 +158,31 @@ def coverage(corpus: Path, eval_set: Path, env: dict[str, str]) -> dict:
     if r.returncode != 0:
         sys.exit(f"coverage of {corpus} failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def cuts_kept(md: dict, other: dict) -> dict:
+    """The Markdown's heading cuts (a chunk that begins with the heading its context names) and
+    how many another format keeps (the same heading begins a chunk of the same document there),
+    from two `coverage` results; and the other format's chunk count against the Markdown's."""
+    cuts = kept = 0
+    for stem, starts in md["starts"].items():
+        want = Counter(first for first, named in starts if first and first == named)
+        have = Counter(first for first, _ in other["starts"].get(stem, ()))
+        cuts += sum(want.values())
+        kept += sum(min(n, have[h]) for h, n in want.items())
+    return {"chunks": other["chunks"], "md_chunks": md["chunks"],
+            "chunks_vs_md": round(100 * (other["chunks"] - md["chunks"]) / max(1, md["chunks"]), 1),
+            "heading_cuts": cuts, "heading_cuts_kept": kept,
+            "heading_cuts_kept_pct": round(100 * kept / max(1, cuts), 1)}
+
+
+def cuts_table(cuts: dict[str, dict]) -> str:
+    """Per format: its chunks against the Markdown's, and the Markdown's heading cuts it keeps."""
+    lines = ["| format | chunks | against Markdown | Markdown's heading cuts kept |", "|---|---|---|---|"]
+    for fmt, c in cuts.items():
+        lines.append(f"| {fmt} | {c['chunks']:,} | {c['chunks_vs_md']:+.1f}% | "
+                     f"{c['heading_cuts_kept']}/{c['heading_cuts']} ({c['heading_cuts_kept_pct']:.1f}%) |")
+    return "\n".join(lines) + "\n"
 
 
 def verbatim(cov: dict, key: str = "sentences_found") -> str:
@@ -259,6 +291,9 @@ def main() -> None:
     ap.add_argument("--coverage-only", action="store_true",
                     help="measure only the coverage of --formats and store it in --out's rows for them "
                          "(the same set; no ingest): for formats whose reader did not change")
+    ap.add_argument("--cuts-only", action="store_true",
+                    help="measure each format's chunks, the Markdown's heading cuts it keeps and its "
+                         "coverage, print them and stop (no ingest; nothing written)")
     args = ap.parse_args()
     if args.render:
         rendered = json.loads(Path(args.render).read_text())
@@ -292,6 +327,7 @@ def main() -> None:
             results["runs"] = [r for r in earlier["runs"]
                                if not (r["format"] in args.formats and r["context"] in args.contexts)]
             results["commands"] = earlier.get("commands", [earlier.get("command")]) + [results["command"]]
+            results["cuts"] = earlier.get("cuts", {})
         store = args.store or Path(tmp)
         store.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "SITUATE_MILVUS_URI": f"{store}/milvus.db", "SITUATE_CACHE_DIR": f"{tmp}/c",
@@ -303,6 +339,16 @@ def main() -> None:
             print(fmt, "documents", cov["documents"], "chunks", cov["chunks"], "covered",
                   cov["covered"], "missing", len(cov["missing"]), "sentences found",
                   cov.get("sentences_found"), "of", cov.get("sentences"), flush=True)
+        md_cov = covered["md"] if "md" in covered else coverage(work / "md", eval_set, env)
+        cuts = {fmt: cuts_kept(md_cov, cov) for fmt, cov in covered.items() if fmt != "md"}
+        for cov in covered.values():
+            cov.pop("starts")
+        print(cuts_table(cuts), end="", flush=True)
+        results["cuts"] = {**results.get("cuts", {}), **cuts}
+        if args.cuts_only:
+            print(json.dumps({fmt: {"chunks": cov["chunks"], "covered": cov["covered"],
+                                    "queries": built["queries"]} for fmt, cov in covered.items()}))
+            return
         if args.coverage_only:
             earlier = json.loads(args.out.read_text())
             if earlier["build"].get("eval_sha256") != built["eval_sha256"]:

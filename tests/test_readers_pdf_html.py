@@ -320,7 +320,7 @@ def test_html_main_content_headings_code_table(tmp_path: Path) -> None:
         ("heading", 3, "Versions", {"heading_path": versions}),
         ("table", 0, "Name | Version\nlxml | 6.1\npdfium | 159", {"heading_path": versions}),
         ("heading", 2, "Running", {"heading_path": install + ["Running"]}),
-        ("text", 0, "Run it with situate ingest and wait.", {"heading_path": install + ["Running"]}),
+        ("text", 0, "Run it with `situate ingest` and wait.", {"heading_path": install + ["Running"]}),
     ]
 
 

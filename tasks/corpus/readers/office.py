@@ -292,23 +292,68 @@ def _int(value: object, default: int) -> int:
 Marks = dict[tuple[str, str], str]  # ("footnoteReference", w:id) -> the number Word shows
 
 
-def _paragraph_text(p: Any, marks: Marks | None = None) -> str:
+def _paragraph_text(p: Any, marks: Marks | None = None, styled: bool = False) -> str:
     """What Word shows of paragraph element `p`: runs, hyperlinks, fields' results, content
     controls and tracked insertions, "[n]" for a footnote's reference; not deleted text, field
     codes or the fallback copies of drawings. A text box's paragraphs follow on lines of their
-    own."""
+    own. `styled`: inline code in Markdown's backticks (`_styled`)."""
     out: list[str] = []
-    _collect(p, out, marks or {})
-    return "".join(out)
+    _collect(p, out, marks or {}, styled)
+    return _styled("".join(out)) if styled else "".join(out)
 
 
-def _collect(el: Any, out: list[str], marks: Marks) -> None:
+# Inline code (a run in a character style named for code or verbatim text, or in a monospaced
+# font) in Markdown's backticks, as the HTML reader marks it (situate.tasks.corpus.readers.html):
+# a document's text is as long as its Markdown's, and is cut where the Markdown is. Runs are
+# marked with private-use characters while a paragraph is gathered, so that neighbouring code runs
+# (Word splits runs anywhere) are marked once.
+_OPEN, _CLOSE = "\ue010", "\ue011"
+_MONOSPACE = frozenset({"consolas", "courier", "courier new", "menlo", "monaco", "lucida console",
+                        "source code pro", "dejavu sans mono", "liberation mono", "cascadia code",
+                        "cascadia mono", "sf mono", "roboto mono", "fira code", "fira mono"})
+_CODE_RUN = re.compile(f"{_OPEN}(.*?){_CLOSE}", re.DOTALL)
+
+
+def _is_code(run: Any) -> bool:
+    """Whether a run is inline code: its character style is named for code or verbatim text
+    (pandoc's "VerbatimChar", "HTMLCode"), or its font is a monospaced one."""
+    props = run.find(_w("rPr"))
+    if props is None:
+        return False
+    style = props.find(_w("rStyle"))
+    fonts = props.find(_w("rFonts"))
+    style_id = (style.get(_w("val")) or "").lower() if style is not None else ""
+    font = (fonts.get(_w("ascii")) or fonts.get(_w("hAnsi")) or "").lower() if fonts is not None else ""
+    return "verbatim" in style_id or "code" in style_id or font in _MONOSPACE
+
+
+def _styled(text: str) -> str:
+    """A paragraph gathered with code runs marked: neighbouring ones joined, each stretch in
+    backticks (spaces kept outside them), a stretch without text or running over a line
+    unmarked."""
+
+    def wrap(m: re.Match[str]) -> str:
+        inner = m.group(1)
+        if not inner.strip() or "\n" in inner:
+            return inner
+        lead, trail = inner[:len(inner) - len(inner.lstrip())], inner[len(inner.rstrip()):]
+        return f"{lead}`{inner.strip()}`{trail}"
+
+    return _CODE_RUN.sub(wrap, text.replace(_CLOSE + _OPEN, "")).replace(_OPEN, "").replace(_CLOSE, "")
+
+
+def _collect(el: Any, out: list[str], marks: Marks, styled: bool = False) -> None:
     for child in el.iterchildren():
         name = _local(child.tag)
         if name == "r":
+            code = styled and _is_code(child)
+            if code:
+                out.append(_OPEN)
             _collect_run(child, out, marks)
+            if code:
+                out.append(_CLOSE)
         elif name in _INLINE_CONTAINERS:
-            _collect(child, out, marks)
+            _collect(child, out, marks, styled)
 
 
 def _note_marks(body: Any) -> Marks:
@@ -378,13 +423,13 @@ def _docx_sections(document: Any, body: Any) -> Iterator[Section]:
             if rows:
                 yield Section("\n".join(rows), place(), kind="table")
             continue
-        text = _paragraph_text(block, marks)
+        text = _paragraph_text(block, marks, styled=True)
         if not text.strip() or styles.is_toc_entry(block):
             continue
         level, _ = styles.level(block)
         if level:
             yield from flush()
-            title = " ".join(text.split())
+            title = " ".join(_paragraph_text(block, marks).split())  # a title has no marks
             path = [h for h in path if h[0] < level] + [(level, title)]
             yield Section(title, place(), kind="heading", level=level)
             continue
@@ -438,7 +483,8 @@ def _docx_table(tbl: Any, marks: Marks) -> list[str]:
             if vmerge is not None and vmerge.get(_w("val"), "continue") == "continue":
                 cells.append("")
                 continue
-            cells.append(_cell_text(" ".join(_paragraph_text(p, marks) for p in tc.iter(_w("p")))))
+            cells.append(_cell_text(" ".join(_paragraph_text(p, marks, styled=True)
+                                            for p in tc.iter(_w("p")))))
         line = _row_line(cells)
         if line.strip(" |"):
             rows.append(line)

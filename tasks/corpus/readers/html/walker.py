@@ -111,9 +111,17 @@ def _collapse(text: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
-def _inline(el: Any, skip: frozenset[str] = frozenset()) -> str:
-    """An element's text with <br> as `_BR`, leaving out subtrees tagged `skip`; a block element's
-    edges are spaces (as line breaks in innerText, never gluing two words)."""
+# Inline code as Markdown writes it, in backticks: a page's text is as long as the Markdown it was
+# written in (or would be), so that it is cut where its Markdown is (inline code is common in
+# technical pages, and a Markdown chunk's length counts its backticks). A heading's title has none
+# (as the Markdown reader's titles). Golden quotes match with or without them.
+MARKS = {"code": "`"}
+
+
+def _inline(el: Any, skip: frozenset[str] = frozenset(), marks: bool = True) -> str:
+    """An element's text with <br> as `_BR`, leaving out subtrees tagged `skip`, inline code in
+    Markdown's marks (`MARKS`) unless not `marks`; a block element's edges are spaces (as line
+    breaks in innerText, never gluing two words)."""
     parts: list[str] = []
 
     def walk(node: Any) -> None:
@@ -123,6 +131,8 @@ def _inline(el: Any, skip: frozenset[str] = frozenset()) -> str:
             tag = _tag(child)
             if tag == "br":
                 parts.append(_BR)
+            elif marks and tag in MARKS and tag not in skip:
+                parts.append(_marked(tag, _inline(child, skip)))
             elif tag and tag not in skip:
                 block = tag in BLOCKS
                 if block:
@@ -135,6 +145,16 @@ def _inline(el: Any, skip: frozenset[str] = frozenset()) -> str:
 
     walk(el)
     return "".join(parts)
+
+
+def _marked(tag: str, text: str) -> str:
+    """`text` inside its Markdown marks, the marks against the text (spaces outside them), or as
+    it is when it holds no text."""
+    core = text.strip()
+    if not core or _BR in core:
+        return text
+    mark = MARKS[tag]
+    return f"{text[:len(text) - len(text.lstrip())]}{mark}{core}{mark}{text[len(text.rstrip()):]}"
 
 
 class _Walker:
@@ -204,6 +224,8 @@ class _Walker:
             self.end_paragraph()
             self.block(el)
             self.end_paragraph()
+        elif tag in MARKS:
+            self.add(_marked(tag, _inline(el)))
         else:
             self.add(_inline(el))
 
@@ -222,7 +244,7 @@ class _Walker:
         return not self.inked and not (el.tail or "").strip() and "\n" in el.text_content().strip("\n")
 
     def heading(self, el: Any, level: int) -> None:
-        title = " ".join(_inline(el).replace(_BR, " ").split())
+        title = " ".join(_inline(el, marks=False).replace(_BR, " ").split())
         if not title:
             return
         self.flush()

@@ -1,0 +1,105 @@
+"""One document is cut in the same places whatever its format: inline code reads as Markdown
+writes it (in backticks) in an HTML page, an EPUB chapter and a Word document, so the text is as
+long as the Markdown's and each chunk begins where the Markdown's does. Without the backticks a
+page full of inline code is shorter than its Markdown, and its chunks pack a heading the Markdown
+starts a chunk with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from situate.tasks.corpus.readers import read_document
+from situate.tasks.corpus.readers.html import html_sections, parse
+from situate.tasks.corpus.sections import chunk_sections
+
+LIMIT = 50 * 1024 * 1024
+SIZE, OVERLAP = 300, 30
+
+# (heading, sentences; a word in backticks is inline code)
+SECTIONS = [
+    ("Opening files", ["Call `open()` with `path` and `mode`, then `read()` or `write()`.",
+                       "The `encoding` is `utf-8` unless `locale` says `latin-1`.",
+                       "Close with `close()` or use `with`; `fd` and `buffer` are freed."]),
+    ("Reading lines", ["Use `readline()` or iterate; `strip()` drops the `\\n`.",
+                       "Each `line` is a `str`; `bytes` need `decode()` first.",
+                       "A `StopIteration` ends the `for` loop."]),
+    ("Writing safely", ["Pass `newline=''` to `open()` and call `flush()` before `fsync()`.",
+                        "Use `os.replace()` to swap `tmp` and `target` atomically.",
+                        "Check `errno` and `EEXIST` when `O_EXCL` is set."]),
+    ("Closing", ["Call `close()` on `f` once; a second `close()` is a no-op.",
+                 "The `closed` flag is `True` after it and `read()` raises `ValueError`."]),
+    ("Summary", ["Open with `open()`, read with `read()`, write with `write()`, close with `close()`."]),
+]
+
+
+def _markdown() -> str:
+    parts = ["# Files\n"]
+    for title, sentences in SECTIONS:
+        parts.append(f"## {title}\n\n" + "\n\n".join(sentences) + "\n")
+    return "\n".join(parts)
+
+
+def _code_html(sentence: str) -> str:
+    pieces = sentence.split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(pieces))
+
+
+def _html() -> str:
+    body = ["<h1>Files</h1>"]
+    for title, sentences in SECTIONS:
+        body.append(f"<h2>{title}</h2>")
+        body += [f"<p>{_code_html(s)}</p>" for s in sentences]
+    return "<html><head><title>Files</title></head><body>" + "\n".join(body) + "</body></html>"
+
+
+def _docx(path: Path) -> None:
+    import docx
+
+    document = docx.Document()
+    document.add_heading("Files", level=1)
+    for title, sentences in SECTIONS:
+        document.add_heading(title, level=2)
+        for sentence in sentences:
+            paragraph = document.add_paragraph()
+            for i, piece in enumerate(sentence.split("`")):
+                if not piece:
+                    continue
+                if i % 2:  # inline code: a run split in two, as Word splits runs anywhere
+                    for half in (piece[: len(piece) // 2], piece[len(piece) // 2:]):
+                        if half:
+                            paragraph.add_run(half).font.name = "Courier New"
+                else:
+                    paragraph.add_run(piece)
+    document.save(str(path))
+
+
+def _starts(sections: object) -> list[str]:
+    _, pieces = chunk_sections(sections, SIZE, OVERLAP)  # type: ignore[arg-type]
+    return [p.text.strip().split("\n", 1)[0] for p in pieces]
+
+
+def test_html_docx_and_epub_chunks_begin_where_the_markdown_s_do(tmp_path: Path) -> None:
+    (tmp_path / "files.md").write_text(_markdown())
+    (tmp_path / "files.html").write_text(_html())
+    _docx(tmp_path / "files.docx")
+    md = _starts(read_document(tmp_path / "files.md", max_bytes=LIMIT).sections)
+    assert {"Reading lines", "Writing safely", "Closing"} <= set(md)  # the Markdown cuts at headings
+    for name in ("files.html", "files.docx"):
+        assert _starts(read_document(tmp_path / name, max_bytes=LIMIT).sections) == md, name
+    chapter = _starts(html_sections(parse(_html())))  # an EPUB chapter's walk
+    assert chapter == md
+
+
+def test_inline_code_reads_in_backticks_and_a_title_without_them(tmp_path: Path) -> None:
+    page = ("<html><body><h2>The <code>open()</code> call</h2><p>Call <code>open()</code> "
+            "then<code> read() </code>.</p><ul><li>use <code>with</code></li></ul>"
+            "<table><tr><td><code>mode</code></td><td>r</td></tr><tr><td>x</td><td>y</td></tr></table>"
+            "<pre><code>f = open(p)</code></pre></body></html>")
+    got = [(s.kind, s.text) for s in html_sections(parse(page))]
+    assert got == [("heading", "The open() call"), ("text", "Call `open()` then `read()` .\n\n- use `with`"),
+                   ("table", "`mode` | r\nx | y"), ("code", "f = open(p)")]
+    _docx(tmp_path / "files.docx")
+    sections = list(read_document(tmp_path / "files.docx", max_bytes=LIMIT).sections)
+    assert ("heading", "Opening files") in [(s.kind, s.text) for s in sections]
+    assert any(s.text == "Call `open()` with `path` and `mode`, then `read()` or `write()`."
+               for s in sections)
