@@ -26,30 +26,34 @@ def _artifact(key: str) -> dict:
     return found[0]
 
 
+# A name with an underscore, which an artifact key cannot hold (docs/how-to/schedules.md).
+COLLECTION = "sample_eval"
+
+
 @pytest.mark.slow
 def test_ingest_twice_then_evaluate_with_minilm(prefect_harness, state):
     from situate.tasks.corpus.load import load_corpus
     from tests.helpers import evaluate, ingest, open_store
 
     corpus = load_corpus(SAMPLE_CORPUS)
-    first = ingest(corpus=str(SAMPLE_CORPUS), collection="sample", context="structural")
+    first = ingest(corpus=str(SAMPLE_CORPUS), collection=COLLECTION, context="structural")
     assert first.new == len(corpus.documents)
     assert first.chunks_written == first.rows == corpus.chunk_count
     assert first.contexts_generated == corpus.chunk_count
 
-    again = ingest(corpus=str(SAMPLE_CORPUS), collection="sample", context="structural")
+    again = ingest(corpus=str(SAMPLE_CORPUS), collection=COLLECTION, context="structural")
     assert again.unchanged == len(corpus.documents)
     assert again.chunks_written == 0
     assert again.rows == corpus.chunk_count
 
     store = open_store(state["milvus_uri"])
-    rows = list(store.rows("sample"))
+    rows = list(store.rows(COLLECTION))
     assert sorted(r["id"] for r in rows) == sorted(c.id for d in corpus.documents for c in d.chunks)
     queue_rows = [r for r in rows if r["doc_id"] == "harbor/queue.py"]
     assert any("Inside: class JobQueue" in r["context"] for r in queue_rows)
 
     out = Path(state["results_dir"]) / "r.json"
-    result = evaluate(eval_set=str(SAMPLE_EVAL), collection="sample", json_out=str(out))
+    result = evaluate(eval_set=str(SAMPLE_EVAL), collection=COLLECTION, json_out=str(out))
     saved = json.loads(out.read_text())
     assert saved["queries"] == 21 and set(saved["pass_at_k"]) == {"dense", "bm25", "hybrid"}
     assert saved["pass_at_k"] == result.only().pass_at_k
@@ -57,14 +61,33 @@ def test_ingest_twice_then_evaluate_with_minilm(prefect_harness, state):
     assert saved["pass_at_k"]["hybrid"]["10"] >= 90.0
     assert saved["pass_at_k"]["bm25"]["10"] >= 90.0
 
-    table = _artifact("pass-at-k-sample")
+    table = _artifact("pass-at-k-sample-eval")
     assert table.type == "table" and "hybrid" in str(table.data)
-    assert _artifact("ingest-summary-sample").type == "table"
-    report = _artifact("evaluation-report-sample")
+    assert _artifact("ingest-summary-sample-eval").type == "table"
+    report = _artifact("evaluation-report-sample-eval")
     assert "First evaluation" in report.data
+    _the_artifacts_are_named_as_the_docs_say()
 
-    evaluate(eval_set=str(SAMPLE_EVAL), collection="sample")
-    assert "change since the previous run" in _artifact("evaluation-report-sample").data
+    evaluate(eval_set=str(SAMPLE_EVAL), collection=COLLECTION)
+    assert "change since the previous run" in _artifact("evaluation-report-sample-eval").data
+
+
+def _the_artifacts_are_named_as_the_docs_say() -> None:
+    """Every artifact key docs/how-to/schedules.md names, read as it says (`<collection>` in
+    lowercase, other characters dashes, as its `mine_eval` example), is one this run made."""
+    import re
+
+    from prefect.client.orchestration import get_client
+
+    page = " ".join((ROOT / "docs" / "how-to" / "schedules.md").read_text().split())
+    named = re.findall(r"`([a-z-]+)-<collection>`", page)
+    assert len(named) >= 4, named
+    example = re.search(r"`([a-z_]+)` becomes `([a-z-]+)`", page)
+    assert example and f"pass-at-k-{example.group(1).replace('_', '-')}" == example.group(2)
+    with get_client(sync_client=True) as client:
+        made = {a.key for a in client.read_artifacts()}
+    key = COLLECTION.lower().replace("_", "-")
+    assert {f"{prefix}-{key}" for prefix in named} <= made, sorted(made)
 
 
 def test_ingest_prunes_and_replaces_changed_documents(prefect_harness, state, tmp_path):
