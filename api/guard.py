@@ -22,7 +22,8 @@ In order, for each HTTP request:
    7235), compared in constant time, before a byte of the body is read: 401.
 5. **Body**: at most `max_body` bytes (64 KiB by default), refused from its `Content-Length`
    before reading, or as it streams past the limit: 413; a body not whole within `read_timeout`
-   seconds (10 by default) is 408, and its connection closed. The body is read here, whole, and
+   seconds (10 by default) is 408, and its connection closed (headers not whole within the same
+   time close the connection: `situate.api.http.header_timed`). The body is read here, whole, and
    handed on: nothing past the limit is ever held in memory.
 
 Every refusal is one JSON line `{"detail": ...}`, which shows at most a short, escaped prefix of

@@ -215,20 +215,48 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def uvicorn_config(app: Any, forwarded_allow_ips: str = "") -> Any:
-    """How uvicorn serves `app`: its own access log off (the guard writes one without query
-    strings), and the client's address the socket's peer unless `forwarded_allow_ips` names the
-    proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (uvicorn's defaults believe
-    them from 127.0.0.1, so any local process could pass as any address)."""
+def uvicorn_config(app: Any, policy: Policy) -> Any:
+    """How uvicorn serves `app` behind `policy`: its own access log off (the guard writes one
+    without query strings); the client's address the socket's peer unless the policy's
+    `forwarded_allow_ips` names the proxies whose X-Forwarded-For and X-Forwarded-Proto are
+    believed (uvicorn's defaults believe them from 127.0.0.1, so any local process could pass as
+    any address); and a request's headers read within the policy's `read_timeout`
+    (`header_timed`)."""
     import uvicorn
 
+    forwarded = policy.forwarded_allow_ips
     return uvicorn.Config(app, log_level="info", access_log=False, lifespan="on",
                           timeout_graceful_shutdown=10, server_header=False,
-                          proxy_headers=bool(forwarded_allow_ips),
-                          forwarded_allow_ips=forwarded_allow_ips or None)
+                          proxy_headers=bool(forwarded), forwarded_allow_ips=forwarded or None,
+                          http=header_timed(policy.read_timeout))
 
 
-def run_uvicorn(app: Any, sock: socket.socket, forwarded_allow_ips: str = "") -> str | None:
+def header_timed(limit: float) -> type:
+    """uvicorn's h11 protocol, closing a connection whose request's headers are not whole within
+    `limit` seconds of its opening or of its previous answer: uvicorn waits for ever for the
+    rest of a request's first bytes (the guard times the body, once the headers are in)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimed(H11Protocol):
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def _arm(self) -> None:
+            self.loop.call_later(limit, self._late, self.cycle)
+
+        def _late(self, armed: Any) -> None:
+            if self.cycle is armed and not self.transport.is_closing():
+                self.transport.close()  # no new request's headers since it was armed
+
+    return HeaderTimed
+
+
+def run_uvicorn(app: Any, sock: socket.socket, policy: Policy) -> str | None:
     """Serve `app` on `sock` until SIGINT or SIGTERM; returns that signal's name (None if it
     stopped otherwise). uvicorn shuts down gracefully (the lifespan closes the retriever)."""
     import uvicorn
@@ -240,7 +268,7 @@ def run_uvicorn(app: Any, sock: socket.socket, forwarded_allow_ips: str = "") ->
         previous = {sig: signal.signal(sig, lambda s, f: stopped.append(signal.Signals(s).name))
                     for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        server = uvicorn.Server(uvicorn_config(app, forwarded_allow_ips))
+        server = uvicorn.Server(uvicorn_config(app, policy))
         server.run(sockets=[sock])
     finally:
         for sig, handler in previous.items():
@@ -272,7 +300,7 @@ def serve(collection: str, uri: str, *, host: str = "127.0.0.1", port: int = 800
     log.info(f"serving collection {collection!r} ({info.rows} rows, {info.embedder}, mode "
              f"{mode}) on http://{shown}:{sock.getsockname()[1]} (docs: /docs)"
              + ("; clients send Authorization: Bearer <SITUATE_API_TOKEN>" if policy.token else ""))
-    return run_uvicorn(create_app(retriever, policy), sock, policy.forwarded_allow_ips)
+    return run_uvicorn(create_app(retriever, policy), sock, policy)
 
 
 @contextlib.contextmanager

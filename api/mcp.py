@@ -181,7 +181,7 @@ def serve(collection: str, uri: str, *, transport: str = "stdio", host: str = "1
                  f"http://{shown}:{sock.getsockname()[1]}/mcp"
                  + ("; clients send Authorization: Bearer <SITUATE_API_TOKEN>"
                     if policy.token else ""))
-        return run_uvicorn(Guard(app, policy), sock, policy.forwarded_allow_ips)
+        return run_uvicorn(Guard(app, policy), sock, policy)
     finally:
         retriever.close()
 

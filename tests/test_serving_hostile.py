@@ -79,8 +79,8 @@ def store() -> OneChunkStore:
 def _api(store: OneChunkStore, embedders: Any, **policy: Any) -> Iterator[int]:
     from situate.api.http import create_app
 
-    app = create_app(retriever(store, embedders), Policy(**policy))
-    with served(app, policy.get("forwarded_allow_ips", "")) as port:
+    door = Policy(**policy)
+    with served(create_app(retriever(store, embedders), door), door) as port:
         yield port
 
 
@@ -285,6 +285,24 @@ def test_a_body_that_never_finishes_is_dropped_within_its_timeout(store, embedde
     assert status == 408 and 0.9 < seconds < 5, (status, seconds)
     assert headers["connection"] == "close" and "--read-timeout" in json.loads(body)["detail"]
     assert " 408 " in access.text
+
+
+def test_headers_that_never_finish_are_dropped_within_the_timeout(store, embedders):
+    """Headers sent in part (a slowloris): the connection is closed after the read timeout,
+    on a new connection and on one that has had an answer already."""
+    import socket
+
+    with _api(store, embedders, token=TOKEN, read_timeout=1.0) as port:
+        for first in (b"", _get("/healthz").replace(b"Connection: close\r\n", b"")):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                started = time.perf_counter()
+                sock.sendall(first + b"GET /healthz HTTP/1.1\r\nHost: 127.0")
+                data = b""
+                while chunk := sock.recv(1 << 16):
+                    data += chunk
+                seconds = time.perf_counter() - started
+            assert data.count(b"HTTP/1.1 ") == (1 if first else 0), data
+            assert 0.9 < seconds < 5, seconds
 
 
 # --- every refusal is one line of JSON -------------------------------------------------------

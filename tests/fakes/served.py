@@ -58,15 +58,16 @@ def retriever(store: OneChunkStore | None = None, embedders: Any = None) -> Any:
 
 
 @contextmanager
-def served(app: Any, forwarded_allow_ips: str = "") -> Iterator[int]:
-    """`app` served by uvicorn as `situate api` configures it, in a thread, on a free port of
-    127.0.0.1 (a client bound to 127.0.0.7 is another address); yields the port."""
+def served(app: Any, policy: Any = None) -> Iterator[int]:
+    """`app` served by uvicorn as `situate api` configures it for `policy`, in a thread, on a
+    free port of 127.0.0.1 (a client bound to 127.0.0.7 is another address); yields the port."""
     import uvicorn
 
+    from situate.api.guard import Policy
     from situate.api.http import listen, uvicorn_config
 
     sock = listen("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn_config(app, forwarded_allow_ips))
+    server = uvicorn.Server(uvicorn_config(app, policy or Policy()))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
