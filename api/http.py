@@ -138,10 +138,12 @@ def create_app(retriever: Retriever, policy: Policy | None = None) -> Any:
         401: {"description": "no token, or the wrong one"},
         403: {"description": "a request from another origin (see --cors-origin)"},
         404: {"description": "another collection than the one served"},
+        408: {"description": "a body not whole within the server's --read-timeout"},
         413: {"description": "a body over the server's limit"},
         421: {"description": "a Host name the server does not answer to (see --allowed-host)"},
-        422: {"description": "an empty query, k not a whole number from 1 to 1000, an unknown "
-                             "field or mode, a mode this server cannot run"},
+        422: {"description": "a body that is not JSON, an empty query, k not a whole number "
+                             "from 1 to 1000, an unknown field or mode, a mode this server "
+                             "cannot run"},
         429: {"description": "too many requests in flight from this client"},
         503: {"description": "Milvus did not answer, or the server is busy: try again shortly"}}
     body = {"requestBody": {"required": True, "content": {"application/json": {

@@ -182,7 +182,7 @@ def http_page(spec: dict[str, Any]) -> str:
             for status, response in op["responses"].items():
                 content = response.get("content", {}).get("application/json", {}).get("schema")
                 shown = _type(content) if content else ""
-                if status in ("401", "403", "404", "413", "421", "422", "429", "503"):
+                if status in ("401", "403", "404", "408", "413", "421", "422", "429", "503"):
                     shown = '`{"detail": "one line saying what to do"}`'
                 out.append(f"| {status} | {_cell(response['description'])} | {shown} |")
             out.append("")
