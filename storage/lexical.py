@@ -72,12 +72,22 @@ POLL_SECONDS = 1.0
 # Dead rows (deleted, or replaced by a newer version) kept in the matrix before it is compacted.
 DEAD_SHARE = 0.25
 FORMAT = 1  # of the saved file; another number is rebuilt
+RECENT = 16  # queries whose scores an index keeps
 
 
 def terms(text: str) -> list[str]:
     """The BM25 terms of `text` as Milvus Lite's standard analyzer cuts them (`\\w+`,
     lowercased) with situate's stop words left out."""
     return [t for t in _WORD.findall(text.lower()) if t not in _STOP]
+
+
+def term_counts(text: str) -> Counter[str]:
+    """`Counter(terms(text))`, counted before the stop words are taken out (a few distinct words
+    instead of every token)."""
+    counts = Counter(_WORD.findall(text.lower()))
+    for stop in _STOP.intersection(counts):
+        del counts[stop]
+    return counts
 
 
 @dataclass(frozen=True)
@@ -123,6 +133,10 @@ class Bm25:
         self.total = 0.0  # summed length of the live rows
         self._pending: list[tuple[Counter[int], int]] = []  # appended rows' (tf, length)
         self._csr: Any = None  # the matrix by rows, made when a sealed row is deleted
+        self._recent: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._recent_lock = threading.Lock()
+        self._denominators_of: tuple[int, float, int] | None = None
+        self._denominators_cache = np.zeros(0, dtype=np.float32)
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -133,15 +147,16 @@ class Bm25:
     def upsert(self, rows: Iterable[Mapping[str, Any]]) -> int:
         """Add rows (`id`, `doc_id`, `doc_hash`, `lexical`), each replacing any row of its id."""
         n = 0
+        self._recent.clear()
         for row in rows:
             row_id, doc_id = str(row["id"]), str(row["doc_id"])
             self.delete([row_id])
             counts: Counter[int] = Counter()
-            for term in terms(row["lexical"]):
+            for term, count in term_counts(row["lexical"]).items():
                 j = self.vocab.get(term)
                 if j is None:
                     j = self.vocab[term] = len(self.vocab)
-                counts[j] += 1
+                counts[j] = count
             length = sum(counts.values())
             position = len(self.ids)
             self.ids.append(row_id)
@@ -156,6 +171,7 @@ class Bm25:
 
     def delete(self, ids: Iterable[str]) -> int:
         n = 0
+        self._recent.clear()
         for row_id in ids:
             position = self.position.pop(row_id, None)
             if position is None:
@@ -252,19 +268,32 @@ class Bm25:
     # --- searches ----------------------------------------------------------------------------
 
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
-        """(row positions that share a term with `query`, their BM25 scores), the scores rounded
-        in float32 as Milvus Lite computes them. The query's identifiers are split as the rows' were
+        """(row positions that share a term with `query`, their BM25 scores), the scores
+        in float32 as Milvus Lite computes them; the last few queries' kept (a hybrid search
+        asks for a query's top, then for its scores of the other leg's candidates)."""
+        self.seal()
+        key = (query, len(self.ids), self.rows)
+        with self._recent_lock:
+            found = self._recent.get(key)
+        if found is not None:
+            return found
+        found = self._scores(query)
+        with self._recent_lock:
+            self._recent[key] = found
+            while len(self._recent) > RECENT:
+                self._recent.pop(next(iter(self._recent)))
+        return found
+
+    def _scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """`scores`, computed. The query's identifiers are split as the rows' were
         (`lexical_text`); each term counts as often as it occurs, in the order it first occurs
         (the order Lite adds them in, so the sums are Lite's to the bit)."""
         self.seal()
         n = self.rows
         if not n:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        avgdl = self.total / n if self.total > 0 else 1.0
-        # float32 from the document lengths on, as in Lite (its lengths are a float32 array, and
-        # NumPy computes a float32 with a Python float in float32), so the scores are the same.
+        denominators = self._denominators(n)
         total = np.zeros(self.live.shape[0], dtype=np.float32)
-        touched = np.zeros(self.live.shape[0], dtype=bool)
         matrix = self.matrix
         for term, weight in Counter(terms(lexical_text(query))).items():
             j = self.vocab.get(term)
@@ -272,18 +301,30 @@ class Bm25:
                 continue
             start, end = matrix.indptr[j], matrix.indptr[j + 1]
             rows = matrix.indices[start:end]
-            keep = self.live[rows]
-            rows = rows[keep]
-            if not rows.size:
-                continue
-            tf = matrix.data[start:end][keep]
+            tf = matrix.data[start:end]
             df = int(self.df[j])
             idf = math.log((n - df + 0.5) / (df + 0.5) + 1.0)
-            norm = (tf * (K1 + 1.0)) / (tf + K1 * (1.0 - B + B * self.lengths[rows] / avgdl))
-            total[rows] += idf * norm * weight
-            touched[rows] = True
-        found = np.flatnonzero(touched)
+            contribution = idf * ((tf * (K1 + 1.0)) / (tf + denominators[rows]))
+            if weight != 1:
+                contribution *= weight
+            total[rows] += contribution
+        # every live row sharing a term scores above 0 (idf and tf are); dead rows add 0
+        found = np.flatnonzero(total)
         return found, total[found]
+
+    def _denominators(self, n: int) -> np.ndarray:
+        """Each row's `k1 * (1 - b + b * length / avgdl)`, computed in float32 as Lite computes
+        it (its lengths are a float32 array, and NumPy computes a float32 with a Python float in
+        float32), so that the scores are Lite's to the bit; infinite for a dead row, whose terms
+        then add 0. Kept until the statistics change."""
+        key = (n, self.total, self.live.shape[0])
+        if self._denominators_of != key:
+            avgdl = self.total / n if self.total > 0 else 1.0
+            denominators = K1 * (1.0 - B + B * self.lengths / avgdl)
+            denominators[~self.live] = np.inf
+            self._denominators_cache = denominators
+            self._denominators_of = key
+        return self._denominators_cache
 
     def top(self, query: str, limit: int) -> list[tuple[str, float]]:
         """The `limit` best (chunk id, score), best first, equal scores by id: every chunk tying
@@ -497,4 +538,8 @@ def _copy(index: Bm25) -> Bm25:
     other.total = index.total
     other._pending = []
     other._csr = index._csr
+    other._recent = {}
+    other._recent_lock = threading.Lock()
+    other._denominators_of = None
+    other._denominators_cache = index._denominators_cache
     return other

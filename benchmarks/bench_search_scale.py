@@ -1,0 +1,261 @@
+"""Search by collection size on a `milvus-lite server`, with BM25 answered by the lexical index
+(`situate.storage.lexical`): hybrid through `Retriever` against the sum of its parts, the legs
+alone, the index's build and catch-up, and a restarted server's first answer.
+
+The collection is the scale benchmark's generated chunks (`bench_scale.write_corpus`), written
+by situate's store straight into the server with deterministic random unit vectors (384-d),
+recorded as embedded by the default MiniLM on OpenVINO: a real ingest of 100,000 chunks costs
+15 minutes and more of both cores, and only the cost of searching is measured here (the
+query is embedded by the real model). Each size then runs in processes of their own:
+
+- serving: a `Retriever` opened on the server (its time to first answer: a restarted server's
+  start, the model and the index loaded), then per query, one thread: hybrid, dense and BM25
+  through `Retriever.search` (k 10), and the parts of a hybrid query called directly: the
+  query's embedding, the index's own BM25 top 116 (`Bm25.top`: a hybrid's 100 candidates and
+  the store's 16 for ties) and Lite's dense top 116; the ratio is hybrid's p50 over the sum of
+  the parts' p50s. Lite's own BM25 (`native_bm25`) on a few queries for comparison;
+- search time of QUERIES x 3 modes (the codebase set's 248 x 3 by default, with generated
+  queries);
+- the index: built from the rows at the end of the write (what an ingest's end does), its size
+  on disk, and caught up after 1% of the documents are rewritten by another process (the
+  ingest's end again: the manifest says which changed).
+
+    .venv/bin/python benchmarks/bench_search_scale.py 10000 100000 [--queries 40]
+        [--out benchmarks/results/search-scale.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+C = "scale"
+EMBEDDER = "minilm:all-MiniLM-L6-v2"
+DEPTH = 116
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def documents(corpus: Path, seed: int, only: set[int] | None = None, salt: str = ""):
+    """EmbeddedDocuments of the corpus's lines (those in `only`), random unit vectors."""
+    from situate.core.records import Chunk, Document, EmbeddedDocument, Situated, sha256
+
+    rng = np.random.default_rng(seed)
+    with corpus.open() as f:
+        for n, line in enumerate(f):
+            if only is not None and n not in only:
+                continue
+            d = json.loads(line)
+            texts = d["text"].split("\n\n")
+            if salt:
+                texts = [f"{salt} {t}" for t in texts]
+            chunks = tuple(Chunk(d["id"], i, t) for i, t in enumerate(texts))
+            doc = Document(d["id"], "\n\n".join(texts), chunks, "", {})
+            v = rng.standard_normal((len(texts), 384), dtype=np.float32)
+            v /= np.linalg.norm(v, axis=1, keepdims=True)
+            yield EmbeddedDocument(doc, sha256(doc.hash), tuple(Situated(c, "") for c in chunks),
+                                   list(v))
+
+
+def ingest_end(store, cache: str) -> float:
+    """What an ingest's end does: the manifest written, its token recorded (and with it the
+    lexical index brought up to date and saved); returns the seconds of the token's step."""
+    from situate.storage.manifest import Manifest
+
+    token = Manifest(cache, store.uri, C).save(store.stored_documents(C))
+    t = time.perf_counter()
+    store.set_manifest_token(C, token)
+    return time.perf_counter() - t
+
+
+def write(uri: str, corpus: Path, cache: str) -> dict:
+    from situate.core.records import batched
+    from situate.storage.milvus import MilvusStore
+
+    store = MilvusStore(uri, cache_dir=cache)
+    store.ensure_collection(C, 384, EMBEDDER, backend="openvino", precision="fp32")
+    t = time.perf_counter()
+    for batch in batched(documents(corpus, 7), 250):
+        store.write(C, batch, absent={d.doc.id for d in batch})
+    store.flush(C)
+    written = time.perf_counter() - t
+    built = ingest_end(store, cache)
+    path = store.lexical_path(C)
+    out = {"rows": store.count(C), "write_s": round(written, 1),
+           "index_build_s": round(built, 2),
+           "index_disk_mib": round(path.stat().st_size / 2**20, 1) if path else None}
+    store.close()
+    return out
+
+
+def update(uri: str, corpus: Path, cache: str, docs: int) -> dict:
+    """1% of the documents rewritten (new texts), as a scheduled ingest would."""
+    from situate.storage.milvus import MilvusStore
+
+    store = MilvusStore(uri, cache_dir=cache)
+    changed = set(random.Random(3).sample(range(docs), max(1, docs // 100)))
+    t = time.perf_counter()
+    batch = list(documents(corpus, 8, changed, salt="revised"))
+    store.add_drift(C, sum(len(d.situated) for d in batch))
+    store.write(C, batch)
+    store.flush(C)
+    written = time.perf_counter() - t
+    caught = ingest_end(store, cache)
+    leg = store._lexical_leg(C)
+    out = {"documents": len(changed), "rows": sum(len(d.situated) for d in batch),
+           "write_s": round(written, 1), "catch_up_s": round(caught, 2), "how": leg.last}
+    store.close()
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return round(values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))], 2)
+
+
+def serve(uri: str, corpus: Path, cache: str, n: int, evaluate: int) -> dict:
+    """The serving process: time to first answer, latencies, parts, evaluation time."""
+    from benchmarks.bench_scale import write_eval_set
+    from situate.api import Retriever
+    from situate.storage.milvus import MilvusStore
+
+    os.environ["SITUATE_CACHE_DIR"] = cache
+    started = time.perf_counter()
+    before = rss_mib()
+    retriever = Retriever(C, uri, mode="hybrid")
+    retriever.search("lease queue worker", 10, "bm25")
+    first = time.perf_counter() - started
+    opened = rss_mib()
+    store = retriever._store
+    leg = store._lexical_leg(C)
+    how = leg.last
+    sets = Path(tempfile.mkdtemp()) / "queries.jsonl"
+    write_eval_set(corpus, sets, max(n, evaluate), sum(1 for _ in corpus.open()))
+    queries = [json.loads(line)["query"] for line in sets.read_text().splitlines()]
+    sample = queries[:n]
+    encoder = retriever._embedder_loaded()
+    timings: dict[str, list[float]] = {k: [] for k in (
+        "hybrid", "dense", "bm25", "embed", "engine_bm25", "lite_dense")}
+    for q in sample[:3]:  # warm
+        retriever.search(q, 10)
+    for q in sample:
+        for mode in ("hybrid", "dense", "bm25"):
+            t = time.perf_counter()
+            retriever.search(q, 10, mode)
+            timings[mode].append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        vector = encoder.embed_queries([q])[0]
+        timings["embed"].append((time.perf_counter() - t) * 1000)
+        index = leg.current()
+        t = time.perf_counter()
+        index.top(q, DEPTH)
+        timings["engine_bm25"].append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        store.ranking(C, "dense", q, vector, DEPTH)
+        timings["lite_dense"].append((time.perf_counter() - t) * 1000)
+    p50 = {k: pct(v, 0.5) for k, v in timings.items()}
+    parts = p50["embed"] + p50["engine_bm25"] + p50["lite_dense"]
+    native = MilvusStore(uri, native_bm25=True)
+    lite_bm25 = []
+    for q in sample[:5]:
+        t = time.perf_counter()
+        native.ranking(C, "bm25", q, None, DEPTH)
+        lite_bm25.append((time.perf_counter() - t) * 1000)
+    native.close()
+    t = time.perf_counter()
+    for q in queries[:evaluate]:
+        for mode in ("dense", "bm25", "hybrid"):
+            retriever.search(q, 20, mode)
+    evaluation = time.perf_counter() - t
+    retriever.close()
+    return {"first_answer_s": round(first, 2), "index_was": how,
+            "rss_after_open_mib": round(opened, 1), "rss_before_mib": round(before, 1),
+            "p50_ms": p50, "p95_ms": {k: pct(v, 0.95) for k, v in timings.items()},
+            "sum_of_parts_p50_ms": round(parts, 2),
+            "hybrid_over_parts": round(p50["hybrid"] / parts, 2),
+            "lite_native_bm25_p50_ms": pct(lite_bm25, 0.5),
+            "evaluation_queries": evaluate, "evaluation_search_s": round(evaluation, 1)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000])
+    p.add_argument("--queries", type=int, default=40)
+    p.add_argument("--evaluate", type=int, default=248)
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "search-scale.json"))
+    p.add_argument("--step", nargs=4, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.step:
+        step, uri, corpus, cache = a.step
+        if step == "write":
+            out = write(uri, Path(corpus), cache)
+        elif step == "update":
+            out = update(uri, Path(corpus), cache, sum(1 for _ in open(corpus)))
+        else:
+            out = serve(uri, Path(corpus), cache, a.queries, a.evaluate)
+        print(json.dumps(out))
+        return
+    from benchmarks.bench_scale import write_corpus
+    from tests.fakes.milvus_server import MilvusServer
+
+    def step(name: str, uri: str, corpus: Path, cache: Path) -> dict:
+        proc = subprocess.run([sys.executable, __file__, "--step", name, uri, str(corpus),
+                               str(cache), "--queries", str(a.queries), "--evaluate",
+                               str(a.evaluate)], capture_output=True, text=True)
+        if proc.returncode:
+            sys.exit(f"{name} failed:\n{proc.stderr[-3000:]}")
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    results = []
+    for size in a.sizes:
+        work = Path(tempfile.mkdtemp(prefix=f"search-scale-{size}-"))
+        corpus = work / "corpus.jsonl"
+        write_corpus(corpus, size)
+        server = MilvusServer(work / "milvus", timeout=180)
+        server.start()
+        try:
+            row = {"chunks": size, "write": step("write", server.uri, corpus, work / "cache")}
+            print(json.dumps(row), flush=True)
+            row["serve"] = step("serve", server.uri, corpus, work / "cache")
+            print(json.dumps(row["serve"]), flush=True)
+            row["update"] = step("update", server.uri, corpus, work / "cache")
+            print(json.dumps(row["update"]), flush=True)
+            server.stop()
+            t = time.perf_counter()
+            server.start()
+            row["server_restart_s"] = round(time.perf_counter() - t, 2)
+            again = step("serve", server.uri, corpus, work / "cache")
+            row["after_update_and_restart"] = {k: again[k] for k in (
+                "first_answer_s", "index_was", "p50_ms", "hybrid_over_parts")}
+            print(json.dumps(row["after_update_and_restart"]), flush=True)
+        finally:
+            server.stop()
+        results.append(row)
+    out = {"benchmark": "search-scale", "date": time.strftime("%Y-%m-%d"),
+           "command": "benchmarks/bench_search_scale.py " + " ".join(sys.argv[1:]),
+           "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
+                      f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f} "
+                      "at the end (shared with other work)",
+           "queries": a.queries, "results": results}
+    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
