@@ -199,6 +199,54 @@ def test_chart_is_a_png_with_bars_and_grows_with_the_collections():
     assert three[:8] == PNG_MAGIC and _decode(three)[0] > width
 
 
+@pytest.mark.parametrize("high", [1.63, 20.0, 60.0])  # 20: the "n.s." row reaches furthest
+def test_every_label_of_the_chart_is_inside_the_figure(high):
+    """Every text the chart draws (titles, tick labels, bar labels, the legend, each difference's
+    figures and "n.s.") lies inside the figure and inside or beside each panel, never across its
+    frame, with a long interval too: the differences' figures, placed after an interval's end,
+    ran over the panel's right edge."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from situate.tasks.retrieval.chart import pass_at_k_figure
+    from situate.tasks.retrieval.evaluation import Comparison
+
+    scores = {"codebase": {"dense": {"5": 68.41, "10": 74.13, "20": 83.37},
+                           "bm25": {"5": 82.73, "10": 87.87, "20": 90.36},
+                           "hybrid": {"5": 81.87, "10": 88.0, "20": 90.84}}}
+    differences = [Comparison(a=a, b="hybrid", k=k, difference=d, low=lo, high=hi, p=p)
+                   for a, d, lo, hi, p in (("bm25", -0.86, -3.48, high, 0.25),
+                                           ("dense", 13.46, 9.02, 18.2, 0.0))
+                   for k in (5, 10, 20)]
+    fig = pass_at_k_figure(scores, [5, 10, 20], "Pass@k on codebase, 248 queries",
+                           differences=differences)
+    canvas = FigureCanvasAgg(fig)
+    renderer = canvas.get_renderer()
+    drawn = []  # the Text artists the renderer is asked to draw (not ticks outside the view)
+    draw_text = renderer.draw_text
+
+    def record(gc, x, y, s, prop, angle, ismath=False, mtext=None):
+        if mtext is not None and s.strip():
+            drawn.append(mtext)
+        return draw_text(gc, x, y, s, prop, angle, ismath=ismath, mtext=mtext)
+
+    renderer.draw_text = record
+    fig.draw(renderer)
+    said = {t.get_text() for t in drawn}
+    assert any("n.s." in s for s in said) and any("p=0.000" in s for s in said)
+    box = fig.bbox
+    extents = [(t.get_text(), t.get_window_extent(renderer)) for t in drawn]
+    outside = [(text, e.bounds) for text, e in extents
+               if not (box.x0 <= e.x0 and e.x1 <= box.x1 and box.y0 <= e.y0 and e.y1 <= box.y1)]
+    assert outside == [], (box.bounds, outside)
+    # Nor across a panel's frame: a label is in a panel or beside it (the differences' figures
+    # were drawn from an interval's end on, over the panel's right edge).
+    panels = [ax.get_window_extent(renderer) for ax in fig.axes]
+    across = [(text, e.bounds) for text, e in extents for p in panels
+              if e.overlaps(p) and not (p.x0 <= e.x0 and e.x1 <= p.x1 and p.y0 <= e.y0
+                                        and e.y1 <= p.y1)]
+    assert across == [], across
+
+
 def test_split_collections_refuses_empty_and_repeated_names():
     from situate.flows.options import split_collections
 

@@ -20,7 +20,17 @@ def pass_at_k_chart(scores: Mapping[str, Mapping[str, Mapping[str, float]]], ks:
                     title: str,
                     intervals: Mapping[str, Mapping[str, Mapping[str, Sequence[float]]]] | None = None,
                     differences: Sequence[Comparison] = ()) -> bytes:
-    """A PNG of Pass@k (percent) at each k, for each collection and mode.
+    """A PNG of Pass@k (percent) at each k, for each collection and mode (`pass_at_k_figure`)."""
+    buf = io.BytesIO()
+    pass_at_k_figure(scores, ks, title, intervals, differences).savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def pass_at_k_figure(scores: Mapping[str, Mapping[str, Mapping[str, float]]], ks: Sequence[int],
+                     title: str,
+                     intervals: Mapping[str, Mapping[str, Mapping[str, Sequence[float]]]] | None = None,
+                     differences: Sequence[Comparison] = ()) -> Any:
+    """The chart as a matplotlib Figure: Pass@k (percent) at each k, for each collection and mode.
 
     `scores` is {collection: {mode: {str(k): pass@k}}}: one collection gives one bar per mode at
     each k, several give one bar per (mode, collection), the modes side by side and each
@@ -74,14 +84,14 @@ def pass_at_k_chart(scores: Mapping[str, Mapping[str, Mapping[str, float]]], ks:
                frameon=False)
     if dax is not None:
         _differences_panel(dax, differences)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return fig
 
 
 def _differences_panel(ax: Any, differences: Sequence[Comparison]) -> None:
     """Paired differences (points of Pass@k) with their 95% intervals, one row each; a row whose
-    interval covers 0 is grey and says "n.s."."""
+    interval covers 0 is grey and says "n.s.". Each row's figures are a column right of the
+    panel, where the layout makes room for them (placed after an interval's end, a long one ran
+    past the figure's edge)."""
     rows = list(differences)[::-1]  # the first listed on top
     for y, d in enumerate(rows):
         colour = "#2ca02c" if d.significant and d.difference > 0 else (
@@ -89,14 +99,15 @@ def _differences_panel(ax: Any, differences: Sequence[Comparison]) -> None:
         ax.errorbar([d.difference], [y], xerr=[[d.difference - d.low], [d.high - d.difference]],
                     fmt="o", color=colour, capsize=3, markersize=4)
         note = f"{d.difference:+.2f} [{d.low:+.2f}, {d.high:+.2f}] p={d.p:.3f}"
-        ax.annotate(note + ("" if d.significant else "  n.s."), (d.high, y),
-                    xytext=(6, -3), textcoords="offset points", fontsize=7, color=colour)
+        ax.annotate(note + ("" if d.significant else "  n.s."), (1.0, y),
+                    xycoords=("axes fraction", "data"), xytext=(6, 0), textcoords="offset points",
+                    va="center", fontsize=7, color=colour, annotation_clip=False)
     ax.axvline(0, color="#555555", linewidth=0.8)
     ax.set_yticks(range(len(rows)), [f"{d.label} @{d.k}" for d in rows], fontsize=7)
     ax.set_xlabel("paired difference (points of Pass@k), 95% interval; n.s.: covers 0", fontsize=8)
     lo = min((d.low for d in rows), default=-1.0)
     hi = max((d.high for d in rows), default=1.0)
-    pad = max(1.0, 0.6 * (hi - lo))
-    ax.set_xlim(min(lo, 0) - 0.1 * pad, max(hi, 0) + pad)
+    pad = max(1.0, 0.1 * (hi - lo))
+    ax.set_xlim(min(lo, 0) - pad, max(hi, 0) + pad)
     ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.grid(axis="x", alpha=0.3)
