@@ -69,7 +69,7 @@ def prefect_server(tmp_path_factory) -> Iterator[tuple[str, Path]]:
 class Browser:
     """Headless Chromium over the DevTools protocol: navigate, read text, click, screenshot."""
 
-    def __init__(self, profile: Path, log: Path) -> None:
+    def __init__(self, profile: Path, log: Path, args: tuple[str, ...] = ()) -> None:
         from websockets.sync.client import connect
 
         profile.mkdir(parents=True, exist_ok=True)
@@ -77,7 +77,7 @@ class Browser:
                             "--no-first-run", "--disable-background-networking",
                             "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
                             "--window-size=1400,1300", "--remote-debugging-port=0",
-                            "--remote-debugging-address=127.0.0.1", "about:blank"],
+                            "--remote-debugging-address=127.0.0.1", *args, "about:blank"],
                            dict(os.environ), log, profile)
         port_file = profile / "DevToolsActivePort"
         port = wait_until(lambda: port_file.exists() and port_file.read_text().split("\n")[0].strip(), 30,
