@@ -369,6 +369,8 @@ def _no_images(out: Path) -> Path:
 
 def _render(out: Path, rels: list[str], edited: dict[str, str], formats: tuple[str, ...]) -> None:
     """Each edited Markdown file in every format asked for."""
+    from situate.tasks.corpus.readers.markdown import front_matter_title
+
     before, after = boilerplate(rels)
     browser = chromium() if "pdf" in formats else ""
     printable = out / "printable"  # pandoc's HTML without the site's boilerplate, for printing
@@ -398,7 +400,10 @@ def _render(out: Path, rels: list[str], edited: dict[str, str], formats: tuple[s
                 ast = pandoc(["-f", "gfm", "-t", "json", "--lua-filter", str(_no_images(out))], edited[rel])
                 pandoc(["-f", "json", *docx[2:]], ast)
         if "epub" in formats:
-            pandoc(["-f", "gfm", "-t", "epub3", "--metadata", f"title={title}", "-o",
+            # a book needs a title: the page's own (its front matter's, which pandoc shows as the
+            # HTML's title and puts on the Word file), else its file's name
+            book = front_matter_title(edited[rel]) or title
+            pandoc(["-f", "gfm", "-t", "epub3", "--metadata", f"title={book}", "-o",
                     str(out / "epub" / stem.with_suffix(".epub"))], edited[rel])
         if "pdf" in formats:
             (printable / rel).parent.mkdir(parents=True, exist_ok=True)

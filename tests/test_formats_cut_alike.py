@@ -70,6 +70,7 @@ def _docx(path: Path) -> None:
                             paragraph.add_run(half).font.name = "Courier New"
                 else:
                     paragraph.add_run(piece)
+    document.add_paragraph().add_run("npm install --save-dev jest").font.name = "Consolas"
     document.save(str(path))
 
 
@@ -101,5 +102,6 @@ def test_inline_code_reads_in_backticks_and_a_title_without_them(tmp_path: Path)
     _docx(tmp_path / "files.docx")
     sections = list(read_document(tmp_path / "files.docx", max_bytes=LIMIT).sections)
     assert ("heading", "Opening files") in [(s.kind, s.text) for s in sections]
-    assert any(s.text == "Call `open()` with `path` and `mode`, then `read()` or `write()`."
-               for s in sections)
+    texts = [s.text for s in sections]
+    assert "Call `open()` with `path` and `mode`, then `read()` or `write()`." in texts
+    assert "npm install --save-dev jest" in texts  # a paragraph all in code is a code block's line

@@ -329,8 +329,8 @@ def _is_code(run: Any) -> bool:
 
 def _styled(text: str) -> str:
     """A paragraph gathered with code runs marked: neighbouring ones joined, each stretch in
-    backticks (spaces kept outside them), a stretch without text or running over a line
-    unmarked."""
+    backticks (spaces kept outside them); a stretch without text or running over a line, and a
+    paragraph that is all code (a code block's line), unmarked."""
 
     def wrap(m: re.Match[str]) -> str:
         inner = m.group(1)
@@ -339,7 +339,20 @@ def _styled(text: str) -> str:
         lead, trail = inner[:len(inner) - len(inner.lstrip())], inner[len(inner.rstrip()):]
         return f"{lead}`{inner.strip()}`{trail}"
 
-    return _CODE_RUN.sub(wrap, text.replace(_CLOSE + _OPEN, "")).replace(_OPEN, "").replace(_CLOSE, "")
+    text = text.replace(_CLOSE + _OPEN, "")
+    bare = text.strip()
+    if bare.startswith(_OPEN) and bare.endswith(_CLOSE) and bare.count(_OPEN) == 1:
+        return text.replace(_OPEN, "").replace(_CLOSE, "")  # all code: a code block's line
+    return _CODE_RUN.sub(wrap, text).replace(_OPEN, "").replace(_CLOSE, "")
+
+
+def _code_paragraph(p: Any) -> bool:
+    """A paragraph in a style for code blocks (pandoc's "SourceCode", Word's "HTML Preformatted",
+    "Code", "Verbatim"): code, its runs not marked as inline code."""
+    props = p.find(_w("pPr"))
+    style = props.find(_w("pStyle")) if props is not None else None
+    name = (style.get(_w("val")) or "").lower() if style is not None else ""
+    return any(word in name for word in ("code", "verbatim", "preformatted"))
 
 
 def _collect(el: Any, out: list[str], marks: Marks, styled: bool = False) -> None:
@@ -423,7 +436,7 @@ def _docx_sections(document: Any, body: Any) -> Iterator[Section]:
             if rows:
                 yield Section("\n".join(rows), place(), kind="table")
             continue
-        text = _paragraph_text(block, marks, styled=True)
+        text = _paragraph_text(block, marks, styled=not _code_paragraph(block))
         if not text.strip() or styles.is_toc_entry(block):
             continue
         level, _ = styles.level(block)
