@@ -123,7 +123,9 @@ def prefect_harness():
 
 @pytest.fixture
 def state(tmp_path, monkeypatch):
-    """Every place situate keeps state, under this test's tmp dir; settings re-read."""
+    """Every place situate keeps a project's state, under this test's tmp dir; settings re-read.
+    The exported models are the user's, not a project's (SITUATE_MODEL_CACHE, by default
+    ~/.cache/situate): every test, worker and run shares one export, prepared once."""
     from situate.core.settings import get_settings
     from tests.helpers import close_opened
 
