@@ -233,6 +233,8 @@ def cmd_search(options: SearchOptions) -> int:
     from situate.flows.search import respond
 
     reply = respond(options)
+    for warning in reply.warnings:  # a long query cut: said where, as the servers say it
+        print(f"situate search: warning: {warning}", file=sys.stderr)
     if options.json_out:
         print(reply.model_dump_json())  # the bytes `situate api` sends (`situate.api.http`)
         return 0

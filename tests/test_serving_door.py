@@ -473,7 +473,8 @@ def test_search_json_prints_the_http_reply_and_full_the_whole_texts(door, api):
         door.said += [done.stdout, done.stderr]
     printed = json.loads(ran["--json"].stdout)
     replied = api.post("/search", {"query": query, "k": 3}, _auth()).json()
-    assert set(printed) == set(replied) == {"hits", "took_ms"}
+    assert set(printed) == set(replied) == {"hits", "took_ms", "warnings"}
+    assert printed["warnings"] == replied["warnings"] == []
     assert printed["hits"] == replied["hits"] and len(printed["hits"]) == 3
     assert printed["hits"][0]["doc_id"] == "retry.md"
     for hit in printed["hits"]:
@@ -652,6 +653,16 @@ def test_a_long_query_costs_about_a_short_one_and_its_reply_says_it_was_cut(api)
     assert statistics.median(cut) <= 5 * statistics.median(short), (short, cut)
     [warning] = r.json()["warnings"]
     assert "first 64 terms" in warning and "of 8,192" in warning
+
+
+def test_situate_search_says_where_a_long_query_was_cut(door, api):
+    long = ("how does the retry delay grow after each failed attempt with jitter " * 200)[:8_192]
+    cli = subprocess.run([SITUATE, "search", long, "--collection", "door", "--json"],
+                         env=door.env, capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    [warning] = api.post("/search", {"query": long}, _auth()).json()["warnings"]
+    assert json.loads(cli.stdout)["warnings"] == [warning]
+    assert f"situate search: warning: {warning}" in cli.stderr.splitlines()
 
 
 # --- no secret leaves ----------------------------------------------------------------------------
