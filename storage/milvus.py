@@ -462,9 +462,17 @@ class MilvusStore(Connection):
         return Path(self.cache_dir).expanduser() / "lexical" / f"{cache_key(self.uri, collection)}.npz"
 
     def lexical_stamp(self, collection: str) -> Stamp:
-        """The collection's stamp as it is now: its generation, manifest token and row count."""
-        properties, physical = self.generations._described(collection)
-        return Stamp(physical, properties.get(TOKEN, ""), self.count(collection))
+        """The collection's stamp as it is now: its generation, manifest token and row count (a
+        failure is the BM25 search's: the stamp is asked for before it answers)."""
+        def stamp() -> Stamp:
+            info = self.client.describe_collection(collection)
+            properties = info.get("properties") or {}
+            counted = self.client.query(collection, filter="", output_fields=["count(*)"])
+            return Stamp(str(info.get("collection_name") or collection),
+                         str(properties.get(TOKEN, "")),
+                         int(counted[0]["count(*)"]) if counted else 0)
+
+        return self._read(f"bm25 search in {collection!r}", collection, stamp)
 
     def _lexical_leg(self, collection: str) -> LexicalLeg:
         with _LEGS_LOCK:
