@@ -138,3 +138,31 @@ def test_every_log_record_is_redacted(caplog):
             logging.getLogger("other").exception("boom")
     text = caplog.text + "".join(r.exc_text or "" for r in caplog.records)
     assert "logged-secret-1234" not in text and "***" in text
+
+
+def test_origins_and_hosts_are_parsed_and_compared_by_scheme_name_and_port():
+    policy = Policy(cors_origins=("http://app.example:3000",))
+    assert policy.origin_allowed("http://localhost:8000", "localhost:8000")
+    assert policy.origin_allowed("http://localhost", "localhost")  # port 80 on both sides
+    assert policy.origin_allowed("https://localhost:8443", "localhost:8443", "https")
+    for origin in ("http://localhost:9999", "https://localhost:8000", "http://localhost",
+                   "http://localhost:3000.evil.example", "http://localhost:8000@evil.example",
+                   "http://localhost:8000/path", "http://localhost:8000?x", "ftp://localhost:8000",
+                   "http://app.example:3000.evil.example", "http://app.example"):
+        assert not policy.origin_allowed(origin, "localhost:8000"), origin
+    assert not policy.origin_allowed("http://localhost:8000", "localhost:8000", "https")
+    for host in ("localhost:1@evil.example", "localhost:3000.evil.example", "localhost.",
+                 "localhost:port", "[::1", "localhost:99999", "local host", "localhost\x00"):
+        assert not policy.host_allowed(host), host
+    named = Policy(allowed_hosts=("search.internal:8443",))
+    assert named.host_allowed("search.internal:8443")
+    assert not named.host_allowed("search.internal:8000") and not named.host_allowed("search.internal")
+
+
+def test_a_clients_value_is_logged_and_shown_escaped_and_bounded():
+    from situate.api.guard import printable, shown
+
+    assert printable('a\nb\r\x1b[2J\x00\\"\u2028') == 'a\\nb\\r\\x1b[2J\\x00\\\\\\"\\u2028'
+    assert printable("x" * 600) == "x" * 512 + "...[88 more characters]"
+    assert printable("/plain/path") == "/plain/path"
+    assert shown("m" * 24_000) == "'" + "m" * 64 + "...[23,936 more characters]'"
