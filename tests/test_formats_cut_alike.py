@@ -105,3 +105,19 @@ def test_inline_code_reads_in_backticks_and_a_title_without_them(tmp_path: Path)
     texts = [s.text for s in sections]
     assert "Call `open()` with `path` and `mode`, then `read()` or `write()`." in texts
     assert "npm install --save-dev jest" in texts  # a paragraph all in code is a code block's line
+
+
+def test_small_sections_are_packed_alike_in_markdown_and_html(tmp_path: Path) -> None:
+    """One policy: two small sections under two level-2 headings are one chunk in Markdown, and
+    so in HTML (a heading is the preferred cut, not a forced one: forcing it would change the
+    Markdown's own chunks)."""
+    (tmp_path / "small.md").write_text("# Guide\n\n## Install\n\nRun `pip install x`.\n\n"
+                                       "## Use\n\nCall `x.run()`.\n")
+    (tmp_path / "small.html").write_text(
+        "<html><body><h1>Guide</h1><h2>Install</h2><p>Run <code>pip install x</code>.</p>"
+        "<h2>Use</h2><p>Call <code>x.run()</code>.</p></body></html>")
+    got = {name: [p.text for p in chunk_sections(read_document(tmp_path / name, max_bytes=LIMIT).sections,
+                                                 800, 100)[1]]
+           for name in ("small.md", "small.html")}
+    assert got["small.md"] == got["small.html"] == [
+        "Guide\n\nInstall\n\nRun `pip install x`.\n\nUse\n\nCall `x.run()`."]
