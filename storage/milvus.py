@@ -461,16 +461,19 @@ class MilvusStore(Connection):
             return None
         return Path(self.cache_dir).expanduser() / "lexical" / f"{cache_key(self.uri, collection)}.npz"
 
-    def lexical_stamp(self, collection: str) -> Stamp:
-        """The collection's stamp as it is now: its generation, manifest token and row count (a
-        failure is the BM25 search's: the stamp is asked for before it answers)."""
+    def lexical_stamp(self, collection: str, counted: bool = True) -> Stamp:
+        """The collection's stamp as it is now: its generation, manifest token and row count (-1
+        unless `counted`); a failure is the BM25 search's: the stamp is asked for before it
+        answers."""
         def stamp() -> Stamp:
             info = self.client.describe_collection(collection)
             properties = info.get("properties") or {}
-            counted = self.client.query(collection, filter="", output_fields=["count(*)"])
+            rows = -1
+            if counted:
+                found = self.client.query(collection, filter="", output_fields=["count(*)"])
+                rows = int(found[0]["count(*)"]) if found else 0
             return Stamp(str(info.get("collection_name") or collection),
-                         str(properties.get(TOKEN, "")),
-                         int(counted[0]["count(*)"]) if counted else 0)
+                         str(properties.get(TOKEN, "")), rows)
 
         return self._read(f"bm25 search in {collection!r}", collection, stamp)
 
@@ -483,7 +486,7 @@ class MilvusStore(Connection):
                 manifest = (Manifest(self.cache_dir, self.uri, collection)
                             if self.cache_dir is not None else None)
                 leg = self._lexical[collection] = LexicalLeg(
-                    stamp=lambda: self.lexical_stamp(collection),
+                    stamp=lambda counted: self.lexical_stamp(collection, counted),
                     rows=lambda: self.rows(collection, fields=LEXICAL_FIELDS, page=BUILD_PAGE),
                     fetch=lambda ids: self._read(
                         f"reading rows of {collection!r}", collection, lambda: self.client.get(

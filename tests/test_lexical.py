@@ -14,6 +14,7 @@ from situate.core.records import Chunk, Document, EmbeddedDocument, Situated, sh
 from situate.storage.lexical import Bm25, LexicalLeg
 from situate.storage.manifest import Manifest
 from situate.storage.milvus import MilvusStore
+from situate.storage.rows import document_rows
 from tests.fakes.milvus_server import MilvusServer
 
 WORDS = ("alpha beta gamma delta run_target DiffExecutor epsilon zeta eta theta iota kappa "
@@ -293,3 +294,31 @@ def test_the_cut_weighs_every_tie(k):
     index.upsert({"id": f"c{i}", "doc_id": "d", "doc_hash": "", "lexical": "same words"}
                  for i in (5, 3, 9, 1))
     assert [i for i, _ in index.top("same", k)] == ["c1", "c3", "c5", "c9"][:k]
+
+
+def test_between_counts_a_poll_compares_the_token_and_a_count_finds_a_foreign_write(
+        tmp_path, monkeypatch):
+    """Between counts, a poll asks only for the generation and the token (counting costs Lite a
+    pass over the rows); rows written by something that does not clear the token are found at
+    the next count, and the index is rebuilt then."""
+    import situate.storage.lexical as lexical
+
+    cache = tmp_path / "cache"
+    docs = documents(10, 16)
+    store = fresh(str(tmp_path / "a.db"), docs, cache_dir=str(cache))
+    _ingest_end(store, cache)
+    leg = store._lexical_leg(C)
+    leg.poll = 0.0
+    store.ranking(C, "bm25", "alpha", None, 5)
+    asked: list[bool] = []
+    stamp = leg._stamp_of
+    leg._stamp_of = lambda counted: asked.append(counted) or stamp(counted)
+    store.ranking(C, "bm25", "alpha", None, 5)
+    assert asked == [False] and leg.last == "kept"
+    extra = documents(1, 17, prefix="x")[0]  # written past situate's store: the token stays
+    store.client.upsert(C, document_rows(extra))
+    monkeypatch.setattr(lexical, "COUNT_SECONDS", 0.0)
+    store.ranking(C, "bm25", "alpha", None, 5)
+    assert leg.last == "rebuilt"
+    assert all(s.chunk.id in leg._index.position for s in extra.situated)
+    store.close()
