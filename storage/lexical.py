@@ -510,7 +510,10 @@ class LexicalLeg:
             index.seal()
             self.last = "rebuilt"
         if self.path is not None and stamp.provable and index.rows == stamp.rows:
-            index.save(self.path, stamp)
+            try:
+                index.save(self.path, stamp)
+            except OSError as e:  # served from memory; the next process builds it again
+                log.warning(f"lexical index not saved at {self.path} ({e})")
         log.debug(f"lexical index {self.last} in {time.monotonic() - started:.2f} s")
         return index
 

@@ -11,6 +11,7 @@ next run after a failed one, never duplicates a row.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from functools import partial
@@ -64,6 +65,7 @@ EMBEDDER, CONTEXTS, INGESTED = "situate.embedder", "situate.contexts", "situate.
 # How the embedder ran when the collection was made (torch, onnx-int8, ...; fp32, int8, ...).
 BACKEND, PRECISION = "situate.embedder.backend", "situate.embedder.precision"
 T = TypeVar("T")
+log = logging.getLogger("situate.storage.milvus")
 __all__ = ["RETRY_ATTEMPTS", "RETRY_BASE", "RETRY_CAP", "WRITE_BATCH", "MilvusStore"]
 
 
@@ -369,7 +371,11 @@ class MilvusStore(Connection):
         manifest) and saved, so that the next process to search loads it at once."""
         self.generations.set_properties(collection, {TOKEN: token})
         if self.cache_dir is not None and self.lexical_here:
-            self._lexical_leg(collection).refresh()
+            try:
+                self._lexical_leg(collection).refresh()
+            except OSError as e:  # the rows are written: the next search builds the index
+                log.warning(f"lexical index of {collection!r} not saved ({e}): the next search "
+                            "builds it from the collection's rows")
 
     def flush(self, collection: str) -> None:
         """The rows written so far sealed into stored segments, as the end of a Milvus Lite

@@ -322,3 +322,16 @@ def test_between_counts_a_poll_compares_the_token_and_a_count_finds_a_foreign_wr
     assert leg.last == "rebuilt"
     assert all(s.chunk.id in leg._index.position for s in extra.situated)
     store.close()
+
+
+def test_an_index_that_cannot_be_saved_is_served_from_memory(tmp_path, caplog):
+    """A cache directory that cannot be written (here a file in its place): the ingest's end and
+    every search still answer, from an index held in memory, with one warning."""
+    cache = tmp_path / "cache"
+    cache.write_text("not a directory")
+    docs = documents(10, 18)
+    store = fresh(str(tmp_path / "a.db"), docs, cache_dir=str(cache))
+    _ingest_end(store, tmp_path / "manifests")
+    assert answers(store) == answers(fresh(str(tmp_path / "b.db"), docs))
+    assert "not saved" in caplog.text
+    store.close()
