@@ -298,6 +298,8 @@ def main() -> None:
     if args.render:
         rendered = json.loads(Path(args.render).read_text())
         print(markdown_tables(rendered), end="")
+        if rendered.get("cuts"):
+            print("\n" + cuts_table(rendered["cuts"]), end="")
         if rendered.get("paired"):
             print("\n" + paired_table(rendered), end="")
         return
@@ -379,7 +381,10 @@ def main() -> None:
                 ranks = {m: [q["ranks"][m][0] for q in report["per_query"]] for m in MODES}
                 results["runs"].append({
                     "format": fmt, "context": context, "documents": summary["documents"],
-                    "chunks": summary["chunks_written"], "formats": summary.get("formats"),
+                    # the collection's rows: an --update into a kept --store writes only the
+                    # chunks that changed
+                    "chunks": summary.get("rows") or summary["chunks_written"],
+                    "formats": summary.get("formats"),
                     "units": summary.get("units"), "skipped": summary.get("skipped"),
                     "ingest_seconds": round(ingest_s, 1), "pass_at_k": report["pass_at_k"],
                     "coverage": {k: v for k, v in covered[fmt].items()},
@@ -397,6 +402,7 @@ def main() -> None:
                 results.setdefault("paired", {})[context] = compared
                 args.out.write_text(json.dumps(results, indent=2) + "\n")
         print(markdown_tables(results), end="")
+        print("\n" + cuts_table(results["cuts"]), end="")
 
 
 if __name__ == "__main__":
