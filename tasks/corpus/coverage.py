@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from situate.tasks.retrieval.metrics import normalize_quote
+from situate.core.text import normalize_quote
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 _LIST_MARKER = re.compile(r"^(?:[-*+]|\d+[.)])\s+")

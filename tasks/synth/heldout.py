@@ -46,11 +46,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from situate.core.errors import InputError
+from situate.core.text import normalize_quote
 from situate.tasks.corpus.files import inside, is_system_file
 from situate.tasks.corpus.filetypes import TEXT_SUFFIXES
 from situate.tasks.corpus.forms import prechunked_items
 from situate.tasks.corpus.load import load_corpus
-from situate.tasks.retrieval.metrics import normalize_quote
 from situate.tasks.synth.candidates import Candidate, candidates, stratified
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from situate.core.protocols import ContextCache
 from situate.core.records import Chunk, Document, Usage, sha256
+from situate.core.text import normalize_quote
 from situate.tasks.contexts.base import ContextConfig, get_contextualizer
 from situate.tasks.contexts.cost import Assumptions, Estimate, get_cost_models
 from situate.tasks.contexts.engine.client import Reply
@@ -37,7 +38,6 @@ from situate.tasks.contexts.engine.estimate import LLMCost
 from situate.tasks.contexts.engine.models import estimate_tokens
 from situate.tasks.contexts.engine.planning import Job, Planner, Unit
 from situate.tasks.contexts.engine.prompts import document_block, fence_of
-from situate.tasks.retrieval.metrics import normalize_quote
 
 # The prompt's text is part of the cache identity through its version.
 SYNTH_PROMPT_VERSION = "synth-v1"
