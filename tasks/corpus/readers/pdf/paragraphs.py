@@ -153,78 +153,94 @@ def _flow_blocks(flow: list[_Line], style: _Style,
     column's right edge."""
     if not flow:
         return None, 0.0
-    pitch = _pitch(flow)
-    left = min(line.x0 for line in flow)
-    right = max(line.x1 for line in flow)
-    width = right - left
-    rows: list[_Line] = []  # consecutive lines of several cells, a table or not
-    para = ""
-    heading: tuple[int, str] | None = None
-    last: _Line | None = None  # the line before, for paragraph breaks and multi-line headings
-    tail: _Line | None = None  # the last line of the last block, when that block is a paragraph
+    column = _Column(flow, style, blocks)
+    for line in flow:
+        if len(line.cells) >= 2:
+            column.rows.append(line)
+            continue
+        if column.rows:
+            column.end_rows()
+        column.single(line)
+    if column.rows:
+        column.end_rows()
+    column.flush()
+    # A column of one line does not show where its right edge is: no evidence the line was wrapped.
+    return (column.tail if len(flow) > 1 else None), column.right
 
-    def flush() -> None:
-        nonlocal para, heading, tail
-        if para:
-            blocks.append(("text", 0, para))
-            para = ""
-            tail = last
-        if heading:
-            tail = None
-            level, text = heading
+
+class _Column:
+    """One column's blocks as its lines are read in order: the paragraph or heading being built,
+    and the run of lines of several cells that may be a table. Finished blocks go to `blocks`."""
+
+    __slots__ = ("blocks", "heading", "last", "para", "pitch", "right", "rows", "style", "tail",
+                 "width")
+
+    def __init__(self, flow: list[_Line], style: _Style, blocks: list[tuple[str, int, str]]) -> None:
+        self.style = style
+        self.blocks = blocks
+        self.pitch = _pitch(flow)
+        left = min(line.x0 for line in flow)
+        self.right = max(line.x1 for line in flow)
+        self.width = self.right - left
+        self.rows: list[_Line] = []  # consecutive lines of several cells, a table or not
+        self.para = ""
+        self.heading: tuple[int, str] | None = None
+        self.last: _Line | None = None  # the line before, for paragraph breaks and multi-line headings
+        self.tail: _Line | None = None  # the last line of the last block, when that block is a paragraph
+
+    def flush(self) -> None:
+        """Ends the paragraph or heading being built."""
+        if self.para:
+            self.blocks.append(("text", 0, self.para))
+            self.para = ""
+            self.tail = self.last
+        if self.heading:
+            self.tail = None
+            level, text = self.heading
             if len(text) <= 200 and len(text.split()) <= 24:  # else large text, not a title
-                blocks.append(("heading", level, text))
+                self.blocks.append(("heading", level, text))
             else:
-                blocks.append(("text", 0, text))
-            heading = None
+                self.blocks.append(("text", 0, text))
+            self.heading = None
 
-    def text_line(line: _Line) -> None:
-        nonlocal para, last
-        if heading or not para or last is None or _paragraph_break(last, line, pitch, right, width):
-            flush()
-            para = line.text
+    def text_line(self, line: _Line) -> None:
+        """A line of body text: it goes on with the paragraph, or starts one."""
+        if (self.heading or not self.para or self.last is None
+                or _paragraph_break(self.last, line, self.pitch, self.right, self.width)):
+            self.flush()
+            self.para = line.text
         else:
-            para = _join(para, line.text)
-        last = line
+            self.para = _join(self.para, line.text)
+        self.last = line
 
-    def single(line: _Line) -> None:
-        nonlocal heading, last
-        level = style.heading(line)
+    def single(self, line: _Line) -> None:
+        """A line read as one piece of text: a heading (or its next line), or body text."""
+        level = self.style.heading(line)
         if level and (not any(ch.isalpha() for ch in line.text) or _LEADER.search(line.text)):
             level = 0
         if level:
-            if heading and heading[0] == level and last is not None and line.top - last.bottom < line.size:
-                heading = (level, _join(heading[1], line.text))
+            last = self.last
+            if (self.heading and self.heading[0] == level and last is not None
+                    and line.top - last.bottom < line.size):
+                self.heading = (level, _join(self.heading[1], line.text))
             else:
-                flush()
-                heading = (level, line.text)
-            last = line
+                self.flush()
+                self.heading = (level, line.text)
+            self.last = line
         else:
-            text_line(line)
+            self.text_line(line)
 
-    def end_rows() -> None:
-        nonlocal tail
+    def end_rows(self) -> None:
+        """Ends a run of lines of several cells: a table when their cells line up."""
+        rows = self.rows
         if len(rows) >= 2 and _aligned(rows):
-            flush()
-            tail = None
-            blocks.append(("table", 0, "\n".join(" | ".join(c.strip() for c in r.cells) for r in rows)))
+            self.flush()
+            self.tail = None
+            self.blocks.append(("table", 0, "\n".join(" | ".join(c.strip() for c in r.cells) for r in rows)))
         else:  # a numbered heading ("1   Introduction"), a justified line: cells read as one line
             for row in rows:
-                single(row)
+                self.single(row)
         rows.clear()
-
-    for line in flow:
-        if len(line.cells) >= 2:
-            rows.append(line)
-            continue
-        if rows:
-            end_rows()
-        single(line)
-    if rows:
-        end_rows()
-    flush()
-    # A column of one line does not show where its right edge is: no evidence the line was wrapped.
-    return (tail if len(flow) > 1 else None), right
 
 
 def _aligned(rows: list[_Line]) -> bool:
