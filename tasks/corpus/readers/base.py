@@ -170,6 +170,22 @@ class Reader(Protocol):
     def read(self, path: Path, limits: Limits) -> Reading: ...
 
 
+def read_utf8_text(path: Path, max_bytes: int, refusal: str) -> str:
+    """A text format's file as text: at most `max_bytes` read whatever size the file claims,
+    UTF-8 with an optional BOM. Refused as "too large" over the limit, and as `refusal` ("not
+    Markdown") when binary or not UTF-8, with the first bad byte named."""
+    with open(path, "rb") as f:
+        raw = f.read(max_bytes + 1)  # bounded by what is read, whatever size the file claimed
+    if len(raw) > max_bytes:
+        raise Unreadable("too large", f"over the limit of {max_bytes} bytes (SITUATE_MAX_DOCUMENT_BYTES)")
+    if b"\x00" in raw[:4096]:
+        raise Unreadable(refusal, "the file is binary")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise Unreadable(refusal, f"byte {e.start} is not UTF-8: convert the file to UTF-8") from None
+
+
 @dataclass(frozen=True)
 class FileReader:
     """A `Reader` made of a module's read function, called with the reader's format."""

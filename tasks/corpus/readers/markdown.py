@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from situate.tasks.corpus.readers.base import FileReader, Limits, Reading, Section, Unreadable
+from situate.tasks.corpus.readers.base import FileReader, Limits, Reading, Section, read_utf8_text
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
@@ -31,17 +31,7 @@ _TITLE = re.compile(r"^title:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
 
 
 def read(path: Path, *, fmt: str, max_bytes: int) -> Reading:
-    with open(path, "rb") as f:
-        raw = f.read(max_bytes + 1)  # bounded by what is read, whatever size the file claimed
-    if len(raw) > max_bytes:
-        raise Unreadable("too large", f"over the limit of {max_bytes} bytes (SITUATE_MAX_DOCUMENT_BYTES)")
-    if b"\x00" in raw[:4096]:
-        raise Unreadable("not Markdown", "the file is binary")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise Unreadable("not Markdown", f"byte {e.start} is not UTF-8: convert the file to UTF-8"
-                         ) from None
+    text = read_utf8_text(path, max_bytes, "not Markdown")
     sections = list(markdown_sections(text))
     title = front_matter_title(text)
     if title and not (sections and sections[0].kind == "heading" and sections[0].level == 1):

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from situate.tasks.corpus.readers.base import FileReader, Limits, Reading, Section, Unreadable
+from situate.tasks.corpus.readers.base import FileReader, Limits, Reading, Section, read_utf8_text
 
 # Characters that may adorn a title: printable ASCII that is not a letter, a digit or a space.
 _ADORNMENT = re.compile(r"^([!-/:-@\[-`{-~])\1*$")
@@ -45,17 +45,7 @@ _FOOTNOTE_REF = re.compile(r"\s?\[(?:#[\w-]*|\*|\d+)\]_")
 
 def read(path: Path, *, fmt: str = "rst", max_bytes: int) -> Reading:
     """Read `path` as reStructuredText: UTF-8 text (a BOM allowed), its sections lazily made."""
-    with open(path, "rb") as f:
-        raw = f.read(max_bytes + 1)  # bounded by what is read, whatever size the file claimed
-    if len(raw) > max_bytes:
-        raise Unreadable("too large", f"over the limit of {max_bytes} bytes (SITUATE_MAX_DOCUMENT_BYTES)")
-    if b"\x00" in raw[:4096]:
-        raise Unreadable("not reStructuredText", "the file is binary")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise Unreadable("not reStructuredText", f"byte {e.start} is not UTF-8: convert the file "
-                                                 "to UTF-8") from None
+    text = read_utf8_text(path, max_bytes, "not reStructuredText")
     sections = list(rst_sections(text))
     title = next((s.text for s in sections if s.kind == "heading"), "")
     return Reading(fmt, iter(sections), title=title)
