@@ -10,6 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from situate.core.output import write_json
+from situate.tasks.retrieval.interval import Significance
 
 
 class _Record(BaseModel):
@@ -80,7 +81,7 @@ class QueryRanks(_Record):
     hits: dict[str, list[str]] = {}
 
 
-class Comparison(_Record):
+class Comparison(_Record, Significance):
     """`b` minus `a` in points of Pass@k at `k` on the same queries (two modes of a collection, or
     one mode of two collections): the mean paired difference, its 95% bootstrap interval and a
     paired randomization test's p-value (`situate.tasks.retrieval.stats`)."""
@@ -92,11 +93,6 @@ class Comparison(_Record):
     low: float
     high: float
     p: float
-
-    @property
-    def significant(self) -> bool:
-        """False when the interval covers 0: these queries cannot tell the two apart."""
-        return not (self.low <= 0 <= self.high)
 
     @property
     def label(self) -> str:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from situate.tasks.retrieval.interval import Significance
+
 SEED = 2024
 RESAMPLES = 10_000
 LEVEL = 0.95
@@ -76,18 +78,13 @@ def randomization_p(differences: Sequence[float], *, resamples: int = RESAMPLES,
 
 
 @dataclass(frozen=True)
-class Difference:
+class Difference(Significance):
     """`b` minus `a` on the same queries, in points of Pass@k, with its interval and p-value."""
 
     mean: float
     low: float
     high: float
     p: float
-
-    @property
-    def significant(self) -> bool:
-        """False when the interval covers 0: the data cannot tell the two apart."""
-        return not (self.low <= 0 <= self.high)
 
 
 def paired_difference(a: Sequence[float], b: Sequence[float], *, resamples: int = RESAMPLES,
