@@ -69,6 +69,17 @@ log = logging.getLogger("situate.storage.milvus")
 __all__ = ["RETRY_ATTEMPTS", "RETRY_BASE", "RETRY_CAP", "WRITE_BATCH", "MilvusStore"]
 
 
+def _sparse_ready() -> None:
+    """Import scipy.sparse now, in the thread that opens the store, before any search.
+
+    pymilvus imports scipy.sparse on a search's first check of its data (`client.utils`), in the
+    searching thread; the lexical index imports it on its first BM25 search, in another. Two
+    threads importing scipy's modules at once can meet in Python's import locks the other way
+    round ("deadlock detected by _ModuleLock('scipy.sparse')" failed a hybrid search's dense
+    leg). Imported once here, neither imports it again: the first search would pay it anyway."""
+    import scipy.sparse  # noqa: F401
+
+
 class MilvusStore(Connection):
     """Schema, rows, batched writes, deletes by document and one-leg searches over one client.
 
@@ -89,6 +100,7 @@ class MilvusStore(Connection):
                  retry_attempts: int | None = None, retry_base: float | None = None,
                  retry_cap: float | None = None, stop: threading.Event | None = None,
                  cache_dir: str | None = None, native_bm25: bool = False) -> None:
+        _sparse_ready()
         super().__init__(uri, token, db_name, retry_attempts=retry_attempts,
                          retry_base=retry_base, retry_cap=retry_cap, stop=stop)
         self.cache_dir = cache_dir
@@ -102,6 +114,7 @@ class MilvusStore(Connection):
         super().__setstate__(state)
         self.cache_dir = state.get("cache_dir")
         self.native_bm25 = bool(state.get("native_bm25"))
+        _sparse_ready()
 
     @property
     def generations(self) -> Generations:
@@ -404,7 +417,7 @@ class MilvusStore(Connection):
         On Milvus Lite, BM25 is the lexical index's (`situate.storage.lexical`): its ranking is
         exact (every chunk tying with the last one kept is weighed), and the hits are read from
         the collection by id."""
-        if leg == "bm25" and self.lexical_here:
+        if leg == "bm25" and self._lexical_for(f"{leg} search in {collection!r}"):
             return self.hits(collection, self.ranking(collection, leg, query_text, None, limit))
         res = self._leg_search(collection, leg, query_text, query_vector, limit, HIT_FIELDS)
         hits = sorted(self._hits(res, leg), key=lambda h: (-h.score, h.id))
@@ -416,7 +429,7 @@ class MilvusStore(Connection):
         fuses each leg's top 100 and keeps ten: fetching the 200 candidates' texts, contexts and
         metadata with their scores was most of the server's work on a hybrid query
         (docs/benchmarks: concurrent queries)."""
-        if leg == "bm25" and self.lexical_here:
+        if leg == "bm25" and self._lexical_for(f"{leg} search in {collection!r}"):
             return self._lexical_leg(collection).current().top(query_text, limit)
         res = self._leg_search(collection, leg, query_text, query_vector, limit, ["id"])
         ranked = sorted(((_hit_id(h), _hit_score(h, leg)) for h in (res[0] if res else [])),
@@ -449,13 +462,18 @@ class MilvusStore(Connection):
     def lexical_here(self) -> bool:
         """Whether BM25 is answered by the lexical index: on Milvus Lite, a file or a
         `milvus-lite server` (its version says so: one call, once), unless `native_bm25`."""
+        return self._lexical_for("asking the server's version")
+
+    def _lexical_for(self, what: str) -> bool:
+        """`lexical_here`, its one call to the server named as the step that needs it (`what`),
+        so that a server that is down fails that step as it did before the question."""
         if self.native_bm25:
             return False
         if self._lite_engine is None:
             if self.is_local:
                 self._lite_engine = True
             else:
-                version = self._call("asking the server's version", self.client.get_server_version)
+                version = self._call(what, self.client.get_server_version)
                 self._lite_engine = str(version).startswith(LITE_SERVER)
         return self._lite_engine
 
@@ -556,7 +574,7 @@ class MilvusStore(Connection):
         that way, 4.8 and 1.3 ms with the id (docs/benchmarks: concurrent queries)."""
         if not ids:
             return {}
-        if leg == "bm25" and self.lexical_here:
+        if leg == "bm25" and self._lexical_for(f"{leg} scores in {collection!r}"):
             return self._lexical_leg(collection).current().scores_of(query_text, ids)
         data, field, metric = self._leg(leg, query_text, query_vector)
         res = self._read(f"{leg} scores in {collection!r}", collection, lambda: self.client.search(

@@ -335,3 +335,22 @@ def test_an_index_that_cannot_be_saved_is_served_from_memory(tmp_path, caplog):
     assert answers(store) == answers(fresh(str(tmp_path / "b.db"), docs))
     assert "not saved" in caplog.text
     store.close()
+
+
+def test_opening_a_store_imports_scipy_sparse_before_any_search_thread_does(tmp_path):
+    """pymilvus imports scipy.sparse in a search's thread, the lexical index in another: at once,
+    they met in Python's import locks ("deadlock detected by _ModuleLock('scipy.sparse')"
+    failed a hybrid's dense leg). The store imports it where it is opened, before both."""
+    import subprocess
+    import sys
+
+    script = ("import sys\n"
+              "from situate.storage.milvus import MilvusStore\n"
+              "assert 'scipy.sparse' not in sys.modules\n"
+              f"store = MilvusStore({str(tmp_path / 'a.db')!r})\n"
+              "print('scipy.sparse' in sys.modules)\n"
+              "store.close()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
