@@ -89,15 +89,25 @@ def check_bind(host: str, token: str, allowed_hosts: Sequence[str] = (),
                          "are refused")
 
 
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "no token, or the wrong one"},
+    403: {"description": "a request from another origin (see --cors-origin)"},
+    404: {"description": "another collection than the one served"},
+    408: {"description": "a body not whole within the server's --read-timeout"},
+    413: {"description": "a body over the server's limit"},
+    421: {"description": "a Host name the server does not answer to (see --allowed-host)"},
+    422: {"description": "a body that is not JSON, an empty query, k not a whole number "
+                         "from 1 to 1000, an unknown field or mode, a mode this server "
+                         "cannot run"},
+    429: {"description": "too many requests in flight from this client"},
+    503: {"description": "Milvus did not answer, or the server is busy: try again shortly"}}
+
+
 def create_app(retriever: Retriever, policy: Policy | None = None) -> Any:
     """The HTTP face of `retriever` behind its `Guard`; it closes the retriever when the app shuts
     down."""
     from fastapi import FastAPI
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.openapi.docs import get_swagger_ui_html
-    from fastapi.responses import HTMLResponse, JSONResponse, Response
-    from fastapi.staticfiles import StaticFiles
-    from swagger_ui_bundle import swagger_ui_path
+    from fastapi.responses import Response
 
     policy = policy or Policy()
 
@@ -112,6 +122,49 @@ def create_app(retriever: Retriever, policy: Policy | None = None) -> Any:
                   redoc_url=None, summary="Search a collection as `situate evaluate` measured it")
     if policy.token:
         app.openapi_schema = None  # built on first use, with the bearer scheme below
+    _docs_and_error_handlers(app)
+
+    body = {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": SearchRequest.model_json_schema()}}}}
+
+    @app.post("/search", response_model=SearchResponse, responses=_ERRORS, openapi_extra=body)
+    async def search(request: Request) -> Response:
+        """The top `k` chunks for `query`, best first, ranked exactly as `situate evaluate`
+        ranks them in `mode`."""
+        asked = SearchRequest.of_json(await request.body())
+        started = time.perf_counter()
+        hits = await asyncio.to_thread(retriever.run, asked)
+        answer = SearchResponse(hits=hits,
+                                took_ms=round((time.perf_counter() - started) * 1000, 3),
+                                warnings=warnings_of(asked))
+        # Serialized once, here: returned as a model, FastAPI would validate it again against
+        # response_model (which stays, for the OpenAPI page) and encode it a second time.
+        return Response(answer.model_dump_json(), media_type="application/json")
+
+    @app.get("/collection", response_model=CollectionDescription, responses=_ERRORS)
+    def collection() -> CollectionDescription:
+        """The collection served: rows, embedder, contexts, when it was last ingested, and the
+        modes it can be searched in here."""
+        return retriever.describe()
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        """The server is up (it says nothing of Milvus: /collection asks it)."""
+        return {"status": "ok", "collection": retriever.collection}
+
+    if policy.token:
+        _bearer_in_openapi(app)
+    return Guard(app, policy)
+
+
+def _docs_and_error_handlers(app: Any) -> None:
+    """The offline API page at /docs, and situate's errors and bad requests as JSON replies."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse, JSONResponse
+    from fastapi.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
     app.mount("/docs/assets", StaticFiles(directory=swagger_ui_path), name="docs-assets")
 
     @app.get("/docs", include_in_schema=False)
@@ -133,50 +186,6 @@ def create_app(retriever: Retriever, policy: Policy | None = None) -> Any:
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": redact(f"bad request: {exc.errors()[0].get('msg', '')}")},
                             status_code=422)
-
-    errors: dict[int | str, dict[str, Any]] = {
-        401: {"description": "no token, or the wrong one"},
-        403: {"description": "a request from another origin (see --cors-origin)"},
-        404: {"description": "another collection than the one served"},
-        408: {"description": "a body not whole within the server's --read-timeout"},
-        413: {"description": "a body over the server's limit"},
-        421: {"description": "a Host name the server does not answer to (see --allowed-host)"},
-        422: {"description": "a body that is not JSON, an empty query, k not a whole number "
-                             "from 1 to 1000, an unknown field or mode, a mode this server "
-                             "cannot run"},
-        429: {"description": "too many requests in flight from this client"},
-        503: {"description": "Milvus did not answer, or the server is busy: try again shortly"}}
-    body = {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": SearchRequest.model_json_schema()}}}}
-
-    @app.post("/search", response_model=SearchResponse, responses=errors, openapi_extra=body)
-    async def search(request: Request) -> Response:
-        """The top `k` chunks for `query`, best first, ranked exactly as `situate evaluate`
-        ranks them in `mode`."""
-        asked = SearchRequest.of_json(await request.body())
-        started = time.perf_counter()
-        hits = await asyncio.to_thread(retriever.run, asked)
-        answer = SearchResponse(hits=hits,
-                                took_ms=round((time.perf_counter() - started) * 1000, 3),
-                                warnings=warnings_of(asked))
-        # Serialized once, here: returned as a model, FastAPI would validate it again against
-        # response_model (which stays, for the OpenAPI page) and encode it a second time.
-        return Response(answer.model_dump_json(), media_type="application/json")
-
-    @app.get("/collection", response_model=CollectionDescription, responses=errors)
-    def collection() -> CollectionDescription:
-        """The collection served: rows, embedder, contexts, when it was last ingested, and the
-        modes it can be searched in here."""
-        return retriever.describe()
-
-    @app.get("/healthz")
-    def healthz() -> dict[str, str]:
-        """The server is up (it says nothing of Milvus: /collection asks it)."""
-        return {"status": "ok", "collection": retriever.collection}
-
-    if policy.token:
-        _bearer_in_openapi(app)
-    return Guard(app, policy)
 
 
 def _bearer_in_openapi(app: Any) -> None:
