@@ -41,16 +41,6 @@ def uri_problem(uri: str) -> str | None:
     return None
 
 
-def check_uri(uri: str) -> str:
-    """`uri` if pymilvus can open it, else one InputError saying only why not."""
-    from situate.core.errors import InputError
-
-    problem = uri_problem(uri)
-    if problem is not None:
-        raise InputError(f"Milvus URI {shown(uri.strip())!r} {problem}")
-    return uri
-
-
 def shown(uri: str) -> str:
     """`uri` as messages and logs may show it: any user information replaced by ***
     (`http://***@host:19530`)."""

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from situate.core.errors import StoreError, StoreUnreachable
+from situate.core.errors import InputError, StoreError, StoreUnreachable
 from situate.core.retry import RetryPolicy
 from situate.core.secrets import redact, remember
-from situate.core.uri import check_uri, credentials, is_lite, shown
+from situate.core.uri import credentials, is_lite, shown, uri_problem
 from situate.storage.faults import (
     IN_CALL,
     describe,
@@ -55,6 +55,14 @@ _SERVER_GRPC_OPTIONS = {"grpc.initial_reconnect_backoff_ms": 250,
 
 T = TypeVar("T")
 log = logging.getLogger("situate.storage.milvus")
+
+
+def check_uri(uri: str) -> str:
+    """`uri` if pymilvus can open it, else one InputError saying only why not."""
+    problem = uri_problem(uri)
+    if problem is not None:
+        raise InputError(f"Milvus URI {shown(uri.strip())!r} {problem}")
+    return uri
 
 
 class Connection:

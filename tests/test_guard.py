@@ -11,7 +11,8 @@ import pytest
 
 from situate.api.guard import Guard, Policy, host_name
 from situate.core.secrets import install_log_redaction, redact, remember
-from situate.core.uri import check_uri, credentials, shown
+from situate.core.uri import credentials, shown
+from situate.storage.client import check_uri
 
 
 @pytest.mark.parametrize("host, name", [("localhost:8000", "localhost"), ("[::1]:8000", "::1"),
