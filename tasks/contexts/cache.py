@@ -129,7 +129,7 @@ def situate_corpus_cached(
 
 
 # Documents situated at once by a paid provider (its own concurrency bounds the requests).
-SITUATE_THREADS = 16
+DOCUMENTS_AT_ONCE = 16
 
 
 def situate_documents(contextualizer: Contextualizer, docs: Sequence[Document],
@@ -138,7 +138,7 @@ def situate_documents(contextualizer: Contextualizer, docs: Sequence[Document],
     """Contexts of every chunk of `docs`, in order; `report(n)` as documents are done.
 
     A provider that batches a whole corpus (Message Batches) gets them in one call; a paid one
-    gets `SITUATE_THREADS` documents at once; a free one works through them in turn. When one
+    gets `DOCUMENTS_AT_ONCE` documents at once; a free one works through them in turn. When one
     document fails, the provider is told to stop (`abort`) and the others end quickly."""
     batched = situate_corpus_cached(contextualizer, docs, cache)
     if batched is not None:
@@ -150,7 +150,7 @@ def situate_documents(contextualizer: Contextualizer, docs: Sequence[Document],
             results.append(situate_document(contextualizer, d, cache))
             report(1)
         return results
-    with ThreadPoolExecutor(max_workers=min(SITUATE_THREADS, len(docs)),
+    with ThreadPoolExecutor(max_workers=min(DOCUMENTS_AT_ONCE, len(docs)),
                             thread_name_prefix="situate") as pool:
         futures = [pool.submit(situate_document, contextualizer, d, cache) for d in docs]
         def reported(f: Future[ContextResult]) -> None:
