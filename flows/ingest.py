@@ -32,6 +32,7 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from situate.core.protocols import ChunkStore, StoreUpkeep
 from situate.core.records import Document, EmbeddedDocument, StoredDocument, Usage, batched
+from situate.core.secrets import redact
 from situate.core.settings import get_settings
 from situate.flows.artifacts import DOCUMENTS_SITUATED, IngestProgress, artifact_key
 from situate.flows.capacity import run_warning
@@ -68,10 +69,11 @@ from situate.tasks.embedders.windows import in_groups
 @task(task_run_name="scan-corpus", persist_result=False, cache_policy=NO_CACHE)
 def scan_corpus_task(path: str, chunk_size: int, chunk_overlap: int,
                      code_chunks: str | None = None,
-                     follow_links: bool | None = None) -> CorpusScan:
-    """The checking pass over the corpus, as a task of the run (seen in the UI)."""
+                     follow_links: bool | None = None, cache_dir: str | None = None) -> CorpusScan:
+    """The checking pass over the corpus (a source synced first), as a task of the run (seen in
+    the UI)."""
     return scan_corpus(path, chunk_size, chunk_overlap, code_chunks=code_chunks,
-                       follow_links=follow_links)
+                       follow_links=follow_links, cache_dir=cache_dir)
 
 
 def make_task_runner(options: IngestOptions) -> TaskRunner[Any]:
@@ -215,7 +217,7 @@ def ingest_flow(options: IngestOptions) -> IngestSummary | IngestPlan:
         if resources.scan is None:
             resources.scan = scan_corpus_task(options.corpus, options.chunk_size,
                                               options.chunk_overlap, options.code_chunks,
-                                              options.follow_links)
+                                              options.follow_links, options.cache_dir)
         warn_skipped(resources.scan)
         if options.dry_run:
             return _dry_run(options, resources)
@@ -225,7 +227,7 @@ def ingest_flow(options: IngestOptions) -> IngestSummary | IngestPlan:
 def _dry_run(options: IngestOptions, resources: Resources) -> IngestPlan:
     plan = plan_run(options, resources)
     create_table_artifact(plan.table(), key=artifact_key("ingest-plan", options.collection),
-                          description=f"plan (dry run) of ingesting {options.corpus} into "
+                          description=f"plan (dry run) of ingesting {redact(options.corpus)} into "
                                       f"{options.collection}")
     plan.write_json(options.json_out)
     get_run_logger().info(f"{options.collection}: dry run, {plan.requests} request(s) and "
@@ -316,7 +318,8 @@ class _Ingest:
                                                          code_chunks=o.code_chunks,
                                                          follow_links=o.follow_links,
                                                          wanted=plan.documents,
-                                                         kept=inputs.scan.kept))
+                                                         kept=inputs.scan.kept,
+                                                         cache_dir=o.cache_dir))
                     # Message Batches' windows stay whole: each batch takes its own wait.
                     tail = None if o.batch else plan.chunks
                     for docs in windows(documents, window_size(o), tail):
@@ -371,6 +374,12 @@ class _Ingest:
         before."""
         plan = self.plan
         if not (self.options.prune and inputs.existed and inputs.store is not None and plan.gone):
+            return 0
+        sync = inputs.scan.sync
+        if sync is not None and not sync.complete:
+            get_run_logger().warning(
+                f"{self.options.collection}: {len(plan.gone)} document(s) not listed by "
+                f"{sync.url} kept: the sync saw only part of it, so nothing is pruned")
             return 0
         store, collection, held = inputs.store, self.options.collection, inputs.contents.documents
         if store.upkeep is not None:
@@ -455,7 +464,7 @@ class _Ingest:
         o, scan, plan = self.options, inputs.scan, self.plan
         self.seconds["total"] = time.perf_counter() - self.started + scan.seconds
         summary = IngestSummary(
-            collection=o.collection, corpus=o.corpus, context=o.context,
+            collection=o.collection, corpus=redact(o.corpus), context=o.context,
             embedder=inputs.embedder_id, documents=scan.documents, new=plan.new,
             changed=plan.changed, unchanged=plan.unchanged,
             deleted_documents=len(self.deleted_docs), skipped_empty=scan.skipped_empty,
@@ -466,9 +475,11 @@ class _Ingest:
             rows=rows, drift_rows=self.drift, drift_share=round(self.drift / max(rows, 1), 4),
             rebuilt=self.rebuilt, **Bill.of(self.usage),
             **{k: self.embedder.get(k, "") for k in ("device", "backend", "precision")},
-            seconds={k: round(v, 3) for k, v in self.seconds.items()})
+            seconds={k: round(v, 3) for k, v in self.seconds.items()},
+            source=scan.sync.counts() if scan.sync else {},
+            failed=dict(scan.sync.failed) if scan.sync else {})
         create_table_artifact(summary.table(), key=artifact_key("ingest-summary", o.collection),
-                              description=f"ingest of {o.corpus} into {o.collection}")
+                              description=f"ingest of {redact(o.corpus)} into {o.collection}")
         summary.write_json(o.json_out)
         get_run_logger().info(f"{o.collection}: {self.written} chunks written, {rows} rows, "
                               f"{plan.unchanged} unchanged document(s) skipped")
@@ -479,6 +490,15 @@ def warn_skipped(scan: CorpusScan) -> None:
     """What the checking pass left out, said once in the run's log."""
     logger = get_run_logger()
     corpus = scan.path
+    if scan.sync is not None:
+        sync = scan.sync
+        logger.info(f"{corpus}: {sync.listed} listed, {sync.fetched} fetched "
+                    f"({sync.fetched_bytes} bytes), {sync.unchanged} unchanged (not fetched), "
+                    f"{sync.deleted} gone from the source, in {sync.seconds:.1f} s")
+        if sync.failed_count:
+            named = "; ".join(f"{d}: {why}" for d, why in sync.failed)
+            logger.warning(f"{corpus}: {sync.failed_count} document(s) failed, nothing pruned "
+                           f"this run: {named}")
     if scan.skipped_empty:
         logger.warning(f"skipped {scan.skipped_empty} empty document(s) in {corpus}")
     unreadable = sum(n for _, n in scan.skipped)

@@ -81,15 +81,23 @@ class IngestSummary(Bill, Counts):
     precision: str = ""  # fp32, fp16, int8
 
     seconds: dict[str, float] = {}
+    # A source's sync (situate.tasks.sources): documents listed, fetched, not fetched (same
+    # change marker), deleted from the source, failed...; and the failed ones, id -> why (the
+    # first 20). Empty for a local corpus.
+    source: dict[str, int] = {}
+    failed: dict[str, str] = {}
 
     def metrics(self) -> list[tuple[str, str]]:
         """(metric, value) rows: every field but the nested ones, then the stages' seconds."""
-        nested = ("seconds", "alternatives", "assumptions", "formats", "units", "skipped")
+        nested = ("seconds", "alternatives", "assumptions", "formats", "units", "skipped",
+                  "source", "failed")
         # A field with nothing to say is left out (an API embedder has no device or backend here).
         rows = [(k, str(v)) for k, v in self.model_dump().items() if k not in nested and v != ""]
         rows += [(f"files {k}", str(v)) for k, v in self.formats.items()]
         rows += [(f"read {k}", str(v)) for k, v in self.units.items()]
         rows += [(f"skipped {k}", str(v)) for k, v in self.skipped.items()]
+        rows += [(f"source {k}", str(v)) for k, v in self.source.items()]
+        rows += [(f"failed {k}", v) for k, v in self.failed.items()]
         return rows + [(f"seconds {k}", f"{v:.2f}") for k, v in self.seconds.items()]
 
     def table(self) -> list[dict[str, str]]:

@@ -106,7 +106,7 @@ def launch_ingest(options: IngestOptions) -> IngestSummary | IngestPlan:
 
         resources.scan = scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
                                  code_chunks=options.code_chunks,
-                                 follow_links=options.follow_links)
+                                 follow_links=options.follow_links, cache_dir=options.cache_dir)
         server = TemporaryServerStart()  # the input is good: the slowest step starts first
         server.imported.wait()
         from situate.flows.ingest import ingest_flow  # the rest of Prefect comes with it

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from situate.core.protocols import ChunkStore
 from situate.core.records import Document, Indexes, StoredDocument, grouped, sha256
+from situate.core.secrets import redact
 from situate.core.settings import get_settings
 from situate.core.uri import is_missing_lite_file
 from situate.flows.capacity import context_bytes, embedder_dim, store_capacity
@@ -190,7 +191,8 @@ def gather_inputs(options: IngestOptions, resources: Resources, dry_run: bool = 
     holds read (`read_contents`)."""
     scan = resources.scan or scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
                                          code_chunks=options.code_chunks,
-                                         follow_links=options.follow_links)
+                                         follow_links=options.follow_links,
+                                         cache_dir=options.cache_dir)
     resources.scan = None  # taken once
     name, model, _ = check_embedder(options.embedder)
     embedder_id = f"{name}:{model}"
@@ -286,7 +288,7 @@ def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
     pruned_rows = plan.gone_rows if options.prune else 0
     rows = inputs.contents.rows + plan.chunks - plan.replaced_rows - pruned_rows
     return IngestPlan(
-        collection=options.collection, corpus=options.corpus, context=config.name,
+        collection=options.collection, corpus=redact(options.corpus), context=config.name,
         embedder=inputs.embedder_id, mode=chosen.model.mode, documents=scan.documents,
         new=plan.new, changed=plan.changed, unchanged=plan.unchanged,
         deleted_documents=len(plan.gone) if options.prune else 0,
@@ -361,7 +363,8 @@ def _tally(options: IngestOptions, scan: CorpusScan, tallies: list[_ModeTally],
         for doc in stream_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
                                  code_chunks=options.code_chunks,
                                  follow_links=options.follow_links,
-                                 wanted=scan.order if scan.kept else None, kept=scan.kept):
+                                 wanted=scan.order if scan.kept else None, kept=scan.kept,
+                                 cache_dir=options.cache_dir):
             sizes.add_document(doc)
             for tally in tallies:
                 if doc.id in tally.plan.documents:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterable, Iterator, KeysView, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -49,6 +49,8 @@ from situate.tasks.corpus.directory import (
 from situate.tasks.corpus.filetypes import TEXT_SUFFIXES
 from situate.tasks.corpus.forms import _iter_jsonl, _iter_prechunked, iter_jsonl
 from situate.tasks.corpus.readers import LEGACY, Unreadable, document_suffixes
+from situate.tasks.sources.base import is_source
+from situate.tasks.sources.mirror import SyncReport, check_mirror, sync
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,9 @@ class CorpusScan:
     seconds: float = 0.0  # how long the pass took
     # Documents whose read was slow, kept whole (KEEP_SLOWER_THAN, KEEP_BYTES) for the run.
     kept: Mapping[str, Document] = field(default_factory=dict, repr=False)
+    # A source's sync before the pass (situate.tasks.sources.mirror.SyncReport); None: a local
+    # corpus. A sync that is not `complete` (a failed fetch) prunes nothing.
+    sync: SyncReport | None = None
 
     @property
     def ids(self) -> KeysView[str]:
@@ -152,7 +157,7 @@ KEEP_BYTES = 64 * 2**20
 def scan_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
                 max_file_bytes: int | None = None, code_chunks: str | None = None,
-                follow_links: bool | None = None) -> CorpusScan:
+                follow_links: bool | None = None, cache_dir: str | None = None) -> CorpusScan:
     """Check a whole corpus as `load_corpus` does (the same errors, the same log lines) while
     keeping, per document, only what a plan needs (`ScannedDocument`): memory grows with the
     number of documents, not their text.
@@ -161,7 +166,20 @@ def scan_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
     file's bytes would not tell a new reader's text from the old one's), and a corpus is checked
     whole before anything is written. What the run then reads again is only what its plan
     processes (`stream_corpus(wanted=...)`): an unchanged document is read once, and so is a
-    slow one (kept whole from here: `KEEP_SLOWER_THAN`)."""
+    slow one (kept whole from here: `KEEP_SLOWER_THAN`).
+
+    A source's URL (`situate.tasks.sources`) is synced first into its mirror in `cache_dir`
+    (default: the setting): only documents whose change marker moved are fetched; the mirror is
+    then scanned as a folder is, and the scan carries the sync's report."""
+    if isinstance(path, str) and is_source(path):
+        report = sync(path, cache_dir or get_settings().cache_dir,
+                      max(get_settings().max_document_bytes, get_settings().max_file_bytes))
+        try:
+            scan = scan_corpus(report.root, chunk_size, chunk_overlap, max_file_bytes, code_chunks,
+                               follow_links=False)
+        except InputError as e:
+            raise InputError(f"{report.url}: {str(e).removeprefix(report.root + ': ')}") from None
+        return replace(scan, path=report.url, sync=report)
     started = time.perf_counter()
     tally = _tally(path, max_file_bytes, quiet=False, code_chunks=code_chunks,
                    follow_links=follow_links)
@@ -196,12 +214,17 @@ def stream_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                   code_chunks: str | None = None,
                   follow_links: bool | None = None,
                   wanted: Collection[str] | None = None,
-                  kept: Mapping[str, Document] | None = None) -> Iterator[Document]:
+                  kept: Mapping[str, Document] | None = None,
+                  cache_dir: str | None = None) -> Iterator[Document]:
     """The documents of a corpus `scan_corpus` has checked, one at a time, in corpus order, saying
     nothing the scan said already. JSONL and directories are read lazily; a pre-chunked JSON is
     parsed whole (its format is one JSON value). With `wanted`, only those documents: the others
     are passed over without being read (a directory's files are not opened), cleaned or cut.
-    `kept` (the scan's `kept`, with `wanted` in corpus order) are handed over, not read again."""
+    `kept` (the scan's `kept`, with `wanted` in corpus order) are handed over, not read again.
+    A source's URL is read from the mirror its scan synced, in `cache_dir`; nothing is fetched."""
+    if isinstance(path, str) and is_source(path):
+        path = check_mirror(path, cache_dir or get_settings().cache_dir)
+        follow_links = False
     if not kept or wanted is None:
         tally = _tally(path, max_file_bytes, quiet=True, code_chunks=code_chunks,
                        follow_links=follow_links, wanted=wanted)

@@ -1,0 +1,1 @@
+"""Sources of documents by URL: git repositories and websites (`situate.tasks.sources.base`)."""

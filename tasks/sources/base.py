@@ -1,0 +1,121 @@
+"""Documents where they live: one small interface for every source, looked up by URL scheme.
+
+A `Source` lists its documents as a stream of `Entry`s (a stable id, a cheap change marker: a git
+blob hash, an HTTP ETag or Last-Modified, an object's ETag; a size when the listing knows it) and
+fetches one document's bytes, bounded. Nothing else: what happens to a document after it is
+fetched (readers, contexts, embedding, writes, prune, the manifest) is the pipeline a folder goes
+through, because a source is synced into a local mirror folder (`situate.tasks.sources.mirror`)
+that the ingest then reads as a directory corpus.
+
+Sources are registered in `SOURCES` by URL scheme ("git+file", "https", ...), as embedders and
+context providers are by name; a package adds one the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from situate.core.errors import InputError
+from situate.core.registry import Registry
+from situate.core.secrets import redact
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One document a listing found. `id` is its path in the mirror (and its document id):
+    "/"-separated, relative, with a suffix that says its file type. `marker` changes whenever
+    its bytes do (and costs nothing to read from the listing). `body`: the bytes, when listing
+    them already fetched them (a crawl reads a page to find its links); else `Source.fetch`.
+    `failed`: why the listing could not get it (the run then deletes nothing)."""
+
+    id: str
+    marker: str
+    size: int | None = None
+    body: bytes | None = None
+    failed: str = ""
+
+
+class Previous(Protocol):
+    """What the mirror holds from the last sync, for a source whose listing needs it (a crawl
+    asks with the last ETag, and on a 304 reads the links of the copy it already has)."""
+
+    def marker(self, doc_id: str) -> str | None: ...
+
+    def body(self, doc_id: str, limit: int) -> bytes | None: ...
+
+
+class Source(Protocol):
+    """A place documents live. `shown`: its URL as messages may show it (no credentials).
+    `complete` is read after the listing: False when the listing stopped early or missed
+    part of the source (a limit, a failed page), so that nothing is deleted on its word."""
+
+    shown: str
+    complete: bool
+
+    def entries(self, previous: Previous) -> Iterator[Entry]: ...
+
+    def fetch(self, entry: Entry, limit: int) -> bytes:
+        """The entry's bytes; `TooLarge` past `limit` bytes (read no further), `FetchFailed`
+        when the source refused or failed (one line, no credentials)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class FetchFailed(Exception):
+    """One document could not be fetched: the reason, in one line a log may show."""
+
+
+class TooLarge(Exception):
+    """A document over the byte limit: left unread past it."""
+
+
+# scheme -> a function of the URL and a private working folder (the source's own cache: a git
+# object store) giving its Source ("module:attr", imported on first use).
+SOURCES: Registry[Callable[[str, Path], Source]] = Registry(
+    "source", " (a URL: git+https://host/org/repo@main, git+file:///path/to/repo.git, "
+              "https://docs.example.com/)")
+SOURCES.register("git+file", "situate.tasks.sources.git:GitSource")
+SOURCES.register("git+https", "situate.tasks.sources.git:GitSource")
+SOURCES.register("git+http", "situate.tasks.sources.git:GitSource")
+
+
+def scheme_of(corpus: str) -> str | None:
+    """The URL scheme of `corpus` when it is a URL (`scheme://...`), else None: a local path
+    (a Windows drive letter is no scheme)."""
+    if "://" not in corpus:
+        return None
+    scheme = corpus.split("://", 1)[0].lower()
+    if len(scheme) < 2 or not all(c.isalnum() or c in "+.-" for c in scheme):
+        return None
+    return scheme
+
+
+def is_source(corpus: str) -> bool:
+    """Whether `corpus` names a source (a URL) rather than a local file or folder."""
+    return scheme_of(corpus) is not None
+
+
+def shown(url: str) -> str:
+    """`url` as messages, logs and summaries show it: credentials masked."""
+    return redact(url)
+
+
+def open_source(url: str, workdir: Path) -> Source:
+    """The source `url` names, by its scheme, working in `workdir`; InputError (one line) for an
+    unknown scheme or a URL the source refuses."""
+    scheme = scheme_of(url)
+    if scheme is None:
+        raise InputError(f"{shown(url)}: not a URL")
+    if scheme not in SOURCES:
+        raise InputError(f"{shown(url)}: unknown source scheme {scheme!r}: use one of "
+                         f"{', '.join(SOURCES.names())}")
+    return SOURCES.get(scheme)(url, workdir)
+
+
+def host_of(url: str) -> str:
+    return (urlsplit(url).hostname or "").lower()

@@ -1,0 +1,172 @@
+"""A git repository as a corpus (`git+file://`): synced into its mirror by blob hash, then read as
+a folder. The first sync fetches every file, a sync of the same commit fetches none, and one
+edit, one add and one delete fetch two and delete one; the ingest on top writes only those and
+ends with a fresh ingest's rows."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from situate.core.errors import InputError
+
+
+class Remote:
+    """A working repository whose commits are pushed to a bare one (the remote a URL names)."""
+
+    def __init__(self, root: Path) -> None:
+        from dulwich import porcelain
+        from dulwich.repo import Repo
+
+        self.work, self.bare = root / "work", root / "remote.git"
+        self.work.mkdir(parents=True)
+        porcelain.init(str(self.work)).close()
+        Repo.init_bare(str(self.bare), mkdir=True).close()
+        self.url = f"git+file://{self.bare}@main"
+
+    def commit(self, files: dict[str, str | None], message: str = "change") -> None:
+        from dulwich import porcelain
+
+        for name, text in files.items():
+            path = self.work / name
+            if text is None:
+                path.unlink()
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+        porcelain.add(str(self.work))
+        porcelain.commit(str(self.work), message=message.encode(), author=b"t <t@example.com>",
+                         committer=b"t <t@example.com>")
+        porcelain.push(str(self.work), str(self.bare), "refs/heads/master:refs/heads/main",
+                       outstream=io.BytesIO(), errstream=io.BytesIO())
+
+
+def page(n: int, words: str = "") -> str:
+    return f"# Page {n}\n\nPage {n} explains topic {n} in some detail. {words}\n\n## More\n\nMore on {n}.\n"
+
+
+@pytest.fixture
+def remote(tmp_path):
+    r = Remote(tmp_path / "repo")
+    r.commit({**{f"docs/p{n}.md": page(n) for n in range(6)}, "src/tool.py": "def run():\n    return 1\n",
+              ".gitignore": "build/\n*.log\n", "build/out.md": "# ignored\n", "notes.log": "x\n",
+              "image.png": "\x89PNG not text"})
+    return r
+
+
+def test_sync_fetches_only_changed_blobs(remote, tmp_path):
+    from situate.tasks.sources.mirror import mirror_root, sync
+
+    cache = tmp_path / "cache"
+    first = sync(remote.url, cache, 10**6)
+    tree = mirror_root(remote.url, cache) / "tree"
+    files = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file())
+    # .gitignore'd files are no documents; the hidden .gitignore itself is left out as a folder would
+    assert files == [*(f"docs/p{n}.md" for n in range(6)), "image.png", "src/tool.py"]
+    assert (first.listed, first.fetched, first.unchanged, first.deleted, first.complete) == (8, 8, 0, 0, True)
+
+    again = sync(remote.url, cache, 10**6)
+    assert (again.listed, again.fetched, again.unchanged, again.deleted) == (8, 0, 8, 0)
+
+    remote.commit({"docs/p1.md": page(1, "Edited."), "docs/p9.md": page(9), "docs/p2.md": None})
+    third = sync(remote.url, cache, 10**6)
+    assert (third.listed, third.fetched, third.unchanged, third.deleted) == (8, 2, 6, 1)
+    assert not (tree / "docs" / "p2.md").exists()
+    assert "Edited." in (tree / "docs" / "p1.md").read_text()
+
+
+def test_sync_killed_after_some_writes_fetches_the_rest(remote, tmp_path):
+    """A sync stopped mid-way keeps what it wrote, recorded; the next one fetches only the rest."""
+    from situate.tasks.sources import mirror
+
+    cache = tmp_path / "cache"
+    calls = []
+    real = mirror._write
+
+    def dying(tree, doc_id, body):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(doc_id)
+        real(tree, doc_id, body)
+
+    mirror._write = dying
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            mirror.sync(remote.url, cache, 10**6)
+    finally:
+        mirror._write = real
+    rest = mirror.sync(remote.url, cache, 10**6)
+    assert (rest.fetched, rest.unchanged) == (5, 3)
+    assert sorted(os.listdir(mirror.mirror_root(remote.url, cache) / "tree" / "docs")) == [
+        f"p{n}.md" for n in range(6)]
+
+
+def test_bad_git_urls_are_one_line(remote, tmp_path):
+    from situate.tasks.sources.mirror import sync
+
+    with pytest.raises(InputError, match=r"no branch or tag 'nope' \(branches: main\)"):
+        sync(remote.url.replace("@main", "@nope"), tmp_path / "c", 10**6)
+    with pytest.raises(InputError, match="no repository at"):
+        sync(f"git+file://{tmp_path}/absent.git", tmp_path / "c", 10**6)
+    with pytest.raises(InputError, match="unknown source scheme 'ftp'"):
+        sync("ftp://example.com/x", tmp_path / "c", 10**6)
+
+
+def test_credentials_never_shown(tmp_path):
+    """A token in a git URL is masked in the error that names the URL."""
+    from situate.tasks.sources.mirror import sync
+
+    with pytest.raises(InputError) as e:
+        sync("git+https://user:s3cr3t-t0ken@127.0.0.1:9/org/repo@main", tmp_path / "c", 10**6)
+    assert "s3cr3t-t0ken" not in str(e.value) and "***@127.0.0.1" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_scan_reads_the_mirror_as_a_folder(remote, tmp_path):
+    from situate.tasks.corpus.load import scan_corpus, stream_corpus
+
+    scan = scan_corpus(remote.url, cache_dir=str(tmp_path / "cache"))
+    assert sorted(scan.ids) == [*(f"docs/p{n}.md" for n in range(6)), "src/tool.py"]
+    assert scan.path == remote.url and scan.sync.fetched == 8
+    docs = list(stream_corpus(remote.url, wanted={"docs/p3.md"}, cache_dir=str(tmp_path / "cache")))
+    assert [d.id for d in docs] == ["docs/p3.md"] and "topic 3" in docs[0].text
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_ingest_from_git_is_incremental_and_equals_fresh(prefect_harness, state, remote, counting):
+    """First run indexes every file; a re-run of the same commit fetches no blob and writes
+    nothing; 1 edit + 1 add + 1 delete touch exactly those and give a fresh ingest's rows."""
+    import time
+
+    from tests.fakes.milvus_server import snapshot
+    from tests.helpers import ingest
+
+    params = {"corpus": remote.url, "collection": "gitdocs", "context": "structural",
+              "embedder": "counting", "prune": True}
+    t = time.perf_counter()
+    first = ingest(**params)
+    first_s = time.perf_counter() - t
+    assert (first.new, first.source["fetched"]) == (7, 8)
+    before = snapshot(state["milvus_uri"], "gitdocs")
+
+    counting.texts = 0
+    t = time.perf_counter()
+    again = ingest(**params)
+    again_s = time.perf_counter() - t
+    assert again.source["fetched"] == 0 and again.source["unchanged (not fetched)"] == 8
+    assert (again.unchanged, again.new, again.changed, again.chunks_written) == (7, 0, 0, 0)
+    assert counting.texts == 0 and snapshot(state["milvus_uri"], "gitdocs") == before
+    print(f"first run {first_s:.2f} s, unchanged re-run {again_s:.2f} s")
+
+    remote.commit({"docs/p1.md": page(1, "Edited."), "docs/p9.md": page(9), "docs/p2.md": None})
+    mutated = ingest(**params)
+    assert mutated.source["fetched"] == 2 and mutated.source["gone"] == 1
+    assert (mutated.new, mutated.changed, mutated.deleted_documents, mutated.unchanged) == (1, 1, 1, 5)
+
+    fresh = ingest(**{**params, "collection": "gitfresh", "cache_dir": str(state["cache_dir"]) + "2"})
+    assert fresh.new == 7
+    assert snapshot(state["milvus_uri"], "gitdocs") == snapshot(state["milvus_uri"], "gitfresh")
