@@ -23,12 +23,10 @@ from situate.core.errors import (
     CollectionNotServed,
     InputError,
     SituateError,
-    StoreError,
 )
 from situate.core.records import Hit, same_embedder
 from situate.core.settings import MAX_WORKERS, get_settings
-from situate.storage import open_existing
-from situate.storage.rows import validate_collection_name
+from situate.storage import open_existing, store_kind
 from situate.tasks.embedders.base import Embedders
 from situate.tasks.embedders.runtime import BACKENDS, Runtime
 from situate.tasks.rerankers.base import Reranker, get_reranker
@@ -111,7 +109,7 @@ class Retriever:
                  model_process: bool = False) -> None:
         settings = get_settings()
         uri = uri or settings.milvus_uri
-        _check_name(collection)
+        _check_name(collection, uri)
         _check_mode(mode)
         check_workers(workers)
         store = open_existing(uri, collection, settings.milvus_token.get_secret_value()
@@ -348,13 +346,11 @@ def _check_mode(mode: object) -> str:
     return check_modes([mode])[0]
 
 
-def _check_name(collection: object) -> None:
+def _check_name(collection: object, uri: str) -> None:
+    """A collection name, by the rule of the store `uri` names (its kind's own)."""
     if not isinstance(collection, str):
         raise InputError(f"collection must be a name, not {type(collection).__name__}")
-    try:
-        validate_collection_name(collection)
-    except StoreError as e:
-        raise InputError(str(e)) from None
+    store_kind(uri).check_collection(collection)
 
 
 __all__ = ["CollectionDescription", "Hit", "Retriever", "embedder_of", "hit_metadata"]

@@ -68,8 +68,8 @@ class ChunkStore(SearchStore, Protocol):
     It owns its rows: given documents' situated chunks and vectors it builds the schema's fields
     (ids, truncation to the field limits, the BM25 text) itself (`situate.storage.rows`).
     `write` replaces whole documents (a changed document's chunks it no longer has are deleted).
-    The contract every implementation meets is `tests/store_contract.py`; `open_store`
-    (situate.storage) is the one place that names the implementations.
+    The contract every implementation meets is `situate.testing.store`; `open_store`
+    (situate.storage) finds an implementation by its URI's scheme (`StoreKind`).
     """
 
     # A copy made in another process (a Dask worker), whose connection ends with its task.
@@ -168,3 +168,31 @@ class ContextCache(Protocol):
     def get(self, key: str) -> str | None: ...
 
     def put(self, key: str, context: str) -> None: ...
+
+
+@runtime_checkable
+class StoreKind(Protocol):
+    """A kind of store, registered by the URI schemes it opens in the `situate.stores`
+    entry-point group (situate.core.plugins; a path without a scheme is `file`): how to open one,
+    and the rules its URIs and collections follow, so that nothing above the store applies one
+    backend's rules to another. Whether a store needs upkeep is the store's own
+    `ChunkStore.upkeep` (None: it needs none)."""
+
+    def open(self, uri: str, token: str = "", *, retry_attempts: int | None = None,
+             cache_dir: str | None = None) -> ChunkStore:
+        """The store at `uri` (opened: a StoreError says why not)."""
+        ...
+
+    def uri_problem(self, uri: str) -> str | None:
+        """Why `uri` names no store of this kind (a phrase after the URI), None when it does."""
+        ...
+
+    def check_collection(self, name: str) -> str:
+        """`name` when a collection may be called so, else an InputError saying what may be."""
+        ...
+
+    def holds_in_memory(self, uri: str) -> bool:
+        """Whether the store at `uri` keeps its collections in this machine's memory, so that an
+        ingest estimates their size and warns before it is over the memory available
+        (situate.storage.capacity); False for a server elsewhere."""
+        ...

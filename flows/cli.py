@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from pydantic import Field
 
+from situate.core.registry import Registry
 from situate.core.version import version
 from situate.flows import launch, logs, signals
 from situate.flows.options import Flag, Options
@@ -80,19 +81,46 @@ class Command:
         return "milvus_uri" in self.options().model_fields
 
 
-COMMANDS: dict[str, Command] = {}
+def _declared(run: Any) -> Command:
+    found = getattr(run, "situate_command", None)
+    if not isinstance(found, Command):
+        raise TypeError(f"{run!r} is not declared with situate.flows.cli.command")
+    return found
+
+
+# Every command, situate's own and other packages', by its name in the `situate.commands`
+# entry-point group: each names a function declared with `@command`.
+COMMANDS: Registry[Command] = Registry("command", group="situate.commands", adapt=_declared)
 F = TypeVar("F", bound=Callable[..., int])
 
 
 def command(summary: str, examples: str, *, verbose: bool = False, server: bool = False,
             own_stop: bool = False) -> Callable[[F], F]:
-    """Declare `cmd_NAME(options: NameOptions) -> int` as `situate NAME`."""
-    def register(run: F) -> F:
+    """Declare `cmd_NAME(options: NameOptions) -> int` as a `situate` command; it is
+    `situate NAME` where an entry point of `situate.commands` names it."""
+    def declare(run: F) -> F:
         name = run.__name__.removeprefix("cmd_")
-        COMMANDS[name] = Command(name, run, summary, "examples:\n" + examples.strip("\n"), verbose,
-                                 server, own_stop or server)
+        run.situate_command = Command(  # type: ignore[attr-defined]
+            name, run, summary, "examples:\n" + examples.strip("\n"), verbose, server,
+            own_stop or server)
         return run
-    return register
+    return declare
+
+
+def commands(*, own: bool = False) -> dict[str, Command]:
+    """Every command that loads (`own`: situate's own only, as its documentation lists them);
+    one whose plugin fails to load is one line on stderr."""
+    from situate.core.plugins import OWN
+
+    problems: list[str] = []
+    found = COMMANDS.loaded(problems)
+    for problem in problems:
+        print(f"situate: warning: {problem}", file=sys.stderr)
+    theirs = {name for name in found if getattr(COMMANDS.origin(name), "dist", OWN) != OWN}
+    # situate's own in the order this module declares them (ingest first), then the others'.
+    ordered = sorted(found, key=lambda n: (n in theirs, 0 if n in theirs else
+                                           found[n].run.__code__.co_firstlineno, n))
+    return {name: found[name] for name in ordered if not (own and name in theirs)}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -107,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
                     "always have them)")
     p.add_argument("-v", "--verbose", action="store_true", help=verbose_help)
     sub = p.add_subparsers(dest="command", required=True)
-    for name, cmd in COMMANDS.items():
+    for name, cmd in commands().items():
         about = cmd.summary
         sp = sub.add_parser(name, help=about, description=textwrap.fill(
             about[0].upper() + about[1:] + ".", 79), epilog=cmd.examples, formatter_class=raw)
@@ -362,6 +390,49 @@ def cmd_version(options: VersionOptions) -> int:
     return 0
 
 
+class PluginsOptions(Options):
+    """`situate plugins`."""
+
+    check: Annotated[bool, Flag(("--check",))] = Field(
+        False, description="import every entry too, and say in one line each why one fails")
+    json_out: Annotated[bool, Flag(("--json",))] = Field(False, description="print them as JSON")
+
+
+@command("list the readers, embedders, context providers, rerankers, stores, sources and commands "
+         "installed, and the package each comes from",
+         """\
+  situate plugins
+  situate plugins --check --json""")
+def cmd_plugins(options: PluginsOptions) -> int:
+    import json
+
+    from situate.core.plugins import GROUPS, PluginError, groups
+
+    found: dict[str, list[dict[str, str]]] = {}
+    for group, entries in groups().items():
+        found[group] = []
+        for entry in entries:
+            row = {"name": entry.name, "from": entry.origin, "value": entry.value}
+            if options.check:
+                try:
+                    entry.load()
+                except PluginError as e:
+                    row["error"] = str(e)
+            found[group].append(row)
+    if options.json_out:
+        print(json.dumps(found, indent=2))
+    else:
+        lines = []
+        for group, rows in found.items():
+            lines.append(f"{group}: {GROUPS.get(group, 'entries of another package')}")
+            lines += [f"  {r['name']:<12} {r['from']:<20} {r['value']}" for r in rows] or ["  (none)"]
+        print("\n".join(lines))
+    failed = [row["error"] for rows in found.values() for row in rows if "error" in row]
+    for line in failed:
+        print(f"situate plugins: {line}", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def _api_token() -> str:
     from situate.core.settings import get_settings
 
@@ -425,7 +496,7 @@ def _main(argv: list[str] | None) -> int:
     logging.getLogger("situate.embed").setLevel(logging.INFO)
     # `situate serve` stops on its own terms (flows.deploy.serve: cancels its runs, exits 0);
     # the servers until they serve (`situate.api.http.starting`), then as uvicorn or MCP does.
-    cmd = COMMANDS[args.command]
+    cmd = COMMANDS.get(args.command)
     restore = signals.install_stop_handlers(args.command) if not cmd.own_stop else None
     starting = _starting(cmd)
     try:
@@ -448,5 +519,7 @@ def _main(argv: list[str] | None) -> int:
             restore()
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # `python -m situate.flows.cli`: the commands are the module's, not __main__'s
+    from situate.flows.cli import main as situate_main
+
+    sys.exit(situate_main())

@@ -26,10 +26,10 @@ def describe_default(field: FieldInfo, flag: Flag | None, setting: FromSetting |
 
 
 def models() -> dict[str, type[Options]]:
-    """Each command's options model, as the CLI declares them."""
-    from situate.flows.cli import COMMANDS
+    """Each of situate's own commands' options model, as the CLI declares them."""
+    from situate.flows.cli import commands
 
-    return {name: cmd.options() for name, cmd in COMMANDS.items()}
+    return {name: cmd.options() for name, cmd in commands(own=True).items()}
 
 
 def options_table() -> str:

@@ -29,9 +29,9 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from situate.api.request import K, Query, SearchRequest
-from situate.core.errors import InputError, SituateError, StoreError
+from situate.core.errors import InputError, SituateError
 from situate.core.settings import MAX_WORKERS, Settings, get_settings
-from situate.core.uri import credentials, is_lite, shown, uri_problem
+from situate.core.uri import credentials, is_lite, shown
 from situate.tasks.retrieval.search import check_k
 
 DEFAULT_KS = (5, 10, 20)
@@ -179,6 +179,8 @@ def _one_line(model: type[Options], error: ValidationError) -> str:
 # --- the commands' options ------------------------------------------------------------------------
 
 def _milvus_uri(value: str) -> str:
+    from situate.storage import uri_problem  # as the kind of store its scheme names says
+
     problem = uri_problem(value)
     if problem is not None:
         raise ValueError(problem)
@@ -308,11 +310,10 @@ class IngestOptions(Options):
 
     @model_validator(mode="after")
     def _check(self) -> IngestOptions:
-        from situate.storage.rows import validate_collection_name
         from situate.tasks.contexts.base import check_context
         from situate.tasks.embedders.base import check_embedder
 
-        _collection_name(self.collection, validate_collection_name)
+        check_collection(self.collection, self.milvus_uri)
         check_context(self.context)
         check_embedder(self.embedder, self.backend, self.device)
         check_task_runner(self.task_runner, self.dask_address, self.milvus_uri)
@@ -377,7 +378,7 @@ class EvaluateOptions(Options):
         from situate.tasks.retrieval.metrics import parse_ks
         from situate.tasks.retrieval.search import check_modes, default_modes
 
-        split_collections(self.collection)  # every name checked
+        split_collections(self.collection, self.milvus_uri)  # every name checked
         parse_ks(",".join(str(k) for k in self.k))
         if not self.modes:  # frozen: set once, here
             object.__setattr__(self, "modes", default_modes(self.reranker).split(","))
@@ -387,7 +388,7 @@ class EvaluateOptions(Options):
 
     @property
     def names(self) -> list[str]:
-        return split_collections(self.collection)
+        return split_collections(self.collection, self.milvus_uri)
 
 
 class SearchOptions(Options):
@@ -424,9 +425,7 @@ class SearchOptions(Options):
 
     @model_validator(mode="after")
     def _check(self) -> SearchOptions:
-        from situate.storage.rows import validate_collection_name
-
-        _collection_name(self.collection, validate_collection_name)
+        check_collection(self.collection, self.milvus_uri)
         self._request = SearchRequest.of({"query": self.query, "k": self.k, "mode": self.mode})
         _check_reranker([self.mode], self.reranker)
         return self
@@ -505,9 +504,7 @@ class _ServingOptions(Options):
 
     @model_validator(mode="after")
     def _check(self) -> _ServingOptions:
-        from situate.storage.rows import validate_collection_name
-
-        _collection_name(self.collection, validate_collection_name)
+        check_collection(self.collection, self.milvus_uri)
         _check_reranker([self.mode], self.reranker)
         return self
 
@@ -623,11 +620,12 @@ def _check_fusion(value: str) -> str:
     return check_fusion(value)  # a bad SITUATE_FUSION is said as such
 
 
-def _collection_name(name: str, validate: Callable[[str], str]) -> None:
-    try:
-        validate(name)
-    except StoreError as e:
-        raise InputError(str(e)) from None
+def check_collection(name: str, uri: str = "") -> str:
+    """`name` by the rule of the kind of store `uri` names (its own; a Milvus Lite file's
+    without a URI): one InputError saying what a name may be."""
+    from situate.storage import STORES, store_kind
+
+    return (store_kind(uri) if uri else STORES.get("file")).check_collection(name)
 
 
 def check_task_runner(kind: str, dask_address: str | None = None, milvus_uri: str = "") -> None:
@@ -643,16 +641,14 @@ def check_task_runner(kind: str, dask_address: str | None = None, milvus_uri: st
                          "http://HOST:PORT")
 
 
-def split_collections(text: str) -> list[str]:
-    """`--collection a,b,c` -> ['a', 'b', 'c'] (Milvus names cannot hold a comma), each name
-    checked; InputError for an empty or repeated one."""
-    from situate.storage.rows import validate_collection_name
-
+def split_collections(text: str, uri: str = "") -> list[str]:
+    """`--collection a,b,c` -> ['a', 'b', 'c'] (collection names hold no comma), each name
+    checked by the store's rule (`check_collection`); InputError for an empty or repeated one."""
     names = [c.strip() for c in text.split(",")]
     if not all(names):
         raise InputError(f"--collection {text!r} has an empty name: give names separated by commas")
     for name in names:
-        _collection_name(name, validate_collection_name)
+        check_collection(name, uri)
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise InputError(f"--collection names {repeated[0]!r} twice: give each collection once")

@@ -1,31 +1,56 @@
 """situate.storage: where chunks and contexts are kept (Milvus, memory, the context disk cache);
-imports only the core. `open_store` is the one place that names the stores' implementations:
-flows and the Retriever meet them through `situate.core.protocols` only."""
+imports only the core. A store is found by its URI's scheme in the `situate.stores` entry-point
+group (`store_kind`), situate's own as another package's: flows and the Retriever meet stores
+through `situate.core.protocols` only."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from situate.core.protocols import ChunkStore
+from situate.core.errors import InputError
+from situate.core.protocols import ChunkStore, StoreKind
+from situate.core.registry import Registry
 
 MEMORY = "memory://"
+STORES: Registry[StoreKind] = Registry("store", group="situate.stores")
+
+
+def scheme(uri: str) -> str:
+    """The scheme a store is registered under: `http` for http://host, `file` for a path."""
+    head, sep, _ = uri.strip().partition("://")
+    return head.lower() if sep else "file"
+
+
+def uri_problem(uri: str) -> str | None:
+    """Why no store opens `uri` (a phrase to follow it), None when one does: its scheme is
+    registered and that kind of store takes the URI."""
+    name = scheme(uri)
+    if not uri.strip():
+        return "is empty: give a Milvus Lite file (a path ending in .db) or a server's http(s)://host:port"
+    if name not in STORES:
+        return (f"has an unknown scheme {name!r}: give a Milvus Lite file (a path ending in .db) "
+                f"or one of {', '.join(s + '://' for s in STORES.names() if s != 'file')}")
+    return STORES.get(name).uri_problem(uri)
+
+
+def store_kind(uri: str) -> StoreKind:
+    """The kind of store `uri` names, by its scheme (`situate.stores`), the URI checked by that
+    kind: one InputError saying why not."""
+    from situate.core.uri import shown
+
+    problem = uri_problem(uri)
+    if problem is not None:
+        raise InputError(f"store URI {shown(uri.strip())!r} {problem}")
+    return STORES.get(scheme(uri))
 
 
 def open_store(uri: str, token: str = "", *, retry_attempts: int | None = None,
                cache_dir: str | None = None) -> ChunkStore:
-    """The store at `uri`: a Milvus Lite file, a Milvus server or Zilliz Cloud (their URI), or
-    `memory://NAME`, a store held in this process (tests, notebooks: nothing is persisted, and
-    stores opened on one NAME share it). `token` and `retry_attempts` are a Milvus server's;
+    """The store at `uri`, opened by the kind its scheme names (`store_kind`): a Milvus Lite
+    file, a Milvus server or Zilliz Cloud (their URI), `memory://NAME`, a store held in this
+    process (tests, notebooks: nothing is persisted, and stores opened on one NAME share it), or
+    a store another package registers. `token` and `retry_attempts` are a Milvus server's;
     `cache_dir` keeps a Milvus Lite collection's lexical index between processes
     (`situate.storage.lexical`)."""
-    if uri.startswith(MEMORY):
-        from situate.storage.memory import MemoryStore
-
-        return MemoryStore(uri)
-    from situate.storage.milvus import MilvusStore
-
-    return MilvusStore(uri, token, retry_attempts=retry_attempts, cache_dir=cache_dir)
+    return store_kind(uri).open(uri, token, retry_attempts=retry_attempts, cache_dir=cache_dir)
 
 
 def open_existing(uri: str, collection: str, token: str = "", *,

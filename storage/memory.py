@@ -48,7 +48,7 @@ from situate.storage.rows import (
     validate_collection_name,
 )
 
-SCHEME = MEMORY  # the URI scheme `situate.storage.open_store` opens this store for
+SCHEME = MEMORY  # the URI scheme situate registers this store under (`situate.storage.kinds`)
 ROW_FIELDS = ("id", "doc_id", "chunk_index", "text", "context", "doc_hash", "chunk_hash")
 # Okapi BM25's parameters as Milvus's BM25 function defaults them.
 K1, B = 1.2, 0.75
@@ -138,7 +138,9 @@ _SPACES_LOCK = threading.Lock()
 
 
 def is_memory(uri: str) -> bool:
-    return uri.startswith(SCHEME)
+    """A URI a memory store may be opened on: `SCHEME://NAME`, under situate's scheme or the one
+    another package registers it under."""
+    return bool(uri.partition("://")[2])
 
 
 class MemoryStore:

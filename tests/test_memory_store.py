@@ -12,7 +12,7 @@ import pytest
 from situate.core.errors import StoreError
 from situate.storage import open_existing, open_store
 from situate.storage.memory import MemoryStore, tokens
-from tests.store_contract import EMB, EMBEDDER, ROWS, C, StoreContract, corpus, stored
+from situate.testing.store import EMB, EMBEDDER, ROWS, C, StoreContract, corpus, stored
 
 
 def _uri() -> str:
@@ -50,7 +50,7 @@ def test_it_is_never_sent_to_another_process(loaded):
 
 
 def test_a_vector_of_another_dimension_is_refused(loaded):
-    from tests.store_contract import embedded
+    from situate.testing.store import embedded
 
     doc = embedded("x.md", ["short"])
     bad = type(doc)(doc.doc, doc.fingerprint, doc.situated, [[1.0, 0.0]])

@@ -50,7 +50,7 @@ def _cell(text: str) -> str:
 
 def cli_page() -> str:
     os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal's width
-    from situate.flows.cli import COMMANDS, _parser
+    from situate.flows.cli import _parser, commands
     from situate.flows.configuration import describe_default
     from situate.flows.options import fields
 
@@ -66,10 +66,10 @@ def cli_page() -> str:
            "[Errors and bad input](errors.md).", "",
            "| command | what it does |", "|---|---|"]
     out += [f"| [`situate {name}`](#situate-{name}) | {cmd.summary} |"
-            for name, cmd in COMMANDS.items()]
+            for name, cmd in commands(own=True).items()]
     out += ["", "## situate", "", "<!-- docs: generated -->", "```text", "$ situate --help",
             _help(parser, None), "```", ""]
-    for name, cmd in COMMANDS.items():
+    for name, cmd in commands(own=True).items():
         out += [f"## situate {name}", "", cmd.summary[0].upper() + cmd.summary[1:] + ".",
                 "", "| argument or option | what | variable | default |", "|---|---|---|---|"]
         for field_name, field, flag, setting in fields(cmd.options()):

@@ -106,13 +106,18 @@ class NoContext(Contextualizer):
 
 # --- the registry ---------------------------------------------------------------------------------
 
-CONTEXTUALIZERS: Registry[Callable[[ContextConfig], Contextualizer]] = Registry("context provider")
-CONTEXTUALIZERS.register("none", lambda config: NoContext())
-CONTEXTUALIZERS.register("structural", "situate.tasks.contexts.structural:from_config")
-# Imported on demand so that the offline default never imports the anthropic or openai SDK.
-CONTEXTUALIZERS.register("anthropic", "situate.tasks.contexts.claude:from_config")
-CONTEXTUALIZERS.register("openai", "situate.tasks.contexts.openai_chat:from_config")
-CONTEXTUALIZERS.register("ollama", "situate.tasks.contexts.ollama:from_config")
+# situate's own providers are registered in the `situate.contexts` entry-point group
+# (pyproject.toml), each imported when asked for, so the offline default never imports the
+# anthropic or openai SDK.
+CONTEXTUALIZERS: Registry[Callable[[ContextConfig], Contextualizer]] = Registry(
+    "context provider", group="situate.contexts")
+
+
+def no_context(config: ContextConfig) -> Contextualizer:
+    """`--context none`: chunks are indexed as they are."""
+    return NoContext()
+
+
 CONTEXTUALIZERS.hint = " (optionally name:model, e.g. openai:gpt-4.1-mini, ollama:llama3.2)"
 
 

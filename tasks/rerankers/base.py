@@ -32,9 +32,9 @@ class Reranker:
 
 
 # name -> constructor(model, **options) -> Reranker; "" model means the provider's default.
-RERANKERS: Registry[Callable[..., Reranker]] = Registry("reranker", hint=" (optionally name:model)")
-RERANKERS.register("cohere", "situate.tasks.rerankers.cohere:from_spec")
-RERANKERS.register("st", "situate.tasks.rerankers.st:from_spec")
+# situate's own are registered in the `situate.rerankers` entry-point group (pyproject.toml).
+RERANKERS: Registry[Callable[..., Reranker]] = Registry("reranker", hint=" (optionally name:model)",
+                                                        group="situate.rerankers")
 
 
 def get_reranker(spec: str = DEFAULT_RERANKER, **options: object) -> Reranker:

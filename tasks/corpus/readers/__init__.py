@@ -1,9 +1,10 @@
 """Readers of the document formats people keep: Markdown, PDF, HTML, DOCX, PPTX, XLSX, EPUB,
 notebooks, and whatever else a module here declares.
 
-The registry: every module (or package) under situate.tasks.corpus.readers that declares
-`READERS`, a tuple of `Reader`s (situate.tasks.corpus.readers.base), is found here; each reader
-names its format, its label and the suffixes it claims. Adding a format is adding one module.
+The registry: every entry point of the `situate.readers` group names a tuple of `Reader`s
+(situate.tasks.corpus.readers.base), situate's own modules here as another package's; each
+reader names its format, its label and the suffixes it claims. Adding a format is one module
+and its entry point (docs/how-to/extend.md).
 `read_document(path, max_bytes=...)` picks the reader by suffix, checks the content is that format
 (a `.pdf` that is not a PDF is an `Unreadable`, not a crash) and returns a `Reading` whose sections
 stream. Every library is imported inside its reader's `read`, so a corpus without PDFs never loads
@@ -12,11 +13,11 @@ PDFium.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+import logging
 from functools import cache
 from pathlib import Path
 
+from situate.core.registry import Registry
 from situate.core.settings import Settings
 from situate.tasks.corpus.readers.base import (
     Limits,
@@ -27,6 +28,8 @@ from situate.tasks.corpus.readers.base import (
     Unreadable,
     describe,
 )
+
+log = logging.getLogger("situate.readers")
 
 # Formats people have that situate does not read, with what to do instead.
 LEGACY: dict[str, str] = {
@@ -40,19 +43,28 @@ LEGACY: dict[str, str] = {
 }
 
 
+# Every reader module, by its entry point in the `situate.readers` group: situate's own
+# (pyproject.toml) and any installed package's, each naming a tuple of `Reader`s.
+READER_MODULES: Registry[tuple[Reader, ...]] = Registry("reader", group="situate.readers")
+
+
 @cache
 def readers() -> dict[str, Reader]:
-    """Every reader, by the suffix it claims (".pdf" -> the PDF reader), from the modules here
-    that declare `READERS`, in the order of their names."""
+    """Every reader, by the suffix it claims (".pdf" -> the PDF reader), from the entry points of
+    `situate.readers`, situate's own first. A plugin that fails to load is one warning naming it,
+    and the others still read; a suffix claimed twice keeps its first reader, with a warning."""
     found: dict[str, Reader] = {}
-    for module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-        declared = getattr(importlib.import_module(f"{__name__}.{module}"), "READERS", ())
+    problems: list[str] = []
+    for declared in READER_MODULES.loaded(problems).values():
         for reader in declared:
             for suffix in reader.suffixes:
                 if suffix in found:
-                    raise RuntimeError(f"{suffix} is claimed by two readers: "
-                                       f"{found[suffix].format} and {reader.format}")
+                    problems.append(f"{suffix} is claimed by two readers: {found[suffix].format} "
+                                    f"(kept) and {reader.format}")
+                    continue
                 found[suffix] = reader
+    for problem in problems:
+        log.warning("%s", problem)
     return found
 
 
