@@ -124,6 +124,19 @@ class Settings(BaseSettings):
                                   "more is skipped (`read past 1 GiB`); e.g. 512MiB, 2GiB")
     max_pdf_pages: int = Field(10_000, ge=1, description="a PDF with more pages is skipped unread "
                                "(a page tree can list one page a million times in 2 KB)")
+    web_max_pages: int = Field(10_000, ge=1, description="pages a website corpus reads at most "
+                               "per run (a run stopped by it deletes nothing)")
+    web_max_depth: int = Field(20, ge=0, description="links followed from a website corpus's "
+                               "start page, at most, when it has no sitemap")
+    web_timeout: float = Field(30.0, gt=0, description="seconds one request of a website corpus "
+                               "may wait to connect or for the next bytes")
+    web_max_seconds: float = Field(3600.0, gt=0, description="seconds a website corpus's sync "
+                                   "may take in all (a run stopped by it deletes nothing)")
+    web_allow_hosts: str = Field("", description="hosts (comma-separated) a website corpus may "
+                                 "read beyond its start URL's own host")
+    web_allow_link_local: bool = Field(False, description="let a website corpus start at a "
+                                       "link-local address (169.254.0.0/16, fe80::/10: cloud "
+                                       "metadata services), which is otherwise refused")
     follow_links: bool = Field(False, description="read files that symbolic links in a directory "
                                "corpus point to outside it (and linked directories)")
     code_chunks: Literal["syntax", "text"] = Field("syntax", description="how source files are "

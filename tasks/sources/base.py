@@ -30,13 +30,15 @@ class Entry:
     "/"-separated, relative, with a suffix that says its file type. `marker` changes whenever
     its bytes do (and costs nothing to read from the listing). `body`: the bytes, when listing
     them already fetched them (a crawl reads a page to find its links); else `Source.fetch`.
-    `failed`: why the listing could not get it (the run then deletes nothing)."""
+    `failed`: why the listing could not get it (the run then deletes nothing); `too_large`: the
+    listing stopped reading it at the byte limit."""
 
     id: str
     marker: str
     size: int | None = None
     body: bytes | None = None
     failed: str = ""
+    too_large: bool = False
 
 
 class Previous(Protocol):
@@ -82,6 +84,8 @@ SOURCES: Registry[Callable[[str, Path], Source]] = Registry(
 SOURCES.register("git+file", "situate.tasks.sources.git:GitSource")
 SOURCES.register("git+https", "situate.tasks.sources.git:GitSource")
 SOURCES.register("git+http", "situate.tasks.sources.git:GitSource")
+SOURCES.register("http", "situate.tasks.sources.web:WebSource")
+SOURCES.register("https", "situate.tasks.sources.web:WebSource")
 
 
 def scheme_of(corpus: str) -> str | None:

@@ -248,14 +248,16 @@ def _take(entry: Entry, source: Source, state: _State, tree: Path, limit: int,
         report.unchanged += 1
         return
     try:
+        if entry.too_large:
+            raise TooLarge
         body = entry.body if entry.body is not None else source.fetch(entry, limit)
         if len(body) > limit:
             raise TooLarge
         _write(tree, entry.id, body)
     except TooLarge:
         report.too_large += 1
-        log.warning(f"{report.url}: {entry.id} is over {limit} bytes (SITUATE_MAX_DOCUMENT_BYTES);"
-                    " skipped")
+        log.warning(f"{report.url}: {entry.id} is over its byte limit (SITUATE_MAX_FILE_BYTES for "
+                    "text, SITUATE_MAX_DOCUMENT_BYTES for others); skipped")
         _remove(tree, entry.id)
         state.forget(entry.id)
         return

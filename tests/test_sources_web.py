@@ -1,0 +1,208 @@
+"""A website as a corpus, against a site served on 127.0.0.1 by the test: its sitemap, robots.txt
+and ETags (an unchanged page costs a 304), links followed within the prefix only, and the safety
+limits (another host, a 50 MB page, a server that never answers, a link-local start URL, 500s)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from situate.core.errors import InputError
+from tests.fakes.website import Site
+
+
+def text(n: int, extra: str = "") -> str:
+    return f"Page {n} explains topic {n} at some length so that it makes a chunk. {extra}"
+
+
+@pytest.fixture
+def site():
+    s = Site().start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def settings_env(monkeypatch):
+    from situate.core.settings import get_settings
+
+    def set_env(**values: str) -> None:
+        for k, v in values.items():
+            monkeypatch.setenv(f"SITUATE_{k.upper()}", v)
+        get_settings.cache_clear()
+
+    yield set_env
+    get_settings.cache_clear()
+
+
+def with_sitemap(site: Site, pages: list[int]) -> None:
+    for n in pages:
+        site.html(f"/docs/p{n}.html", f"Page {n}", text(n))
+    site.html("/docs/private/secret.html", "Secret", "not to be read")
+    site.robots = (f"User-agent: *\nDisallow: /docs/private/\nSitemap: {site.base}/docs/sitemap.xml\n")
+    site.sitemap("/docs/sitemap.xml", [f"{site.base}/docs/p{n}.html" for n in pages]
+                 + [f"{site.base}/docs/private/secret.html", "http://example.invalid/elsewhere.html"])
+
+
+def test_sitemap_robots_and_conditional_requests(site, tmp_path):
+    from situate.tasks.sources.mirror import mirror_root, sync
+
+    with_sitemap(site, [0, 1, 2, 3])
+    url, cache = f"{site.base}/docs/", tmp_path / "cache"
+    first = sync(url, cache, 10**7)
+    assert (first.listed, first.fetched, first.complete) == (4, 4, True)
+    assert site.requested("/docs/private/secret.html") == []  # robots.txt disallows it
+    assert not any("elsewhere" in p for _, p, _ in site.log)  # another host: never asked
+
+    site.log.clear()
+    again = sync(url, cache, 10**7)
+    assert (again.fetched, again.unchanged) == (0, 4)
+    assert [site.requested(f"/docs/p{n}.html") for n in range(4)] == [[304]] * 4
+
+    del site.pages["/docs/p2.html"]
+    with_sitemap(site, [0, 1, 3, 4])
+    site.html("/docs/p1.html", "Page 1", text(1, "Edited."))
+    third = sync(url, cache, 10**7)
+    assert (third.fetched, third.unchanged, third.deleted) == (2, 2, 1)
+    tree = mirror_root(url, cache) / "tree"
+    assert sorted(p.name for p in tree.iterdir()) == ["p0.html", "p1.html", "p3.html", "p4.html"]
+
+
+def test_crawl_stays_within_prefix_and_host(site, tmp_path):
+    """Without a sitemap, links are followed within the prefix; a redirect to another host is
+    not followed (that host's server is never asked), nor a link outside the prefix."""
+    from situate.tasks.sources.mirror import sync
+
+    other = Site().start()
+    try:
+        elsewhere = other.base.replace("127.0.0.1", "localhost") + "/docs/p9.html"
+        other.html("/docs/p9.html", "Elsewhere", "another host")
+        site.html("/docs/", "Home", text(0), ("guide/a.html", "../outside.html", "moved.html",
+                                               elsewhere))
+        site.html("/docs/guide/a.html", "A", text(1), ("../index.html", "b"))
+        site.html("/docs/guide/b", "B", text(2))
+        site.html("/outside.html", "Outside", "not under the prefix")
+        site.redirects["/docs/moved.html"] = elsewhere
+        report = sync(f"{site.base}/docs/", tmp_path / "cache", 10**7)
+        assert report.fetched == 3  # index.html, guide/a.html, guide/b.html
+        assert site.requested("/outside.html") == []
+        assert other.log == []
+        assert [why for d, why in report.failed] == [
+            f"redirects outside {site.base}/docs/ (to {elsewhere}): not followed"]
+    finally:
+        other.stop()
+
+
+def test_big_page_is_cut_at_the_limit(site, tmp_path, settings_env):
+    """A 50 MB page (no Content-Length) is read to the limit (SITUATE_MAX_FILE_BYTES for text,
+    10 MB by default) and no further, and left out."""
+    from situate.tasks.sources.mirror import sync
+
+    site.html("/docs/", "Home", text(0), ("big.html",))
+    site.big["/docs/big.html"] = 50 * 2**20
+    report = sync(f"{site.base}/docs/", tmp_path / "cache", 200 * 2**20)
+    assert (report.fetched, report.too_large) == (1, 1)
+    time.sleep(0.2)
+    assert 10 * 2**20 < site.sent["/docs/big.html"] < 20 * 2**20
+
+
+def test_server_that_never_answers_is_timed_out(site, tmp_path, settings_env):
+    from situate.tasks.sources.mirror import sync
+
+    settings_env(web_timeout="0.5")
+    site.html("/docs/", "Home", text(0), ("slow.html",))
+    site.hanging.add("/docs/slow.html")
+    t = time.perf_counter()
+    report = sync(f"{site.base}/docs/", tmp_path / "cache", 10**7)
+    assert time.perf_counter() - t < 5
+    assert report.failed == [("slow.html", "timed out after 0.5 s (SITUATE_WEB_TIMEOUT)")]
+    assert not report.complete
+
+
+def test_link_local_start_is_refused_unless_allowed(tmp_path, settings_env):
+    from situate.tasks.sources.base import open_source
+
+    for url in ("http://169.254.169.254/", "http://[fe80::1]/latest/"):
+        with pytest.raises(InputError) as e:
+            open_source(url, tmp_path)
+        assert str(e.value) == (f"{url}: a link-local address (a cloud metadata service) is "
+                                "refused; set SITUATE_WEB_ALLOW_LINK_LOCAL=true if you mean it")
+    settings_env(web_allow_link_local="true")
+    source = open_source("http://169.254.169.254/", tmp_path)  # built; nothing requested
+    source.close()
+
+
+def test_links_to_private_addresses_from_a_public_start_are_refused(tmp_path):
+    from situate.tasks.sources.web import WebSource
+
+    source = WebSource("http://127.0.0.1:9/docs/", tmp_path)
+    source.private_start = False  # as if the start URL were public
+    assert source.refusal("http://127.0.0.1:9/docs/a.html") == "127.0.0.1 is a private address"
+    assert source.refusal("http://10.0.0.1/docs/") == "another host (10.0.0.1)"
+    assert source.refusal("file:///etc/passwd") == "file scheme"
+    source.close()
+
+
+def test_half_the_pages_failing_deletes_nothing_and_names_them(site, tmp_path):
+    from situate.tasks.sources.mirror import sync
+
+    with_sitemap(site, list(range(6)))
+    url, cache = f"{site.base}/docs/", tmp_path / "cache"
+    assert sync(url, cache, 10**7).fetched == 6
+    site.failing |= {"/docs/p0.html", "/docs/p2.html", "/docs/p4.html"}
+    del site.pages["/docs/p5.html"]  # gone (404), but this run deletes nothing
+    bad = sync(url, cache, 10**7)
+    assert not bad.complete and bad.deleted == 0
+    assert bad.failed == [(f"p{n}.html", "HTTP 500") for n in (0, 2, 4)]
+    site.failing.clear()
+    good = sync(url, cache, 10**7)
+    assert good.complete and good.deleted == 1 and good.failed == []
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_ingest_from_a_website(prefect_harness, state, site, counting):
+    """First run indexes every page; a re-run costs 304s and writes nothing; a run with half the
+    pages failing prunes nothing and names them; 1 edit + 1 add + 1 delete then touch exactly
+    those and give a fresh ingest's rows."""
+    from tests.fakes.milvus_server import snapshot
+    from tests.helpers import ingest
+
+    with_sitemap(site, list(range(6)))
+    params = {"corpus": f"{site.base}/docs/", "collection": "site", "context": "structural",
+              "embedder": "counting", "prune": True}
+    t = time.perf_counter()
+    first = ingest(**params)
+    first_s = time.perf_counter() - t
+    assert (first.new, first.source["fetched"]) == (6, 6)
+    before = snapshot(state["milvus_uri"], "site")
+
+    site.log.clear()
+    counting.texts = 0
+    t = time.perf_counter()
+    again = ingest(**params)
+    again_s = time.perf_counter() - t
+    assert {status for _, p, status in site.log if p.endswith(".html")} == {304}
+    assert (again.source["fetched"], again.chunks_written, counting.texts) == (0, 0, 0)
+    assert snapshot(state["milvus_uri"], "site") == before
+    print(f"first run {first_s:.2f} s, unchanged re-run {again_s:.2f} s")
+
+    site.failing |= {"/docs/p0.html", "/docs/p2.html", "/docs/p4.html"}
+    with_sitemap(site, [0, 1, 2, 3, 4])  # p5 gone from the sitemap: kept, as the run is partial
+    half = ingest(**params)
+    assert half.failed == {"p0.html": "HTTP 500", "p2.html": "HTTP 500", "p4.html": "HTTP 500"}
+    assert (half.deleted_documents, half.chunks_deleted, half.rows) == (0, 0, 6)
+
+    site.failing.clear()
+    del site.pages["/docs/p2.html"]
+    with_sitemap(site, [0, 1, 3, 4, 7])
+    site.html("/docs/p1.html", "Page 1", text(1, "Edited."))
+    synced = ingest(**params)
+    # p5 (gone earlier) and p2 deleted, p1 edited, p7 added
+    assert (synced.new, synced.changed, synced.deleted_documents) == (1, 1, 2)
+    assert synced.source["fetched"] == 2 and synced.failed == {}
+
+    fresh = ingest(**{**params, "collection": "sitefresh", "cache_dir": state["cache_dir"] + "2"})
+    assert fresh.new == 5
+    assert snapshot(state["milvus_uri"], "site") == snapshot(state["milvus_uri"], "sitefresh")
