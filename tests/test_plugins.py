@@ -138,7 +138,9 @@ def test_an_installed_package_adds_a_reader_and_a_store(env: Env, tmp_path: Path
         top = hits[0]
         assert top["doc_id"] == "notes.org" and "walrus hauls out" in top["text"]
         assert top["store"] == "MemoryStore" and top["metadata"]["format"] == "org"
-        assert "Walruses" in top["context"]  # the reader's heading, said by the structural context
+        # The reader's own place (its line) is stored and said, with its heading, in the context.
+        assert top["metadata"]["line"] == 3 and top["metadata"]["place"] == "Line 3"
+        assert "Line 3 > Walruses" in top["context"], top["context"]
 
         # The package's own tests run situate's store contract on its store (situate.testing).
         contract = env.run("-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
@@ -225,3 +227,18 @@ def test_situates_own_parts_are_its_entry_points() -> None:
     for group in ("situate.embedders", "situate.contexts", "situate.rerankers", "situate.stores"):
         assert entries(group) and all(e.dist == OWN for e in entries(group)), group
     assert set(COMMANDS) >= {"ingest", "evaluate", "search", "api", "mcp", "version", "plugins"}
+
+
+def test_a_reader_declares_its_own_place_fields() -> None:
+    """`Place` is open: a reader's own fields are stored after the others, and its words for
+    them open what the context says of the place; a field cannot take a name Place has."""
+    from situate.tasks.corpus.readers.base import Place, describe
+
+    place = Place(page=2, heading_path=("Intro",), own=(("line", 40), ("column", 3)), said="Line 40")
+    assert list(place.as_dict().items()) == [("page", 2), ("heading_path", ["Intro"]), ("line", 40),
+                                             ("column", 3), ("place", "Line 40")]
+    assert describe(place.as_dict()) == "Page 2 > Line 40 > Intro."
+    assert describe(Place(own=(("line", 7),)).as_dict()) == ""  # unsaid: stored only
+    for taken in ("page", "place"):
+        with pytest.raises(ValueError, match=f"cannot be named '{taken}'"):
+            Place(own=((taken, 1),))

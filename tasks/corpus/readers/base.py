@@ -33,6 +33,7 @@ class Place:
     (1-based), `slide` (1-based), `slide_title` and `notes` (speaker notes), `sheet` (name) and
     `rows` (first, last; 1-based), `cell` (1-based) and `cell_type` ("markdown", "code", "raw"),
     `heading_path` (titles, outermost first). None (False for `notes`) where it does not apply.
+    A format with another kind of place declares its own fields (`own`) and says them (`said`).
 
     A chunk's place is stored in its row's metadata as `as_dict()` gives it, and said in its
     context as `describe` says it (situate.tasks.contexts.structural)."""
@@ -48,9 +49,22 @@ class Place:
     cell: int | None = None
     cell_type: str | None = None
     heading_path: tuple[str, ...] | None = None
+    # A reader's own place, for a format whose place none of the fields above says (a line of
+    # a log, a node of an outline): its fields as (key, value) pairs, stored after the others,
+    # and how a chunk's context says it (`said`: "Line 40", stored as `place`).
+    own: tuple[tuple[str, Any], ...] = ()
+    said: str = ""
+
+    def __post_init__(self) -> None:
+        taken = {f for f in self.__dataclass_fields__ if f not in ("own", "said")} | {"place"}
+        clash = sorted({key for key, _ in self.own} & taken)
+        if clash:
+            raise ValueError(f"a reader's own place field cannot be named {clash[0]!r}: "
+                             "Place has a field of that name")
 
     def as_dict(self) -> dict[str, Any]:
-        """The place as stored: its keys in this order, those that do not apply left out."""
+        """The place as stored: its keys in this order, those that do not apply left out; then
+        the reader's own fields, and `place`, how its context says them."""
         out: dict[str, Any] = {}
         for key in ("chapter", "chapter_title", "page", "slide", "slide_title"):
             value = getattr(self, key)
@@ -68,6 +82,9 @@ class Place:
             out["cell_type"] = self.cell_type
         if self.heading_path is not None:
             out["heading_path"] = list(self.heading_path)
+        out.update(self.own)
+        if self.said:
+            out["place"] = self.said
         return out
 
 
@@ -100,6 +117,9 @@ def describe(where: Mapping[str, Any]) -> str:
         rows = where.get("rows")
         parts.append(f"Sheet {sheet}" + (f", rows {rows[0]}-{rows[1]}"
                                          if isinstance(rows, list) and len(rows) == 2 else ""))
+    said = where.get("place")  # a reader's own place, in its words (`Place.said`)
+    if isinstance(said, str) and said.strip():
+        parts.append(" ".join(said.split())[:100])
     headings = where.get("heading_path")
     if isinstance(headings, list) and headings:
         parts.append(" > ".join(" ".join(str(h).split())[:80] for h in headings[-3:]))

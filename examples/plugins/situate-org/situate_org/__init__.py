@@ -9,24 +9,34 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from situate.storage.kinds import MemoryKind
-from situate.tasks.corpus.readers.base import FileReader, Limits, Reading, Section, read_utf8_text
+from situate.tasks.corpus.readers.base import (
+    FileReader,
+    Limits,
+    Place,
+    Reading,
+    Section,
+    read_utf8_text,
+)
 
 _HEADING = re.compile(r"^(\*+)\s+(.*?)\s*$")
 
 
 def org_sections(text: str) -> Iterator[Section]:
-    """Headings (`*`, `**`, ...) as the structure, each paragraph under them as text; the
-    buffer settings (`#+TITLE:` and the like) are left out."""
+    """Headings (`*`, `**`, ...) as the structure, each paragraph under them as text, placed by
+    the line it starts on: a place of the reader's own (`Place.own`), said "Line N" in a chunk's
+    context. The buffer settings (`#+TITLE:` and the like) are left out."""
     paragraph: list[str] = []
-    for line in [*text.splitlines(), ""]:
+    start = 0
+    for number, line in enumerate([*text.splitlines(), ""], 1):
         heading = _HEADING.match(line)
         if heading or not line.strip() or line.startswith("#+"):
             if paragraph:
-                yield Section(" ".join(paragraph))
+                yield Section(" ".join(paragraph), Place(own=(("line", start),), said=f"Line {start}"))
                 paragraph = []
             if heading:
                 yield Section(heading.group(2), kind="heading", level=len(heading.group(1)))
             continue
+        start = start if paragraph else number
         paragraph.append(line.strip())
 
 
