@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from situate.core.errors import InputError
+from situate.core.secrets import redact
 from situate.core.uri import is_lite
 from situate.flows import prefect_internals
 from situate.flows.options import EvaluateOptions, IngestOptions, ServeOptions
+from situate.tasks.sources.base import is_source
 
 
 def build_deployments(options: ServeOptions) -> list[Any]:
@@ -35,7 +37,7 @@ def build_deployments(options: ServeOptions) -> list[Any]:
     out = [ingest_flow.to_deployment(
         name=options.name, cron=options.ingest_cron, paused=options.paused, concurrency_limit=1,
         tags=[*tags, "ingest"],
-        description=f"Incremental ingest of {options.corpus} into {options.collection}",
+        description=f"Incremental ingest of {redact(options.corpus)} into {options.collection}",
         parameters={"options": ingest.given()})]
     if evaluate is not None:
         out.append(evaluate_flow.to_deployment(
@@ -62,7 +64,7 @@ def resolve_paths(options: ServeOptions) -> ServeOptions:
     a Lite file's)."""
     uri = options.milvus_uri
     return options.model_copy(update={
-        "corpus": str(Path(options.corpus).resolve()),
+        "corpus": options.corpus if is_source(options.corpus) else str(Path(options.corpus).resolve()),
         "milvus_uri": str(Path(uri).resolve()) if is_lite(uri) else uri,
         "eval_set": str(Path(options.eval_set).resolve()) if options.eval_set else None})
 
@@ -110,7 +112,7 @@ def check_serve_options(cfg: ServeOptions) -> None:
 
     from situate.tasks.retrieval.metrics import load_eval_set
 
-    if not Path(cfg.corpus).exists():
+    if not is_source(cfg.corpus) and not Path(cfg.corpus).exists():
         raise InputError(f"corpus not found: {cfg.corpus} (every ingest run re-reads it: give a "
                          "pre-chunked .json, a .jsonl of documents, or a directory)")
     deployment_options(cfg)

@@ -245,8 +245,10 @@ class IngestOptions(Options):
     """`situate ingest`, and the ingest flow's parameter."""
 
     corpus: Annotated[str, Flag()] = Field(
-        description="the corpus: a pre-chunked .json, a .jsonl of documents, or a directory (or "
-                    "file) of text, Markdown and source files")
+        description="the corpus: a pre-chunked .json, a .jsonl of documents, a directory (or "
+                    "file) of text, Markdown and source files, or where documents live: a git "
+                    "repository (git+https://host/org/repo@main, git+file:///path/repo.git) or a "
+                    "website (https://docs.example.com/guide/)")
     collection: Collection = Field(description="Milvus collection name")
     milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
     context: Annotated[str, Flag(("--context",), choices=_context_names),
@@ -527,7 +529,8 @@ class ServeOptions(Options):
     left empty are resolved by each run from the settings where it runs."""
 
     corpus: Annotated[str, Flag()] = Field(description="corpus the ingest deployment re-reads on "
-                                                        "every run")
+                                                        "every run (a path, or a git or website "
+                                                        "URL, synced on every run)")
     collection: Collection = Field(description="Milvus collection name")
     milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
     eval_set: Annotated[str | None, Flag(("--eval-set",))] = Field(
