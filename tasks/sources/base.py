@@ -86,6 +86,7 @@ SOURCES.register("git+https", "situate.tasks.sources.git:GitSource")
 SOURCES.register("git+http", "situate.tasks.sources.git:GitSource")
 SOURCES.register("http", "situate.tasks.sources.web:WebSource")
 SOURCES.register("https", "situate.tasks.sources.web:WebSource")
+SOURCES.register("s3", "situate.tasks.sources.objects:S3Source")
 
 
 def scheme_of(corpus: str) -> str | None:

@@ -1,0 +1,143 @@
+"""An S3 prefix as a corpus, against moto's S3 server on 127.0.0.1: synced by ETag (an unchanged
+object is not downloaded again), edits, adds and deletes, a missing bucket and a wrong key in one
+line that never shows the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from situate.core.errors import InputError
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto")
+
+KEY_ID, SECRET = "AKIAEXAMPLEKEY000001", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY1"
+
+
+@pytest.fixture(scope="module")
+def moto_server():
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3(moto_server, monkeypatch):
+    """A client of the moto server, and the environment a source reads its credentials from."""
+    import botocore.session
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    client = botocore.session.get_session().create_client(
+        "s3", endpoint_url=moto_server, region_name="us-east-1", aws_access_key_id=KEY_ID,
+        aws_secret_access_key=SECRET)
+    yield client
+    for bucket in client.list_buckets().get("Buckets", []):
+        name = bucket["Name"]
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=name):
+            for obj in page.get("Contents", []):
+                client.delete_object(Bucket=name, Key=obj["Key"])
+        client.delete_bucket(Bucket=name)
+
+
+def put(client, key: str, text: str, bucket: str = "docs") -> None:
+    client.put_object(Bucket=bucket, Key=key, Body=text.encode())
+
+
+def page(n: int, extra: str = "") -> str:
+    return f"# Report {n}\n\nReport {n} covers quarter {n} in enough words to chunk. {extra}\n"
+
+
+def test_sync_by_etag(s3, tmp_path):
+    from situate.tasks.sources.mirror import mirror_root, sync
+
+    s3.create_bucket(Bucket="docs")
+    for n in range(5):
+        put(s3, f"reports/r{n}.md", page(n))
+    put(s3, "reports/", "")  # a folder marker: no document
+    put(s3, "other/x.md", page(9))  # outside the prefix
+    url, cache = "s3://docs/reports/", tmp_path / "cache"
+    first = sync(url, cache, 10**7)
+    assert (first.listed, first.fetched, first.complete) == (5, 5, True)
+    assert sync(url, cache, 10**7).unchanged == 5
+
+    put(s3, "reports/r1.md", page(1, "Edited."))
+    put(s3, "reports/r7.md", page(7))
+    s3.delete_object(Bucket="docs", Key="reports/r2.md")
+    third = sync(url, cache, 10**7)
+    assert (third.fetched, third.unchanged, third.deleted) == (2, 3, 1)
+    tree = mirror_root(url, cache) / "tree"
+    assert sorted(p.name for p in tree.iterdir()) == ["r0.md", "r1.md", "r3.md", "r4.md", "r7.md"]
+    assert "Edited." in (tree / "r1.md").read_text()
+
+
+def test_missing_bucket_is_one_line(s3, tmp_path):
+    from situate.tasks.sources.mirror import sync
+
+    with pytest.raises(InputError) as e:
+        sync("s3://absent-bucket/x/", tmp_path / "cache", 10**7)
+    assert str(e.value) == ("s3://absent-bucket/x/: bucket 'absent-bucket' not found (or not "
+                            "visible to these credentials)")
+
+
+def test_wrong_key_is_one_line_without_the_key(s3, tmp_path, monkeypatch, caplog):
+    """With moto's authentication on, a wrong key is refused: one line, and neither the key id nor
+    the secret appears in it or in the log."""
+    from moto import settings
+
+    from situate.tasks.sources.mirror import sync
+
+    s3.create_bucket(Bucket="docs")
+    put(s3, "reports/r0.md", page(0))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAWRONGWRONGWRONG1")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong/secret/wrong/secret/wrong/secret00")
+    settings.INITIAL_NO_AUTH_ACTION_COUNT = 0  # moto checks every request's key from now on
+    try:
+        with pytest.raises(InputError) as e:
+            sync("s3://docs/reports/", tmp_path / "cache", 10**7)
+    finally:
+        settings.INITIAL_NO_AUTH_ACTION_COUNT = float("inf")
+    said = str(e.value)
+    assert said.startswith("s3://docs/reports/: access refused (") and "\n" not in said
+    assert said.endswith("check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE")
+    for secret in ("AKIAWRONGWRONGWRONG1", "wrong/secret/wrong/secret/wrong/secret00"):
+        assert secret not in said and secret not in caplog.text
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_ingest_from_s3(prefect_harness, state, s3, counting):
+    """First run indexes every object; a re-run downloads none and writes nothing; 1 edit + 1 add
+    + 1 delete touch exactly those and give a fresh ingest's rows."""
+    from tests.fakes.milvus_server import snapshot
+    from tests.helpers import ingest
+
+    s3.create_bucket(Bucket="docs")
+    for n in range(5):
+        put(s3, f"reports/r{n}.md", page(n))
+    params = {"corpus": "s3://docs/reports/", "collection": "reports", "context": "structural",
+              "embedder": "counting", "prune": True}
+    first = ingest(**params)
+    assert (first.new, first.source["fetched"]) == (5, 5)
+    before = snapshot(state["milvus_uri"], "reports")
+    counting.texts = 0
+    again = ingest(**params)
+    assert (again.source["fetched"], again.chunks_written, counting.texts) == (0, 0, 0)
+    assert snapshot(state["milvus_uri"], "reports") == before
+
+    put(s3, "reports/r1.md", page(1, "Edited."))
+    put(s3, "reports/r7.md", page(7))
+    s3.delete_object(Bucket="docs", Key="reports/r2.md")
+    synced = ingest(**params)
+    assert synced.source["fetched"] == 2
+    assert (synced.new, synced.changed, synced.deleted_documents, synced.unchanged) == (1, 1, 1, 3)
+    fresh = ingest(**{**params, "collection": "reportsfresh", "cache_dir": state["cache_dir"] + "2"})
+    assert fresh.new == 5
+    assert snapshot(state["milvus_uri"], "reports") == snapshot(state["milvus_uri"], "reportsfresh")
