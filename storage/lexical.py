@@ -19,6 +19,13 @@ precomputes every (document, term) score, so any change to the statistics means 
 of them. Here the term frequencies are a compressed sparse column matrix (scipy), scored at query
 time (numpy over the query terms' postings), so a change is rows appended and rows masked.
 
+A process that writes to the collection (an ingest) keeps the index as it writes: each row it
+upserts and each id or document it deletes goes into a copy of the index as the collection was
+before its first write (`LexicalLeg.upserted`, `deleted`). When the ingest ends and records its
+manifest's token, that copy is caught up from the manifest like any other index (only documents
+whose fingerprint or chunk ids differ from the manifest's are read from the collection, none when
+every write went through) and saved: the rows are not read back.
+
 Milvus stays the store of record. An index is stamped with what it was built from (the physical
 collection behind the alias: its generation; the manifest token an ingest records when it ends;
 the row count), saved atomically (a temporary file, then `os.replace`), and trusted only while
@@ -76,6 +83,10 @@ POLL_SECONDS = 1.0
 COUNT_SECONDS = 30.0
 # Dead rows (deleted, or replaced by a newer version) kept in the matrix before it is compacted.
 DEAD_SHARE = 0.25
+# Rows appended to the index that a process's writes go into (`LexicalLeg.upserted`) before they
+# are sealed into its matrix: at least this many, and at least a quarter of the matrix (so that
+# sealing, which copies the matrix, costs time linear in the rows written).
+SEAL_ROWS = 16_384
 FORMAT = 1  # of the saved file; another number is rebuilt
 RECENT = 16  # queries whose scores an index keeps
 
@@ -255,7 +266,7 @@ class Bm25:
             self.live = np.concatenate([self.live, appended_alive])
             self._pending = []
             self._csr = None
-        dead = self.live.shape[0] - int(self.live.sum())
+        dead = self.live.shape[0] - self.rows  # every live row is sealed now: O(1), per search
         if dead and dead > DEAD_SHARE * self.live.shape[0]:
             self.compact()
 
@@ -448,10 +459,59 @@ class LexicalLeg:
         self._checked = -math.inf
         self._counted = -math.inf
         self.last: str = ""  # how the index in use was made: loaded, caught up, rebuilt, kept
+        # The index this process's writes go into (see `upserted`); None before the first write,
+        # and once it is caught up; `_unwritable` when a write could not go into it.
+        self._written: Bm25 | None = None
+        self._unwritable = False
+        self._write_lock = threading.Lock()
 
     def written(self) -> None:
         """This process wrote to the collection: the next search asks for the whole stamp."""
         self._checked = self._counted = -math.inf
+
+    def writing(self) -> None:
+        """This process is about to write to the collection: at its first write, the index as
+        the collection is now is copied for the writes to go into (`upserted`, `deleted`).
+        Where that index cannot be had (the store cannot say its stamp), the writes are not
+        followed and the index is caught up or rebuilt from the collection as before."""
+        if self._written is None and not self._unwritable:
+            try:
+                base = self.current()
+            except Exception as e:  # noqa: BLE001 - the write itself reports the store's failure
+                log.debug(f"lexical index not followed through this process's writes ({e})")
+                base = None
+            with self._write_lock:
+                if self._written is None and not self._unwritable:
+                    self._written = _copy(base) if base is not None else None
+                    self._unwritable = base is None
+        self.written()
+
+    def upserted(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Rows this process upserted (each with its `lexical` text): into the written index."""
+        with self._write_lock:
+            index = self._written
+            if index is None:
+                return
+            try:
+                index.upsert(rows)
+            except KeyError:  # rows without their lexical text: caught up from the manifest
+                self._written, self._unwritable = None, True
+                return
+            if len(index._pending) >= max(SEAL_ROWS, index.live.shape[0] // 4):
+                index.seal()
+
+    def deleted(self, ids: Iterable[str] = (), documents: Iterable[str] = ()) -> None:
+        """Rows (by id) and documents (every row of theirs) this process deleted."""
+        with self._write_lock:
+            if self._written is not None:
+                self._written.delete(ids)
+                self._written.delete_documents(documents)
+
+    def forget_writes(self) -> None:
+        """The written index dropped (the collection was dropped, or rebuilt in another
+        generation): the next index is made from the collection."""
+        with self._write_lock:
+            self._written, self._unwritable = None, False
 
     def current(self) -> Bm25:
         """The index as the collection is now."""
@@ -473,6 +533,8 @@ class LexicalLeg:
             if self._index is None or self._stamp != stamp:
                 self._index = self._made(stamp)
                 self._stamp = stamp
+                if stamp.provable:  # what this process wrote is in it, or was not needed
+                    self.forget_writes()
             else:
                 self.last = "kept"
             self._checked = self._counted = time.monotonic()
@@ -521,20 +583,23 @@ class LexicalLeg:
         """The index in memory (or last saved) moved to what the manifest says the collection
         holds, copy on write: None when there is no manifest for this stamp, or nothing to
         start from."""
-        base = self._index
-        if base is None:
-            return None
-        documents = self._manifest(stamp.token, stamp.rows)
-        if documents is None:
-            return None
-        stale, gone = base.changed_documents(documents)
-        index = _copy(base)
+        with self._write_lock:
+            written, base = self._written, self._written or self._index
+            if base is None:
+                return None
+            documents = self._manifest(stamp.token, stamp.rows)
+            if documents is None:
+                return None
+            index = _copy(base)
+            if written is not None:
+                self._written, self._unwritable = None, False
+        stale, gone = index.changed_documents(documents)
         index.delete_documents(gone)
         ids = [i for d in stale for i in documents[d].ids(d)]
         index.delete_documents(stale)
         for start in range(0, len(ids), FETCH_BATCH):
             index.upsert(self._fetch(ids[start:start + FETCH_BATCH]))
-        self.last = "caught up"
+        self.last = "caught up" if written is None or stale or gone else "written"
         return index
 
 

@@ -189,25 +189,84 @@ def test_a_stale_or_missing_index_is_rebuilt_never_served(tmp_path):
         store.close()
 
 
+def _counting_reads(store: MilvusStore) -> list[int]:
+    read: list[int] = []
+    leg = store._lexical_leg(C)
+    fetch = leg._fetch
+    leg._fetch = lambda ids: read.append(len(ids)) or fetch(ids)
+    return read
+
+
 def test_an_ingest_catches_the_index_up_from_its_manifest(tmp_path):
-    """An ingest that changed a few documents brings the saved index up to date by reading only
-    those (the manifest says which changed), and the result is a fresh ingest's."""
+    """Documents changed by a process that did not follow its writes (no cache directory): the
+    next ingest's end brings the saved index up to date by reading only those (the manifest
+    says which changed), and the result is a fresh ingest's."""
     cache = tmp_path / "cache"
     uri = str(tmp_path / "a.db")
     docs = documents(30, 10)
     store = fresh(uri, docs, cache_dir=str(cache))
     _ingest_end(store, cache)
     store.close()
+    other = MilvusStore(uri)
+    other.add_drift(C, 8)
+    other.write(C, documents(2, 11))
+    other.delete_documents(C, ["d29"])
+    other.close()
     store = MilvusStore(uri, cache_dir=str(cache))
+    read = _counting_reads(store)
+    _ingest_end(store, cache)
+    assert store._lexical_leg(C).last == "caught up" and sum(read) == 8
+    final = documents(2, 11) + docs[2:29]
+    assert answers(store) == answers(fresh(str(tmp_path / "fresh.db"), final))
+    store.close()
+
+
+def test_an_ingest_keeps_the_index_as_it_writes_and_reads_no_row_back(tmp_path):
+    """A process that writes with a cache directory puts its upserts and deletes into the index
+    as it writes them: its end reads no row back (a fresh ingest's, and an update's), and the
+    index is a fresh ingest's of the final rows."""
+    cache = tmp_path / "cache"
+    uri = str(tmp_path / "a.db")
+    docs = documents(30, 10)
+    store = MilvusStore(uri, cache_dir=str(cache))
+    store.ensure_collection(C, 8, "random:8")
+    read = _counting_reads(store)
+    rebuilt: list[int] = []
+    rows = store._lexical_leg(C)._rows
+    store._lexical_leg(C)._rows = lambda: rebuilt.append(1) or rows()
+    store.write(C, docs)
+    store.flush(C)
+    rebuilt.clear()  # the empty collection's index, read before the first write
+    _ingest_end(store, cache)
+    assert (store._lexical_leg(C).last, sum(read), rebuilt) == ("written", 0, [])
     store.add_drift(C, 8)
     store.write(C, documents(2, 11))
     store.delete_documents(C, ["d29"])
-    read: list[int] = []
-    leg = store._lexical_leg(C)
-    fetch = leg._fetch
-    leg._fetch = lambda ids: read.append(len(ids)) or fetch(ids)
     _ingest_end(store, cache)
-    assert leg.last == "caught up" and sum(read) == 8
+    assert (store._lexical_leg(C).last, sum(read), rebuilt) == ("written", 0, [])
+    final = documents(2, 11) + docs[2:29]
+    expected = answers(fresh(str(tmp_path / "fresh.db"), final))
+    assert answers(store) == expected
+    store.close()
+    reopened = MilvusStore(uri, cache_dir=str(cache))
+    assert answers(reopened) == expected and reopened._lexical_leg(C).last == "loaded"
+    reopened.close()
+
+
+def test_a_write_the_index_did_not_follow_is_caught_up_from_the_manifest(tmp_path):
+    """Another process deletes a document while this one writes: the manifest at this one's end
+    names it gone, and the index it kept drops it too."""
+    cache = tmp_path / "cache"
+    uri = str(tmp_path / "a.db")
+    docs = documents(30, 10)
+    store = fresh(uri, docs, cache_dir=str(cache))
+    _ingest_end(store, cache)
+    store.add_drift(C, 8)
+    store.write(C, documents(2, 11))
+    other = MilvusStore(uri)
+    other.delete_documents(C, ["d29"])
+    _ingest_end(store, cache)
+    assert store._lexical_leg(C).last == "caught up"
     final = documents(2, 11) + docs[2:29]
     assert answers(store) == answers(fresh(str(tmp_path / "fresh.db"), final))
     store.close()
