@@ -367,6 +367,24 @@ def _no_images(out: Path) -> Path:
     return path
 
 
+def _raw_html(out: Path) -> Path:
+    """A filter parsing the Markdown's raw HTML blocks (a `<table>` written as HTML, as Node.js's
+    docs have) as HTML: pandoc's DOCX writer leaves raw HTML out, so the Word file would lack the
+    tables every other format shows; a Word author's tables are Word tables."""
+    path = out / "raw-html.lua"
+    if not path.exists():
+        path.write_text('function RawBlock(el)\n  if el.format == "html" then\n'
+                        '    return pandoc.read(el.text, "html").blocks\n  end\nend\n')
+    return path
+
+
+# The Markdown's own line breaks kept in the HTML and EPUB pages, as a CommonMark renderer
+# (markdown-it, goldmark, commonmark.js, Python-Markdown: what static sites are built with) writes
+# a soft line break: a newline. pandoc's default rewraps every paragraph at 72 columns, which no
+# site generator does.
+PRESERVE = ("--wrap=preserve",)
+
+
 def _render(out: Path, rels: list[str], edited: dict[str, str], formats: tuple[str, ...]) -> None:
     """Each edited Markdown file in every format asked for."""
     from situate.tasks.corpus.readers.markdown import front_matter_title
@@ -381,29 +399,32 @@ def _render(out: Path, rels: list[str], edited: dict[str, str], formats: tuple[s
             (out / fmt / rel).parent.mkdir(parents=True, exist_ok=True)
         if "md" in formats:
             (out / "md" / rel).write_text(edited[rel], encoding="utf-8")
-        page = pandoc(["-f", "gfm", "-s", "--metadata", f"pagetitle={title}"], edited[rel])
+        page = pandoc(["-f", "gfm", "-s", *PRESERVE, "--metadata", f"pagetitle={title}"], edited[rel])
         if "html" in formats:
             (out / "html" / stem.with_suffix(".html")).write_text(wrap(page, before, after),
                                                                   encoding="utf-8")
         if "html-sections" in formats:
-            sectioned = pandoc(["-f", "gfm", "-s", "--section-divs", "--metadata", f"pagetitle={title}"],
+            sectioned = pandoc(["-f", "gfm", "-s", *PRESERVE, "--section-divs", "--metadata",
+                                f"pagetitle={title}"],
                                edited[rel])
             (out / "html-sections" / stem.with_suffix(".html")).write_text(wrap(sectioned, before, after),
                                                                            encoding="utf-8")
         if "docx" in formats:
-            docx = ["-f", "gfm", "-o", str(out / "docx" / stem.with_suffix(".docx"))]
+            docx = ["-f", "gfm", "--lua-filter", str(_raw_html(out)), "-o",
+                    str(out / "docx" / stem.with_suffix(".docx"))]
             r = subprocess.run(["pandoc", *docx], input=edited[rel], capture_output=True, text=True)
             if r.returncode != 0:
                 # pandoc's DOCX writer embeds every image and fails on one it cannot open (a docs
                 # tree's site-absolute /img/... paths), fetching them before any filter runs: then
                 # the images go first, in a pass of their own, as they give no text anyway
-                ast = pandoc(["-f", "gfm", "-t", "json", "--lua-filter", str(_no_images(out))], edited[rel])
-                pandoc(["-f", "json", *docx[2:]], ast)
+                ast = pandoc(["-f", "gfm", "-t", "json", *docx[2:4], "--lua-filter",
+                              str(_no_images(out))], edited[rel])
+                pandoc(["-f", "json", *docx[4:]], ast)
         if "epub" in formats:
             # a book needs a title: the page's own (its front matter's, which pandoc shows as the
             # HTML's title and puts on the Word file), else its file's name
             book = front_matter_title(edited[rel]) or title
-            pandoc(["-f", "gfm", "-t", "epub3", "--metadata", f"title={book}", "-o",
+            pandoc(["-f", "gfm", "-t", "epub3", *PRESERVE, "--metadata", f"title={book}", "-o",
                     str(out / "epub" / stem.with_suffix(".epub"))], edited[rel])
         if "pdf" in formats:
             (printable / rel).parent.mkdir(parents=True, exist_ok=True)

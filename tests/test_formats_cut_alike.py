@@ -121,3 +121,40 @@ def test_small_sections_are_packed_alike_in_markdown_and_html(tmp_path: Path) ->
            for name in ("small.md", "small.html")}
     assert got["small.md"] == got["small.html"] == [
         "Guide\n\nInstall\n\nRun `pip install x`.\n\nUse\n\nCall `x.run()`."]
+
+
+# A hard-wrapped paragraph (its lines at most 60 columns), as much documentation is written.
+WRAPPED = [
+    ("Buffers", "A buffer holds the bytes read from a file until the `read()`\n"
+                "call returns them. Its size is set when the file is opened\n"
+                "and cannot change afterwards, so a large `buffering` value\n"
+                "costs memory for every file that is open at the same time.\n"
+                "Small files are read whole and need no buffer of their own."),
+    ("Flushing", "Written bytes stay in the buffer until `flush()` is called,\n"
+                 "the buffer is full, or the file is closed. A process that\n"
+                 "exits without closing its files may lose what the buffer\n"
+                 "held, which is why `with` blocks are the usual way to open\n"
+                 "files that are written, and why `fsync()` follows a flush."),
+    ("Modes", "The mode string says whether the file is read or written,\n"
+              "whether it is text or bytes, and whether writing appends or\n"
+              "replaces. Text mode decodes with the `encoding` argument and\n"
+              "turns each line ending into a newline; binary mode hands the\n"
+              "bytes over as they are, with no decoding and no translation."),
+]
+
+
+def test_a_page_keeps_its_source_line_breaks_as_the_markdown_does(tmp_path: Path) -> None:
+    """A CommonMark renderer writes a soft line break as a newline: the page's paragraphs break
+    where the Markdown's lines do, and the chunks come out the same, text and all (a chunk's
+    overlap is whole lines; with each paragraph one long line the page's chunks would share
+    nothing and begin elsewhere). Indentation around a break is no text."""
+    md = "# Files\n\n" + "\n\n".join(f"## {t}\n\n{p}" for t, p in WRAPPED) + "\n"
+    body = "".join(f"<h2>{t}</h2>\n<p>\n    {_code_html(p).replace(chr(10), chr(10) + '    ')}\n</p>\n"
+                   for t, p in WRAPPED)
+    (tmp_path / "files.md").write_text(md)
+    (tmp_path / "files.html").write_text(f"<html><body><h1>Files</h1>\n{body}</body></html>")
+    got = {name: [(p.start, p.text) for p in chunk_sections(
+        read_document(tmp_path / name, max_bytes=LIMIT).sections, 300, 80)[1]]
+        for name in ("files.md", "files.html")}
+    assert len(got["files.md"]) > len(WRAPPED)  # cut inside sections, with overlap
+    assert got["files.html"] == got["files.md"]

@@ -312,7 +312,7 @@ def test_html_main_content_headings_code_table(tmp_path: Path) -> None:
     versions = need + ["Versions"]
     assert got == [
         ("heading", 1, "Installing situate", {"heading_path": install}),
-        ("text", 0, "Situate reads documents offline. It costs 5 \u20ac per run.\n\n"
+        ("text", 0, "Situate reads\ndocuments offline. It costs 5 \u20ac per run.\n\n"
                     "Second\nline after a break.", {"heading_path": install}),
         ("heading", 2, "Requirements", {"heading_path": need}),
         ("text", 0, "- Python 3.11\n- Milvus Lite\n  - or a server", {"heading_path": need}),

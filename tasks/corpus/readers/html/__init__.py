@@ -15,7 +15,8 @@ Text reads as a browser's `innerText` renders it: block elements, `<br>`, list i
 cells never glue two words together, while inline elements (links, spans, code) join what they
 touch. h1-h6 become heading sections and set the heading path of the text under them, <pre>
 blocks stay verbatim (code), lists become "- item" lines, data tables rows of "a | b | c",
-paragraphs are separated by blank lines with their whitespace collapsed.
+paragraphs are separated by blank lines with their whitespace collapsed within each line (a line
+break of the source, as a Markdown renderer writes a soft break, stays one).
 
 Every pass over the tree is linear in the page (one pass per question, no per-element search of
 a subtree or its ancestors), and nesting deeper than `MAX_DEPTH` is flattened as browsers do,

@@ -106,8 +106,12 @@ _HOLDS_LAYOUT = 2
 
 
 def _collapse(text: str) -> str:
-    """Whitespace collapsed within each line (lines come from <br> only); blank lines dropped."""
-    lines = (" ".join(line.split()) for line in text.split(_BR))
+    """Whitespace collapsed within each line, blank lines dropped. Lines come from <br> and from
+    the source's own line breaks: a CommonMark renderer (what static sites are built with) writes a
+    soft line break as a newline, so a page breaks its paragraphs where its Markdown does, and is
+    cut where its Markdown is (a chunk's overlap is whole lines: a paragraph made one long line
+    shares nothing with the chunk before and shifts every cut after it)."""
+    lines = (" ".join(line.split()) for line in text.replace(_BR, "\n").split("\n"))
     return "\n".join(line for line in lines if line)
 
 
