@@ -27,7 +27,7 @@ class Remote:
         Repo.init_bare(str(self.bare), mkdir=True).close()
         self.url = f"git+file://{self.bare}@main"
 
-    def commit(self, files: dict[str, str | None], message: str = "change") -> None:
+    def commit(self, files: dict[str, str | bytes | None], message: str = "change") -> None:
         from dulwich import porcelain
 
         for name, text in files.items():
@@ -36,7 +36,10 @@ class Remote:
                 path.unlink()
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
+                if isinstance(text, bytes):
+                    path.write_bytes(text)
+                else:
+                    path.write_text(text)
         porcelain.add(str(self.work))
         porcelain.commit(str(self.work), message=message.encode(), author=b"t <t@example.com>",
                          committer=b"t <t@example.com>")

@@ -1,0 +1,96 @@
+"""A real `situate ingest` of a git repository (git+file://) killed with SIGKILL while the source
+is synced into its mirror, and while the collection's rows are written; then the same command.
+The killed run follows a change in the repository (one file edited, one deleted, one added), and
+the command run again leaves the collection's rows as a fresh ingest's of the new commit."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from situate.storage.milvus import MilvusStore
+from tests.conftest import ROOT, SAMPLE_CORPUS
+from tests.test_sources_git import Remote
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(900)]
+
+SITUATE = Path(sys.executable).with_name("situate")
+C = "gitkilled"
+# The fetch phase in the CI run; the write phase in the soak tier (tests/test_ingest_kills.py
+# kills a folder's ingest at every write step, and the writes are the same for a source).
+POINTS = ["during_fetch", pytest.param("during_rows", marks=pytest.mark.soak)]
+
+
+def _remote(tmp: Path) -> Remote:
+    remote = Remote(tmp / "repo")
+    files: dict[str, str | bytes | None] = {p.relative_to(SAMPLE_CORPUS).as_posix(): p.read_bytes()
+             for p in sorted(SAMPLE_CORPUS.rglob("*")) if p.is_file()}
+    remote.commit(files, "sample")
+    return remote
+
+
+def _change(remote: Remote) -> None:
+    queue = remote.work / "harbor" / "queue.py"
+    remote.commit({"harbor/queue.py": queue.read_text() + "\n# A lease renewal retries with "
+                   "jittered backoff until the shard replica answers.\n",
+                   "notes/changelog.txt": None,
+                   "notes/release.md": "# Release notes\n\nThe queue worker now retries a lost "
+                                       "lease renewal.\n"}, "change")
+
+
+def _ingest(tmp: Path, url: str, uri: str, point: str | None = None) -> int:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PREFECT_API_URL", "SITUATE_", "ANTHROPIC_"))}
+    env.update({"PREFECT_HOME": str(tmp / "prefect"), "SITUATE_WRITE_BATCH": "2",
+                "SITUATE_RESULTS_DIR": str(tmp / "results")})
+    args = ["ingest", url, "--collection", C, "--milvus-uri", uri, "--context", "structural",
+            "--prune", "--cache-dir", str(tmp / "cache")]
+    command = ([sys.executable, "-m", "tests.source_kill_driver", point, *args] if point
+               else [str(SITUATE), *args])
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert point is not None or proc.returncode == 0, out[-3000:]
+    return proc.returncode
+
+
+def _rows(uri: str) -> list:
+    store = MilvusStore(uri)
+    try:
+        return sorted((r["id"], r["doc_hash"], r["text"])
+                      for r in store.rows(C, fields=("id", "doc_hash", "text")))
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory) -> list:
+    tmp = tmp_path_factory.mktemp("fresh")
+    remote = _remote(tmp)
+    _change(remote)
+    _ingest(tmp, remote.url, str(tmp / "m.db"))
+    return _rows(str(tmp / "m.db"))
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_killed_source_ingest_then_the_same_command(tmp_path, fresh, point):
+    remote = _remote(tmp_path)
+    uri = str(tmp_path / "m.db")
+    _ingest(tmp_path, remote.url, uri)
+    _change(remote)
+    assert _ingest(tmp_path, remote.url, uri, point) == -signal.SIGKILL
+    _ingest(tmp_path, remote.url, uri)
+    assert _rows(uri) == fresh
+    shutil.rmtree(tmp_path / "prefect", ignore_errors=True)
