@@ -158,3 +158,25 @@ def test_a_page_keeps_its_source_line_breaks_as_the_markdown_does(tmp_path: Path
         for name in ("files.md", "files.html")}
     assert len(got["files.md"]) > len(WRAPPED)  # cut inside sections, with overlap
     assert got["files.html"] == got["files.md"]
+
+
+def test_quotes_and_wrapped_list_items_read_as_the_markdown_writes_them(tmp_path: Path) -> None:
+    """A block quote's lines after "> ", and a list item's source line breaks kept under its text,
+    in HTML (and so EPUB) and in a Word quote style: the text is the Markdown's, so it is as long
+    and breaks its lines in the same places."""
+    md = ("> Stability: 1 - Experimental. Use the\n> flag to enable it.\n\n"
+          "* `size` {integer} The size of each\n  chunk of data.\n  * `chunk` {any} One chunk,\n"
+          "    as given.\n* Returns: {number}")
+    page = ("<blockquote>\n<p>Stability: 1 - Experimental. Use the\nflag to enable it.</p>\n</blockquote>\n"
+            "<ul>\n<li><code>size</code> {integer} The size of each\nchunk of data.\n<ul>\n"
+            "<li><code>chunk</code> {any} One chunk,\nas given.</li>\n</ul></li>\n"
+            "<li>Returns: {number}</li>\n</ul>")
+    assert "\n\n".join(s.text for s in html_sections(parse(page))) == md.replace("* ", "- ")
+    import docx
+
+    document = docx.Document()
+    document.add_paragraph("Stability: 1 - Experimental.", style="Quote")
+    document.add_paragraph("Plain text.")
+    document.save(str(tmp_path / "q.docx"))
+    got = [s.text for s in read_document(tmp_path / "q.docx", max_bytes=LIMIT).sections]
+    assert got == ["> Stability: 1 - Experimental.", "Plain text."]

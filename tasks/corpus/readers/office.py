@@ -9,7 +9,8 @@ or midway through the lazy sections, becomes `Unreadable("corrupt DOCX", ...)`.
   controls and tracked insertions included, deletions left out; footnotes and endnotes at the end
   under a "Footnotes"/"Endnotes" heading, marked "[n]" where they are referenced; page headers
   and footers left out (the same lines on every page). Headings (Heading 1-9, Title, or any style
-  with an outline level) give the `heading_path` of what follows. No pages: Word lays pages out
+  with an outline level) give the `heading_path` of what follows; a paragraph in a quote's style
+  reads "> " before each line, as Markdown writes it. No pages: Word lays pages out
   when it renders, the file has none.
 - PPTX (python-pptx): slide by slide, the title first, then the text frames and tables in reading
   order (top to bottom, then left to right), groups opened, then the speaker notes.
@@ -243,10 +244,26 @@ class _StyleLevels:
     def is_toc_entry(self, p: Any) -> bool:
         """A line of a generated table of contents ("toc 1" ... styles): the headings again with
         page numbers, left out."""
+        style = self._style_of(p)
+        return style is not None and bool(_TOC_NAME.match(style.name or ""))
+
+    def _style_of(self, p: Any) -> Any:
+        """Paragraph element `p`'s paragraph style, or None."""
         ppr = p.find(_w("pPr"))
         style_el = ppr.find(_w("pStyle")) if ppr is not None else None
-        style = self.styles.get(style_el.get(_w("val"))) if style_el is not None else None
-        return style is not None and bool(_TOC_NAME.match(style.name or ""))
+        return self.styles.get(style_el.get(_w("val"))) if style_el is not None else None
+
+    def is_quote(self, p: Any) -> bool:
+        """A paragraph in a block quote's style ("Quote", "Intense Quote", "Block Text", or one
+        based on them)."""
+        style = self._style_of(p)
+        for _ in range(10):  # base-style chains are short; a cycle must not loop
+            if style is None:
+                return False
+            if (style.name or "").strip().lower() in _QUOTE_STYLES:
+                return True
+            style = style.base_style
+        return False
 
     def is_list(self, p: Any) -> int:
         """-1 for a paragraph that is not a list item, else its list level (0 outermost)."""
@@ -274,6 +291,7 @@ class _StyleLevels:
         return -1
 
 
+_QUOTE_STYLES = frozenset({"quote", "intense quote", "block text"})
 _W_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 _MC_FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
 
@@ -451,7 +469,10 @@ def _docx_sections(document: Any, body: Any) -> Iterator[Section]:
             items.append("  " * min(depth, 8) + "- " + text.strip())
             continue
         yield from flush()
-        yield Section(text.strip("\n"), place())
+        text = text.strip("\n")
+        if styles.is_quote(block):  # as Markdown writes a quote (as inline code's backticks)
+            text = "\n".join(f"> {line}" for line in text.split("\n"))
+        yield Section(text, place())
     yield from flush()
     for kind, title in (("footnotes", "Footnotes"), ("endnotes", "Endnotes")):
         notes = _docx_notes(document, kind, marks)

@@ -14,7 +14,9 @@ whole page stays). Each dropped block is logged at debug level with its rule.
 Text reads as a browser's `innerText` renders it: block elements, `<br>`, list items and table
 cells never glue two words together, while inline elements (links, spans, code) join what they
 touch. h1-h6 become heading sections and set the heading path of the text under them, <pre>
-blocks stay verbatim (code), lists become "- item" lines, data tables rows of "a | b | c",
+blocks stay verbatim (code), lists become "- item" lines (an item's source line breaks kept,
+its next lines indented under its text), a block quote's lines follow "> " (as Markdown writes
+them, as inline code is in backticks), data tables rows of "a | b | c",
 paragraphs are separated by blank lines with their whitespace collapsed within each line (a line
 break of the source, as a Markdown renderer writes a soft break, stays one).
 

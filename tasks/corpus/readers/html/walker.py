@@ -224,6 +224,8 @@ class _Walker:
             self.add(_BR)
         elif tag == "hr":
             self.end_paragraph()
+        elif tag == "blockquote":
+            self.quote(el)
         elif tag in BLOCKS or self.holds.get(el, 0) & _HOLDS_BLOCK:
             self.end_paragraph()
             self.block(el)
@@ -262,6 +264,18 @@ class _Walker:
         self.flush()
         self.out.append(Section(text.rstrip(), self.place(), "code"))
 
+    def quote(self, el: Any) -> None:
+        """A block quote's paragraphs with each line after "> ", as Markdown writes a quote (so
+        the page is as long as its Markdown, as with inline code's backticks); a heading, code
+        block or table inside one is read as anywhere else."""
+        self.end_paragraph()
+        first, sections = len(self.paragraphs), len(self.out)
+        self.block(el)
+        self.end_paragraph()
+        if len(self.out) == sections:
+            self.paragraphs[first:] = ["\n".join(f"> {line}" for line in p.split("\n"))
+                                       for p in self.paragraphs[first:]]
+
     def list_lines(self, el: Any, depth: int) -> list[str]:
         """A list as "- item" lines (ordered lists "1. item"), nested lists indented under their
         item, wherever they sit in it; anything else in the list (text, a stray <p> or <div>) is a
@@ -277,11 +291,12 @@ class _Walker:
             if tag in ("ul", "ol"):
                 lines.extend(self.list_lines(item, depth + 1))
             elif tag == "li":
-                text = " ".join(_inline(item, skip=frozenset({"ul", "ol"})).replace(_BR, " ").split())
                 marker = f"{number}." if ordered else "-"
                 number += 1
-                if text:
-                    lines.append("  " * depth + f"{marker} {text}")
+                text = _collapse(_inline(item, skip=frozenset({"ul", "ol"})))
+                if text:  # its source's line breaks kept, under its text as Markdown indents them
+                    lines.append("  " * depth + f"{marker} "
+                                 + text.replace("\n", "\n" + "  " * depth + " " * (len(marker) + 1)))
                 for sub in _sublists(item):
                     lines.extend(self.list_lines(sub, depth + 1))
             elif tag:
