@@ -32,6 +32,7 @@ from situate.core.records import (
     same_embedder,
 )
 from situate.storage.client import RETRY_ATTEMPTS, RETRY_BASE, RETRY_CAP, Connection
+from situate.storage.coalesce import Coalescer, rows_of
 from situate.storage.faults import is_not_loaded, writing
 from situate.storage.generations import GENERATION, Generations
 from situate.storage.lexical import BUILD_PAGE, POLL_SECONDS, LexicalLeg, Stamp
@@ -103,6 +104,7 @@ class MilvusStore(Connection):
     _lite_engine: bool | None = None
     _lexical: dict[str, LexicalLeg] | None = None
     _fetched: dict[tuple[str, str], tuple[float, dict[str, Any]]] | None = None
+    _coalescer: Coalescer[Any, Any] | None = None
 
     def __init__(self, uri: str, token: str = "", db_name: str = "", *,
                  retry_attempts: int | None = None, retry_base: float | None = None,
@@ -457,9 +459,23 @@ class MilvusStore(Connection):
                     fields: list[str]) -> Any:
         data, field, metric = self._leg(leg, query_text, query_vector)
         asked = min(limit + TIE_MARGIN, MAX_TOPK)
-        return self._read(f"{leg} search in {collection!r}", collection, lambda: self.client.search(
-            collection, data=data, anns_field=field, limit=asked, output_fields=fields,
-            search_params=self._search_params(metric, asked)))
+
+        def call(queries: list[Any]) -> Any:
+            return self._read(f"{leg} search in {collection!r}", collection,
+                              lambda: self.client.search(
+                                  collection, data=queries, anns_field=field, limit=asked,
+                                  output_fields=fields,
+                                  search_params=self._search_params(metric, asked)))
+
+        if leg == "dense" and (self.is_local or self._lite_engine):
+            # Milvus Lite: concurrent dense searches share one call (`situate.storage.coalesce`)
+            with _LEGS_LOCK:
+                if self._coalescer is None:
+                    self._coalescer = Coalescer()
+            key = (collection, field, asked, tuple(fields))
+            return [self._coalescer.run(key, data[0],
+                                        lambda queries: rows_of(call(queries), len(queries)))]
+        return call(data)
 
     def hits(self, collection: str, ranked: Sequence[tuple[str, float]]) -> list[Hit]:
         """The chunks `ranked` names, read from the collection by id: those whose rows this

@@ -1,0 +1,102 @@
+"""Concurrent dense searches on Milvus Lite share one call (`situate.storage.coalesce`): those
+that arrive while one is under way go together in the next, each gets what it would get alone,
+an error reaches every search of its call, and searches that would be answered otherwise (another
+limit, collection or field) are never put together."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from situate.storage.coalesce import Coalescer
+from tests.test_lexical import C, documents, fresh
+
+# How long a test waits for something that should happen at once (never a measure of speed).
+PATIENCE = 60
+
+
+def _gated(calls: list[list[int]], gate: threading.Event, fail: bool = False):
+    def call(queries: list[int]) -> list[int]:
+        calls.append(list(queries))
+        if len(calls) == 1:
+            assert gate.wait(PATIENCE)
+        if fail:
+            raise RuntimeError("the store is down")
+        return [q * 10 for q in queries]
+    return call
+
+
+def _waiting(coalescer: Coalescer, key: object, n: int) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while len(coalescer._waiting.get(key, [])) < n:
+        assert time.monotonic() < deadline, "the searches never queued"
+        time.sleep(0.01)
+
+
+def test_searches_arriving_during_a_call_go_together_in_the_next():
+    coalescer: Coalescer[int, int] = Coalescer()
+    calls: list[list[int]] = []
+    gate = threading.Event()
+    call = _gated(calls, gate)
+    with ThreadPoolExecutor(8) as pool:
+        first = pool.submit(coalescer.run, "k", 0, call)
+        while not calls:
+            time.sleep(0.01)
+        rest = [pool.submit(coalescer.run, "k", q, call) for q in range(1, 6)]
+        _waiting(coalescer, "k", 5)
+        other = pool.submit(coalescer.run, "other", 7, lambda qs: [-q for q in qs])
+        assert other.result(PATIENCE) == -7  # another key is not held up by this one's call
+        gate.set()
+        assert first.result(PATIENCE) == 0
+        assert [f.result(PATIENCE) for f in rest] == [10, 20, 30, 40, 50]
+    assert [sorted(c) for c in calls] == [[0], [1, 2, 3, 4, 5]]
+
+
+def test_an_error_reaches_every_search_of_its_call_and_the_next_ones_still_run():
+    coalescer: Coalescer[int, int] = Coalescer()
+    calls: list[list[int]] = []
+    gate = threading.Event()
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(coalescer.run, "k", 0, _gated(calls, gate, fail=True))
+        while not calls:
+            time.sleep(0.01)
+        rest = [pool.submit(coalescer.run, "k", q, _gated(calls, gate, fail=True))
+                for q in (1, 2)]
+        _waiting(coalescer, "k", 2)
+        gate.set()
+        for f in (first, *rest):
+            with pytest.raises(RuntimeError, match="down"):
+                f.result(PATIENCE)
+    assert coalescer.run("k", 3, lambda qs: [q + 1 for q in qs]) == 4
+
+
+def test_concurrent_dense_searches_on_lite_answer_as_alone(tmp_path):
+    """Eight threads searching a Lite file at once: each ranking is the one it gets alone (the
+    same chunks in the same order, each cosine within a float32's last bits: Lite computes a
+    batch's with a matrix product, one query's with a matrix-vector one), and the searches that
+    waited went in one call."""
+    store = fresh(str(tmp_path / "a.db"), documents(60, 21))
+    rng = np.random.default_rng(5)
+    vectors = [list(map(float, v)) for v in rng.standard_normal((8, 8))]
+    alone = [store.ranking(C, "dense", "", v, 20) for v in vectors]
+    search = store.client.search
+    gate = threading.Event()
+
+    def slow_first(*a, **kw):  # the first call waits until the others queue behind it
+        if not gate.is_set():
+            gate.set()
+            time.sleep(0.5)
+        return search(*a, **kw)
+
+    store.client.search = slow_first
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda v: store.ranking(C, "dense", "", v, 20), vectors))
+    assert [[i for i, _ in r] for r in together] == [[i for i, _ in r] for r in alone]
+    assert max(abs(a[1] - b[1]) for x, y in zip(together, alone, strict=True)
+               for a, b in zip(x, y, strict=True)) < 1e-6
+    assert max(store._coalescer.batches[-8:]) > 1
+    store.close()
