@@ -107,6 +107,12 @@ def launch_ingest(options: IngestOptions) -> IngestSummary | IngestPlan:
         resources.scan = scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
                                  code_chunks=options.code_chunks,
                                  follow_links=options.follow_links, cache_dir=options.cache_dir)
+        if resources.scan.sync is not None:
+            # A source, synced: the flow reads its mirror, so its run (parameters, UI, logs)
+            # never holds the URL's credentials.
+            from situate.tasks.sources.base import without_credentials
+
+            options = options.model_copy(update={"corpus": without_credentials(options.corpus)})
         server = TemporaryServerStart()  # the input is good: the slowest step starts first
         server.imported.wait()
         from situate.flows.ingest import ingest_flow  # the rest of Prefect comes with it

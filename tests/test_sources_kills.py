@@ -94,3 +94,29 @@ def test_a_killed_source_ingest_then_the_same_command(tmp_path, fresh, point):
     _ingest(tmp_path, remote.url, uri)
     assert _rows(uri) == fresh
     shutil.rmtree(tmp_path / "prefect", ignore_errors=True)
+
+
+def test_a_token_in_the_url_reaches_no_output_log_artifact_or_run(tmp_path):
+    """`situate ingest git+file://user:TOKEN@/...`: the token is in none of the command's output,
+    its JSON summary, the cache directory, or the Prefect database behind the run's UI (flow run
+    parameters, logs, artifacts)."""
+    token = "s3cr3t-T0KEN-never-shown"
+    remote = Remote(tmp_path / "repo")
+    remote.commit({"a.md": "# A\n\nThe first page, with enough words to index.\n"})
+    url = remote.url.replace("git+file://", f"git+file://user:{token}@")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PREFECT_API_URL", "SITUATE_", "ANTHROPIC_"))}
+    env.update({"PREFECT_HOME": str(tmp_path / "prefect")})
+    out = subprocess.run([str(SITUATE), "ingest", url, "--collection", "tok", "--milvus-uri",
+                          str(tmp_path / "m.db"), "--context", "structural", "--cache-dir",
+                          str(tmp_path / "cache"), "--json", str(tmp_path / "s.json")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "user:***@" in out.stdout or "***@" in out.stderr + out.stdout
+    seen = [p for p in (tmp_path / "prefect").rglob("*") if p.is_file()]
+    seen += [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert any(p.name.startswith("prefect.db") for p in seen)
+    for text in (out.stdout, out.stderr, (tmp_path / "s.json").read_text()):
+        assert token not in text
+    for path in seen:
+        assert token.encode() not in path.read_bytes(), path

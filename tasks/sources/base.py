@@ -110,6 +110,17 @@ def shown(url: str) -> str:
     return redact(url)
 
 
+def without_credentials(url: str) -> str:
+    """`url` without its user information (`git+https://user:TOKEN@host/...` ->
+    `git+https://host/...`): the same mirror (`situate.tasks.sources.mirror.mirror_key`), for
+    whatever reads a source after its sync."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, tail = rest.partition("/")
+    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{tail}"
+
+
 def open_source(url: str, workdir: Path) -> Source:
     """The source `url` names, by its scheme, working in `workdir`; InputError (one line) for an
     unknown scheme or a URL the source refuses."""
