@@ -9,9 +9,10 @@ measures, and the types it answers with. The HTTP and MCP servers (`situate.api.
             print(hit.score, hit.doc_id, hit.index, hit.text[:80])
 """
 
+from situate.api.config import RetrieverConfig
 from situate.api.retriever import CollectionDescription, Retriever
 from situate.core.errors import InputError, SituateError, StoreError, StoreUnreachable
 from situate.core.records import Hit
 
-__all__ = ["CollectionDescription", "Hit", "InputError", "Retriever", "SituateError", "StoreError",
-           "StoreUnreachable"]
+__all__ = ["CollectionDescription", "Hit", "InputError", "Retriever", "RetrieverConfig",
+           "SituateError", "StoreError", "StoreUnreachable"]

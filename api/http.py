@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 
+from situate.api.config import RetrieverConfig
 from situate.api.guard import Guard, Policy, printable
 from situate.api.request import SearchRequest
 from situate.api.retriever import Retriever
@@ -288,28 +289,32 @@ def run_uvicorn(app: Any, sock: socket.socket, policy: Policy) -> str | None:
     return stopped[0] if stopped else None
 
 
-def serve(collection: str, uri: str, *, host: str = "127.0.0.1", port: int = 8000,
-          mode: str = "hybrid", fusion: str | None = None, reranker: str | None = None,
-          policy: Policy | None = None, workers: int = 1, backend: str | None = None,
-          device: str | None = None) -> str | None:
-    """`situate api`: check the address, open the retriever (warm), listen, serve until stopped;
-    returns the signal it stopped on."""
+def serving(config: RetrieverConfig) -> RetrieverConfig:
+    """A server's retriever: its model in processes of its own (so that a stop is not kept
+    waiting by it), and few attempts at a Milvus server that is down, so that a request is
+    answered 503 at once (unless the configuration asks for more)."""
+    return config.model_copy(update={"model_process": True, "retry_attempts":
+                                     config.retry_attempts or SERVING_ATTEMPTS})
+
+
+def serve(config: RetrieverConfig, *, host: str = "127.0.0.1", port: int = 8000,
+          policy: Policy | None = None) -> str | None:
+    """`situate api`: check the address, open the retriever `config` describes (warm), listen,
+    serve until stopped; returns the signal it stopped on."""
     policy = policy or Policy()
     check_bind(host, policy.token, policy.allowed_hosts)
     configure_logging()
     sock = listen(host, port)
     try:
         with starting("situate api"):
-            retriever = Retriever(collection, uri, mode=mode, fusion=fusion, reranker=reranker,
-                                  retry_attempts=SERVING_ATTEMPTS, workers=workers,
-                                  backend=backend, device=device, model_process=True)
+            retriever = Retriever.open(serving(config))
     except BaseException:
         sock.close()
         raise
     info = retriever.describe()
     shown = f"[{host}]" if ":" in host else host
-    log.info(f"serving collection {collection!r} ({info.rows} rows, {info.embedder}, mode "
-             f"{mode}) on http://{shown}:{sock.getsockname()[1]} (docs: /docs)"
+    log.info(f"serving collection {config.collection!r} ({info.rows} rows, {info.embedder}, mode "
+             f"{config.mode}) on http://{shown}:{sock.getsockname()[1]} (docs: /docs)"
              + ("; clients send Authorization: Bearer <SITUATE_API_TOKEN>" if policy.token else ""))
     return run_uvicorn(create_app(retriever, policy), sock, policy)
 

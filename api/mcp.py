@@ -26,8 +26,9 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from situate.api.config import RetrieverConfig
 from situate.api.guard import Guard, Policy
-from situate.api.http import SERVING_ATTEMPTS, check_bind, listen, run_uvicorn, starting
+from situate.api.http import check_bind, listen, run_uvicorn, starting
 from situate.api.request import K, Mode, Query, SearchRequest, Served
 from situate.api.retriever import Retriever
 from situate.api.wire import CollectionDescription, SearchResponse, message_of, warnings_of
@@ -133,20 +134,20 @@ def absolute(uri: str) -> str:
     return os.path.abspath(os.path.expanduser(uri)) if is_lite(uri) else uri
 
 
-def serve(collection: str, uri: str, *, transport: str = "stdio", host: str = "127.0.0.1",
-          port: int = 8000, mode: str = "hybrid", fusion: str | None = None,
-          reranker: str | None = None, policy: Policy | None = None,
-          workers: int = 1, backend: str | None = None, device: str | None = None) -> str | None:
-    """`situate mcp`: open the retriever (warm), then serve MCP over `transport` until the client
-    goes (stdio) or the server is stopped (streamable-http: returns the signal's name)."""
-    from situate.api.http import configure_logging
+def serve(config: RetrieverConfig, *, transport: str = "stdio", host: str = "127.0.0.1",
+          port: int = 8000, policy: Policy | None = None) -> str | None:
+    """`situate mcp`: open the retriever `config` describes (warm), then serve MCP over
+    `transport` until the client goes (stdio) or the server is stopped (streamable-http: returns
+    the signal's name)."""
+    from situate.api.http import configure_logging, serving
 
     if transport not in TRANSPORTS:
         from situate.core.errors import InputError
 
         raise InputError(f"unknown transport {transport!r}: use one of {', '.join(TRANSPORTS)}")
     policy = policy or Policy()
-    uri = absolute(uri)
+    collection = config.collection
+    config = serving(config).model_copy(update={"uri": absolute(config.uri)})
     sock = None
     if transport == "streamable-http":
         check_bind(host, policy.token, policy.allowed_hosts, "situate mcp")
@@ -154,9 +155,7 @@ def serve(collection: str, uri: str, *, transport: str = "stdio", host: str = "1
     configure_logging()  # on stderr: stdout is the protocol's, over stdio
     try:
         with starting("situate mcp"):
-            retriever = Retriever(collection, uri, mode=mode, fusion=fusion, reranker=reranker,
-                                  retry_attempts=SERVING_ATTEMPTS, workers=workers,
-                                  backend=backend, device=device, model_process=True)
+            retriever = Retriever.open(config)
     except BaseException:
         if sock is not None:
             sock.close()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from situate.api.config import RetrieverConfig, check_mode
 from situate.api.request import SearchRequest
 from situate.core.errors import (
     CollectionNotServed,
@@ -25,8 +26,8 @@ from situate.core.errors import (
     SituateError,
 )
 from situate.core.records import Hit, same_embedder
-from situate.core.settings import MAX_WORKERS, get_settings
-from situate.storage import open_existing, store_kind
+from situate.core.settings import get_settings
+from situate.storage import open_existing
 from situate.tasks.embedders.base import Embedders
 from situate.tasks.embedders.runtime import BACKENDS, Runtime
 from situate.tasks.rerankers.base import Reranker, get_reranker
@@ -36,7 +37,6 @@ from situate.tasks.retrieval.search import (
     answer,
     can_rerank,
     check_fusion,
-    check_modes,
     clean_query,
     unavailable,
 )
@@ -107,20 +107,36 @@ class Retriever:
                  retry_attempts: int | None = None, workers: int = 1,
                  backend: str | None = None, device: str | None = None,
                  model_process: bool = False) -> None:
+        given = None if isinstance(reranker, Reranker) else reranker
+        self._open(RetrieverConfig.checked(
+            collection=collection, uri=uri, mode=mode, fusion=fusion, reranker=given,
+            embedder=embedder, retry_attempts=retry_attempts, workers=workers, backend=backend,
+            device=device, model_process=model_process),
+            token, reranker if isinstance(reranker, Reranker) else None)
+
+    @classmethod
+    def open(cls, config: RetrieverConfig, *, token: str | None = None,
+             reranker: Reranker | None = None) -> Retriever:
+        """The retriever `config` describes (`situate.api.config`: every face's settings, checked
+        when it was made); `token` as for the constructor; `reranker` an instance for the rerank
+        mode instead of the one `config.reranker` names."""
+        self = cls.__new__(cls)
+        self._open(config, token, reranker)
+        return self
+
+    def _open(self, config: RetrieverConfig, token: str | None, reranker: Reranker | None) -> None:
         settings = get_settings()
-        uri = uri or settings.milvus_uri
-        _check_name(collection, uri)
-        _check_mode(mode)
-        check_workers(workers)
-        store = open_existing(uri, collection, settings.milvus_token.get_secret_value()
-                              if token is None else token, retry_attempts=retry_attempts,
+        self.config = config
+        store = open_existing(config.uri, config.collection, settings.milvus_token.get_secret_value()
+                              if token is None else token, retry_attempts=config.retry_attempts,
                               cache_dir=settings.cache_dir)
-        embedders = Embedders(processes=model_process or workers > 1)
+        embedders = Embedders(processes=config.model_process or config.workers > 1)
         try:
-            self._setup(store, collection, embedders, owns=True, mode=mode, fusion=fusion,
-                        reranker=reranker, embedder=embedder, workers=workers, backend=backend,
-                        device=device)
-            self.warm(mode)
+            self._setup(store, config.collection, embedders, owns=True, mode=config.mode,
+                        fusion=config.fusion, reranker=reranker or config.reranker,
+                        embedder=config.embedder, workers=config.workers, backend=config.backend,
+                        device=config.device)
+            self.warm(config.mode)
         except BaseException:
             self._stop_legs()
             embedders.release(kill=True)  # a model still loading is not waited for
@@ -146,7 +162,7 @@ class Retriever:
                mode: str, fusion: str | None, reranker: str | Reranker | None,
                embedder: str | None, workers: int, backend: str | None = None,
                device: str | None = None) -> None:
-        _check_mode(mode)
+        check_mode(mode)
         settings = get_settings()
         self.collection = collection
         self.mode = mode
@@ -176,7 +192,7 @@ class Retriever:
         loaded, and one search of each mode made, its query embedded (rerank's search made
         without the reranker's call, which a paid API would bill)."""
         for mode in modes or (self.mode,):
-            _check_mode(mode)
+            check_mode(mode)
             encoder = self._embedder_loaded() if mode != "bm25" else None
             if mode == "rerank":
                 self._reranker_loaded()
@@ -329,28 +345,6 @@ def embedder_of(collection: str, uri: str, stored: str, wanted: str | None) -> s
         raise InputError(f"collection {collection!r} at {uri} was embedded with {stored}, not "
                          f"{wanted}: leave the embedder out or name the same one")
     return stored or wanted or ""
-
-
-def check_workers(workers: object) -> int:
-    """A number of model processes: a whole number from 1 to MAX_WORKERS, else one InputError."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
-        raise InputError(f"workers={workers!r} is not a number of model processes: give a whole "
-                         f"number from 1 to {MAX_WORKERS}")
-    return workers
-
-
-def _check_mode(mode: object) -> str:
-    if not isinstance(mode, str):
-        raise InputError(f"retrieval mode must be text, not {type(mode).__name__}: use one of "
-                         f"{', '.join(MODES)}")
-    return check_modes([mode])[0]
-
-
-def _check_name(collection: object, uri: str) -> None:
-    """A collection name, by the rule of the store `uri` names (its kind's own)."""
-    if not isinstance(collection, str):
-        raise InputError(f"collection must be a name, not {type(collection).__name__}")
-    store_kind(uri).check_collection(collection)
 
 
 __all__ = ["CollectionDescription", "Hit", "Retriever", "embedder_of", "hit_metadata"]

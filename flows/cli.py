@@ -78,7 +78,7 @@ class Command:
     @property
     def reaches_milvus(self) -> bool:
         """Whether the command opens a Milvus store (and so takes `--milvus-token`)."""
-        return "milvus_uri" in self.options().model_fields
+        return bool({"milvus_uri", "uri"} & set(self.options().model_fields))
 
 
 def _declared(run: Any) -> Command:
@@ -333,11 +333,8 @@ def cmd_synth(options: SynthOptions) -> int:
 def cmd_api(options: ApiOptions) -> int:
     from situate.api.http import serve
 
-    _said_stopped("api", serve(options.collection, options.milvus_uri, host=options.host,
-                               port=options.port, mode=options.mode, fusion=options.fusion,
-                               reranker=options.reranker, workers=options.workers,
-                               policy=options.policy(_api_token()), backend=options.backend,
-                               device=options.device))
+    _said_stopped("api", serve(options.config(), host=options.host, port=options.port,
+                               policy=options.policy(_api_token())))
     return 0
 
 
@@ -350,12 +347,8 @@ def cmd_api(options: ApiOptions) -> int:
 def cmd_mcp(options: McpOptions) -> int:
     from situate.api.mcp import serve
 
-    _said_stopped("mcp", serve(options.collection, options.milvus_uri,
-                               transport=options.transport, host=options.host, port=options.port,
-                               mode=options.mode, fusion=options.fusion,
-                               reranker=options.reranker, workers=options.workers,
-                               policy=options.policy(_api_token()), backend=options.backend,
-                               device=options.device))
+    _said_stopped("mcp", serve(options.config(), transport=options.transport, host=options.host,
+                               port=options.port, policy=options.policy(_api_token())))
     return 0
 
 

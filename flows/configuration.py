@@ -38,7 +38,9 @@ def options_table() -> str:
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for command, model in models().items():
         for name, field, flag, setting in fields(model):
-            label = (flag.names[0] if flag and flag.names else name.upper())
+            if flag is None:  # set by the code that runs the command, not by its user
+                continue
+            label = flag.names[0] if flag.names else name.upper()
             row = rows.setdefault((label, field.description or ""), {
                                           "what": field.description or "", "flag": label,
                                           "env": setting.env if setting else "",

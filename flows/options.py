@@ -11,16 +11,11 @@ a run is resolved once, where it runs. Building a model checks it: a bad option 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
-    PlainSerializer,
     PrivateAttr,
     ValidationError,
     field_validator,
@@ -28,60 +23,31 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from situate.api.config import (
+    Device,
+    Fusion,
+    QueryBackend,
+    Reranker,
+    RetrieverConfig,
+    StoreUri,
+    backend_choices,
+    embedder_names,
+    mode_names,
+)
 from situate.api.request import K, Query, SearchRequest
 from situate.core.errors import InputError, SituateError
+from situate.core.fields import Flag, FromSetting, Settled, from_settings, meta
 from situate.core.settings import MAX_WORKERS, Settings, get_settings
-from situate.core.uri import credentials, is_lite, shown
+from situate.core.uri import credentials, is_lite
 from situate.tasks.retrieval.search import check_k
 
 DEFAULT_KS = (5, 10, 20)
 TASK_RUNNERS = ("threads", "dask")
 
 
-# --- what a field says besides its type -----------------------------------------------------------
-
-@dataclass(frozen=True)
-class Flag:
-    """How a field appears on the command line: `names` ("--context"), none for a positional
-    argument; `negate` for a True default a flag turns off (`--no-prune`); `choices` names the
-    values help lists (from a registry, so help cannot drift); `strict` also refuses others."""
-
-    names: tuple[str, ...] = ()
-    metavar: str | None = None
-    negate: bool = False
-    choices: Callable[[], Sequence[str]] | None = None
-    strict: bool = False
-    hint: str = ""  # after the choices in help, e.g. "or name:model"
-    default_text: str = ""  # the default, in words, where the value alone would not say it
-
-
-@dataclass(frozen=True)
-class FromSetting:
-    """The `SITUATE_*` setting that fills the field when it is left empty."""
-
-    name: str
-    value: Callable[[Settings], Any] | None = None  # how to read it, when not the attribute
-
-    @property
-    def env(self) -> str:
-        return f"SITUATE_{self.name.upper()}"
-
-    def read(self, settings: Settings) -> Any:
-        return self.value(settings) if self.value else getattr(settings, self.name)
-
-
-def from_settings(description: str | None = None, **constraints: Any) -> Any:
-    """The default of a field a setting fills: empty (None) until the model is built, then the
-    setting's value (`Options._fill_from_settings`), so the field's type is its value's. The
-    description, when the field's type does not carry it."""
-    if description is not None:
-        constraints["description"] = description
-    return Field(None, **constraints)
-
-
-def _meta(field: FieldInfo, kind: type[T]) -> T | None:
-    return next((m for m in field.metadata if isinstance(m, kind)), None)
-
+# What a field says besides its type (`Flag`, `FromSetting`): situate.core.fields, shared with
+# the Retriever's configuration (situate.api.config), whose fields the search commands take.
+_meta = meta
 
 T = TypeVar("T")
 
@@ -92,59 +58,14 @@ def _context_names() -> list[str]:
     return CONTEXTUALIZERS.names()
 
 
-def _embedder_names() -> list[str]:
-    from situate.tasks.embedders.base import EMBEDDERS
-
-    return EMBEDDERS.names()
-
-
-def _backend_names() -> list[str]:
-    from situate.tasks.embedders.runtime import backend_names
-
-    return backend_names()
-
-
-def _reranker_names() -> list[str]:
-    from situate.tasks.rerankers.base import RERANKERS
-
-    return RERANKERS.names()
-
-
-def _fusion_names() -> list[str]:
-    from situate.core.fusion import FUSIONS
-
-    return list(FUSIONS)
-
-
 def _code_chunk_names() -> list[str]:
     return ["syntax", "text"]
 
 
-def _mode_names() -> list[str]:
-    from situate.tasks.retrieval.search import MODES
-
-    return list(MODES)
-
-
-class Options(BaseModel):
+class Options(Settled):
     """Base of every command's options: frozen, no unknown field, settings filled in."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     _given: frozenset[str] | None = PrivateAttr(default=None)  # what `build` was given
-
-    @model_validator(mode="before")
-    @classmethod
-    def _fill_from_settings(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        settings = None
-        filled = dict(data)
-        for name, field in cls.model_fields.items():
-            source = _meta(field, FromSetting)
-            if source is not None and filled.get(name) in (None, ""):  # a form's blank too
-                settings = settings or get_settings()
-                filled[name] = source.read(settings)
-        return filled
 
     @classmethod
     def build(cls: type[OptionsT], **values: Any) -> OptionsT:
@@ -178,34 +99,11 @@ def _one_line(model: type[Options], error: ValidationError) -> str:
 
 # --- the commands' options ------------------------------------------------------------------------
 
-def _milvus_uri(value: str) -> str:
-    from situate.storage import uri_problem  # as the kind of store its scheme names says
-
-    problem = uri_problem(value)
-    if problem is not None:
-        raise ValueError(problem)
-    return value
-
-
 Collection = Annotated[str, Flag(("--collection",))]
-# A flow run's parameters are stored by Prefect (its database, the UI): a URI's user information
-# never goes there (the run in this process keeps it; a deployment refuses it: `situate serve`).
-MilvusUri = Annotated[str, Flag(("--milvus-uri",)), FromSetting("milvus_uri"),
-                      AfterValidator(_milvus_uri), PlainSerializer(shown, when_used="json")]
+MilvusUri = StoreUri
 JsonOut = Annotated[str | None, Flag(("--json",), metavar="OUT")]
-Backend = Annotated[str, Flag(("--backend",), metavar="BACKEND", choices=_backend_names, strict=True),
+Backend = Annotated[str, Flag(("--backend",), metavar="BACKEND", choices=backend_choices, strict=True),
                     FromSetting("embed_backend")]
-def _device(value: str) -> str:
-    from situate.tasks.embedders.runtime import check_device
-
-    return check_device(value)  # a device named and absent: one InputError line (exit 2)
-
-
-Device = Annotated[str, Flag(("--device",), metavar="DEVICE"), FromSetting("device"),
-                   AfterValidator(_device)]
-# Queries: left empty, as the collection was embedded (its recorded backend), on the settings' device.
-QueryBackend = Annotated[str | None, Flag(("--backend",), metavar="BACKEND", choices=_backend_names,
-                                          strict=True)]
 # Fields `situate ingest` and `situate synth` share: how the corpus is read and cut, where
 # contexts are cached, and the context provider's server.
 LlmBaseUrl = Annotated[str, Flag(("--llm-base-url",), metavar="URL"), FromSetting("llm_base_url"),
@@ -229,16 +127,7 @@ FollowLinks = Annotated[bool, Flag(("--follow-links",), default_text="false"),
                        Field(description="read what symbolic links in a directory corpus point to "
                                          "outside it (files and directories; never /proc, /sys or "
                                          "/dev): off, such links are skipped and counted")]
-# How a search ranks, alike in `situate evaluate`, `search`, `api` and `mcp`: the mode, the
-# reranker of the rerank mode, the fusion of hybrid's two legs.
-SearchMode = Annotated[str, Flag(("--mode",), choices=_mode_names, strict=True),
-                       Field(description="retrieval mode (rerank: hybrid reranked by --rerank)")]
-Reranker = Annotated[str, Flag(("--rerank",), metavar="RERANKER", choices=_reranker_names,
-                               hint="cohere[:model] or st:NAME_OR_PATH"),
-                     FromSetting("reranker"), Field(description="reranker of the rerank mode")]
-Fusion = Annotated[str, Flag(("--fusion",), choices=_fusion_names, strict=True),
-                   FromSetting("fusion"), AfterValidator(lambda value: _check_fusion(value)),
-                   Field(description="how hybrid search fuses dense and BM25")]
+
 
 
 class IngestOptions(Options):
@@ -254,7 +143,7 @@ class IngestOptions(Options):
     context: Annotated[str, Flag(("--context",), choices=_context_names),
                        FromSetting("context", Settings.default_context)] = from_settings(
         description="context provider by name")
-    embedder: Annotated[str, Flag(("--embedder",), choices=_embedder_names,
+    embedder: Annotated[str, Flag(("--embedder",), choices=embedder_names,
                                   hint="optionally name:model; st:NAME_OR_PATH"),
                         FromSetting("embedder")] = from_settings(description="embedder by name")
     backend: Backend = from_settings(description="how a local embedder runs: auto (openvino on "
@@ -340,14 +229,14 @@ class EvaluateOptions(Options):
     milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
     k: Annotated[list[int], Flag(("--k",), default_text="5,10,20")] = Field(
         default_factory=lambda: list(DEFAULT_KS), description="cut-offs, comma-separated")
-    modes: Annotated[list[str], Flag(("--modes",), choices=_mode_names,
+    modes: Annotated[list[str], Flag(("--modes",), choices=mode_names,
                                      default_text="dense,bm25,hybrid (and rerank)")] = Field(
         default_factory=list, description="retrieval modes to compare, comma-separated (default: "
                                           "all but rerank; rerank too with a local --rerank "
                                           "st:... or when COHERE_API_KEY is set)")
     reranker: Reranker = from_settings()
     fusion: Fusion = from_settings()
-    embedder: Annotated[str | None, Flag(("--embedder",), choices=_embedder_names)] = Field(
+    embedder: Annotated[str | None, Flag(("--embedder",), choices=embedder_names)] = Field(
         None, description="embedder of the queries (default: the one the collection was built "
                           "with; must be the same)")
     backend: QueryBackend = Field(None, description="how the queries' embedder runs (default: as "
@@ -393,20 +282,32 @@ class EvaluateOptions(Options):
         return split_collections(self.collection, self.milvus_uri)
 
 
-class SearchOptions(Options):
+class _RetrieverOptions(Options, RetrieverConfig):
+    """Options of the commands that open a Retriever: its settings are its configuration's fields
+    (`situate.api.config.RetrieverConfig`), each a flag; `config` is that configuration."""
+
+    def config(self, **face: Any) -> RetrieverConfig:
+        """The Retriever's configuration these options hold (checked when they were), with what
+        the face sets itself (`model_process`)."""
+        values = {name: getattr(self, name) for name in RetrieverConfig.model_fields}
+        return RetrieverConfig.model_construct(**{**values, **face})
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers(cls, value: Any) -> Any:
+        return value  # a flag's bounds are its field's (`--workers 0: Input should be ...`)
+
+    @model_validator(mode="after")
+    def _check_reranker(self) -> _RetrieverOptions:
+        _check_reranker([self.mode], self.reranker)
+        return self
+
+
+class SearchOptions(_RetrieverOptions):
     """`situate search` (one query: no flow)."""
 
     query: Annotated[Query, Flag()]
-    collection: Collection = Field(description="Milvus collection name")
-    milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
     k: Annotated[K, Flag(("--k",))] = 10
-    mode: SearchMode = "hybrid"
-    reranker: Reranker = from_settings()
-    fusion: Fusion = from_settings()
-    backend: QueryBackend = Field(None, description="how the query's embedder runs (default: as "
-                                                   "the collection was embedded)")
-    device: Device = from_settings(description="where the query's embedder runs: auto, cpu, "
-                                   "cuda, cuda:N or mps")
     json_out: Annotated[bool, Flag(("--json",))] = Field(
         False, description="print the reply as JSON, as POST /search of `situate api` returns it")
     full: Annotated[bool, Flag(("--full",))] = Field(
@@ -427,32 +328,22 @@ class SearchOptions(Options):
 
     @model_validator(mode="after")
     def _check(self) -> SearchOptions:
-        check_collection(self.collection, self.milvus_uri)
         self._request = SearchRequest.of({"query": self.query, "k": self.k, "mode": self.mode})
-        _check_reranker([self.mode], self.reranker)
         return self
 
 
-class _ServingOptions(Options):
+class _ServingOptions(_RetrieverOptions):
     """What `situate api` and `situate mcp` serve: one collection, searched warm (no flow)."""
 
-    collection: Collection = Field(description="Milvus collection name")
-    milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
     host: Annotated[str, Flag(("--host",))] = Field(
         "127.0.0.1", description="address to listen on; other than loopback needs "
                                  "SITUATE_API_TOKEN")
     port: Annotated[int, Flag(("--port",))] = Field(8000, ge=0, le=65535,
                                                     description="port to listen on")
-    mode: SearchMode = "hybrid"
-    reranker: Reranker = from_settings()
-    fusion: Fusion = from_settings()
+    # The servers' own default of the Retriever's `workers`: SITUATE_WORKERS, and a flag.
     workers: Annotated[int, Flag(("--workers",), metavar="N"), FromSetting("workers")] = \
         from_settings(ge=1, le=MAX_WORKERS, description="processes of a local embedder that "
                       "embed queries, each on one core (concurrent queries are embedded together)")
-    backend: QueryBackend = Field(None, description="how the queries' embedder runs (default: as "
-                                                   "the collection was embedded)")
-    device: Device = from_settings(description="where the queries' embedder runs: auto, cpu, "
-                                   "cuda, cuda:N or mps")
     allowed_hosts: Annotated[list[str], Flag(("--allowed-host",), metavar="NAMES"),
                              FromSetting("allowed_hosts")] = from_settings(
         description="names clients call the server by, beyond loopback ones (comma-separated; * "
@@ -504,12 +395,6 @@ class _ServingOptions(Options):
                       client_limit=self.client_limit, read_timeout=self.read_timeout,
                       forwarded_allow_ips=self.forwarded_allow_ips or "")
 
-    @model_validator(mode="after")
-    def _check(self) -> _ServingOptions:
-        check_collection(self.collection, self.milvus_uri)
-        _check_reranker([self.mode], self.reranker)
-        return self
-
 
 class ApiOptions(_ServingOptions):
     """`situate api`: the search over HTTP."""
@@ -537,7 +422,7 @@ class ServeOptions(Options):
         None, description="evaluation JSONL; without it only ingest is served")
     context: Annotated[str | None, Flag(("--context",), choices=_context_names)] = Field(
         None, description="context provider of the ingest runs")
-    embedder: Annotated[str | None, Flag(("--embedder",), choices=_embedder_names,
+    embedder: Annotated[str | None, Flag(("--embedder",), choices=embedder_names,
                                          hint="optionally name:model; st:NAME_OR_PATH")] = Field(
         None, description="embedder of the ingest runs")
     ingest_cron: Annotated[str, Flag(("--ingest-cron",))] = Field(
@@ -615,12 +500,6 @@ def _check_reranker(modes: Sequence[str], reranker: str) -> None:
         from situate.tasks.rerankers.base import check_reranker
 
         check_reranker(reranker)
-
-
-def _check_fusion(value: str) -> str:
-    from situate.tasks.retrieval.search import check_fusion
-
-    return check_fusion(value)  # a bad SITUATE_FUSION is said as such
 
 
 def check_collection(name: str, uri: str = "") -> str:

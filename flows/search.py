@@ -21,9 +21,7 @@ def respond(options: SearchOptions) -> SearchResponse:
     own, so that Ctrl-C stops the command at once, even while torch loads. The reply is the one
     `POST /search` sends (`situate.api.wire`): the hits, the time the search took once the
     store and the model were ready, and where a long query was cut."""
-    with Retriever(options.collection, options.milvus_uri, mode=options.mode,
-                   fusion=options.fusion, reranker=options.reranker, backend=options.backend,
-                   device=options.device, model_process=True) as retriever:
+    with Retriever.open(options.config(model_process=True)) as retriever:
         started = time.perf_counter()
         hits = retriever.run(options.request)
         return SearchResponse(hits=hits, took_ms=round((time.perf_counter() - started) * 1000, 3),

@@ -22,6 +22,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from situate.api.config import RetrieverConfig
 from situate.api.request import SearchRequest
 from situate.api.retriever import Retriever, hit_metadata
 from situate.core.records import Hit
@@ -32,7 +33,8 @@ class SituateRetriever(BaseRetriever):
     """A LangChain `BaseRetriever` over a situate collection: `k` hits in `mode` per query.
 
     Opens its own warm `Retriever` (the store at `uri`, default SITUATE_MILVUS_URI, and the
-    collection's embedder), or shares the one given as `retriever`. `invoke(query, k=..,
+    collection's embedder; or as `config`, a `RetrieverConfig`, says), or shares the one given
+    as `retriever`. `invoke(query, k=..,
     mode=..)` overrides `k` and `mode` for one call. `close()` lets the store and model go."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -43,6 +45,9 @@ class SituateRetriever(BaseRetriever):
     mode: str = Field("hybrid", description="dense | bm25 | hybrid | rerank")
     retriever: Retriever | None = Field(None, exclude=True,
                                         description="a Retriever to share (opened if None)")
+    config: RetrieverConfig | None = Field(None, exclude=True, description="the Retriever's "
+                                           "whole configuration (its collection, uri and mode "
+                                           "are this retriever's)")
     _situate: Retriever = PrivateAttr()
 
     @model_validator(mode="before")
@@ -53,6 +58,10 @@ class SituateRetriever(BaseRetriever):
             own = [n for n in cls.model_fields if n not in BaseRetriever.model_fields]
             refuse_unknown("SituateRetriever (LangChain)", values,
                            [*own, *BaseRetriever.model_fields])
+            config = values.get("config")
+            if isinstance(config, RetrieverConfig):
+                values = {"collection": config.collection, "uri": config.uri,
+                          "mode": config.mode, **values}
         return values
 
     @field_validator("k", mode="before")
@@ -63,7 +72,8 @@ class SituateRetriever(BaseRetriever):
         return value
 
     def model_post_init(self, context: Any) -> None:
-        self._situate = self.retriever or Retriever(self.collection, self.uri, mode=self.mode)
+        self._situate = self.retriever or (Retriever.open(self.config) if self.config else
+                                           Retriever(self.collection, self.uri, mode=self.mode))
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
                                 **kwargs: Any) -> list[Document]:

@@ -19,6 +19,7 @@ from typing import Any
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
+from situate.api.config import RetrieverConfig
 from situate.api.retriever import Retriever, hit_metadata
 from situate.core.records import Hit
 from situate.integrations import refuse_unknown
@@ -28,16 +29,20 @@ class SituateRetriever(BaseRetriever):
     """A LlamaIndex `BaseRetriever` over a situate collection: `k` hits in `mode` per query.
 
     Opens its own warm `Retriever` (the store at `uri`, default SITUATE_MILVUS_URI, and the
-    collection's embedder), or shares the one given as `retriever`. `close()` lets the store and
+    collection's embedder; or as `config`, a `RetrieverConfig`, says), or shares the one given
+    as `retriever`. `close()` lets the store and
     model go."""
 
-    def __init__(self, collection: str, uri: str | None = None, k: int = 10,
+    def __init__(self, collection: str = "", uri: str | None = None, k: int = 10,
                  mode: str = "hybrid", retriever: Retriever | None = None,
-                 **kwargs: Any) -> None:
+                 config: RetrieverConfig | None = None, **kwargs: Any) -> None:
         refuse_unknown("SituateRetriever (LlamaIndex)", kwargs, _TAKES)
+        if config is not None:
+            collection, uri, mode = config.collection, config.uri, config.mode
         self.collection, self.uri, self.k, self.mode = collection, uri, k, mode
         self._shared = retriever is not None
-        self._situate = retriever or Retriever(collection, uri, mode=mode)
+        self._situate = retriever or (Retriever.open(config) if config is not None else
+                                      Retriever(collection, uri, mode=mode))
         super().__init__(**kwargs)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
@@ -54,7 +59,7 @@ class SituateRetriever(BaseRetriever):
 
 
 # Its own keywords, then LlamaIndex's BaseRetriever's (callback_manager, verbose, ...).
-_TAKES = ["collection", "uri", "k", "mode", "retriever",
+_TAKES = ["collection", "uri", "k", "mode", "retriever", "config",
           *[p for p in inspect.signature(BaseRetriever.__init__).parameters if p != "self"]]
 
 
