@@ -227,6 +227,9 @@ def test_situates_own_parts_are_its_entry_points() -> None:
     for group in ("situate.embedders", "situate.contexts", "situate.rerankers", "situate.stores"):
         assert entries(group) and all(e.dist == OWN for e in entries(group)), group
     assert set(COMMANDS) >= {"ingest", "evaluate", "search", "api", "mcp", "version", "plugins"}
+    from situate.tasks.sources.base import SOURCES  # another package's sources, by URL scheme
+
+    assert SOURCES.group == "situate.sources"
 
 
 def test_a_reader_declares_its_own_place_fields() -> None:

@@ -77,10 +77,11 @@ class TooLarge(Exception):
 
 
 # scheme -> a function of the URL and a private working folder (the source's own cache: a git
-# object store) giving its Source ("module:attr", imported on first use).
+# object store) giving its Source ("module:attr", imported on first use). Another package's
+# sources are the `situate.sources` entry points (situate.core.plugins), by scheme.
 SOURCES: Registry[Callable[[str, Path], Source]] = Registry(
     "source", " (a URL: git+https://host/org/repo@main, git+file:///path/to/repo.git, "
-              "https://docs.example.com/)")
+              "https://docs.example.com/)", group="situate.sources")
 SOURCES.register("git+file", "situate.tasks.sources.git:GitSource")
 SOURCES.register("git+https", "situate.tasks.sources.git:GitSource")
 SOURCES.register("git+http", "situate.tasks.sources.git:GitSource")
