@@ -81,8 +81,15 @@ def _all() -> dict[str, tuple[Entry, ...]]:
 
 
 def entries(group: str) -> tuple[Entry, ...]:
-    """The installed entries of `group`, situate's own first, each in its distribution's order."""
-    return _all().get(group, ())
+    """The installed entries of `group`, situate's own first, each in its distribution's order.
+    A PluginError when situate's own are missing: its installed metadata is older than its
+    entry points, and nothing would be found."""
+    found = _all()
+    if not any(e.dist == OWN for group_entries in found.values() for e in group_entries):
+        raise PluginError("situate's own readers, stores and commands are not registered: its "
+                          "installed metadata predates its entry points; reinstall it "
+                          "(`pip install -e .`, or `make setup`)")
+    return found.get(group, ())
 
 
 def refresh() -> None:

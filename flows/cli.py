@@ -110,10 +110,14 @@ def command(summary: str, examples: str, *, verbose: bool = False, server: bool 
 def commands(*, own: bool = False) -> dict[str, Command]:
     """Every command that loads (`own`: situate's own only, as its documentation lists them);
     one whose plugin fails to load is one line on stderr."""
-    from situate.core.plugins import OWN
+    from situate.core.plugins import OWN, PluginError
 
     problems: list[str] = []
-    found = COMMANDS.loaded(problems)
+    try:
+        found = COMMANDS.loaded(problems)
+    except PluginError as e:  # none registered: an install older than its entry points
+        print(f"situate: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     for problem in problems:
         print(f"situate: warning: {problem}", file=sys.stderr)
     theirs = {name for name in found if getattr(COMMANDS.origin(name), "dist", OWN) != OWN}

@@ -245,3 +245,20 @@ def test_a_reader_declares_its_own_place_fields() -> None:
     for taken in ("page", "place"):
         with pytest.raises(ValueError, match=f"cannot be named '{taken}'"):
             Place(own=((taken, 1),))
+
+
+def test_an_install_without_situates_entry_points_is_one_line(monkeypatch, capsys) -> None:
+    """Metadata older than the entry points (an editable install not redone) registers nothing
+    of situate's: said in one line, exit 2, not a CLI without commands."""
+    from situate.flows.cli import COMMANDS, main
+
+    monkeypatch.setattr("situate.core.plugins._all", lambda: {"situate.commands": ()})
+    monkeypatch.setattr(COMMANDS, "_read", False)
+    monkeypatch.setattr(COMMANDS, "_entries", {})
+    with pytest.raises(SystemExit) as stopped:
+        main(["--help"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "situate: error: situate's own readers, stores and commands are not registered: its "
+        "installed metadata predates its entry points; reinstall it (`pip install -e .`, or "
+        "`make setup`)"]
