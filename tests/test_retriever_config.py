@@ -77,3 +77,12 @@ def test_the_search_commands_options_are_the_configs_fields():
                                      fusion="rrf", model_process=True)
     served = ApiOptions.build(collection=C, uri="memory://x", workers=3).config()
     assert (served.workers, served.collection, served.model_process) == (3, C, False)
+
+
+def test_the_constructors_keywords_are_the_configs_fields():
+    """`Retriever(collection, uri, **keywords)` takes every field of the config (and the token,
+    a secret the config never holds): a field added to the config without its keyword fails here."""
+    import inspect
+
+    keywords = set(inspect.signature(Retriever.__init__).parameters) - {"self", "token"}
+    assert keywords == set(RetrieverConfig.model_fields)
