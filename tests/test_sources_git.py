@@ -173,3 +173,16 @@ def test_ingest_from_git_is_incremental_and_equals_fresh(prefect_harness, state,
     fresh = ingest(**{**params, "collection": "gitfresh", "cache_dir": str(state["cache_dir"]) + "2"})
     assert fresh.new == 7
     assert snapshot(state["milvus_uri"], "gitdocs") == snapshot(state["milvus_uri"], "gitfresh")
+
+
+def test_serve_keeps_a_source_url_as_given(tmp_path):
+    """`situate serve URL`: the URL is no path to resolve or to find on disk."""
+    from situate.flows.deploy import check_serve_options, resolve_paths
+    from situate.flows.options import ServeOptions
+
+    url = "git+https://example.com/org/handbook@main"
+    options = ServeOptions.build(corpus=url, collection="handbook",
+                                 milvus_uri=str(tmp_path / "m.db"))
+    resolved = resolve_paths(options)
+    assert resolved.corpus == url
+    check_serve_options(resolved)  # no "corpus not found"
