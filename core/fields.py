@@ -83,4 +83,18 @@ class Settled(BaseModel):
         return filled
 
 
-__all__ = ["Flag", "FromSetting", "Settled", "from_settings", "meta"]
+def describe_default(field: FieldInfo, flag: Flag | None, setting: FromSetting | None) -> str:
+    """A field's default as help and the configuration table say it: the flag's own words, the
+    setting's default, or the field's."""
+    if flag is not None and flag.default_text:
+        return flag.default_text
+    if setting is not None:
+        default = Settings.model_fields[setting.name].default
+        return {"context": "anthropic if ANTHROPIC_API_KEY is set, else structural"}.get(
+            setting.name, str(default))
+    if field.default is None or field.is_required():
+        return "none" if field.default is None else "required"
+    return str(field.default).lower() if isinstance(field.default, bool) else str(field.default)
+
+
+__all__ = ["Flag", "FromSetting", "Settled", "describe_default", "from_settings", "meta"]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from pydantic import Field
 
+from situate.core.fields import describe_default
 from situate.core.registry import Registry
 from situate.core.version import version
 from situate.flows import launch, logs, signals
@@ -193,8 +194,6 @@ def add_options(sp: argparse.ArgumentParser, model: type[Options]) -> None:
 def help_text(field: Any, flag: Any, setting: Any) -> str:
     """A field's help: what it is, the names it takes (from their registry), its variable and
     default."""
-    from situate.flows.configuration import describe_default
-
     text = field.description or ""
     if flag.choices and not flag.strict:
         names = " | ".join(flag.choices())

@@ -7,22 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic.fields import FieldInfo
-
+from situate.core.fields import describe_default
 from situate.core.settings import Settings
-from situate.flows.options import Flag, FromSetting, Options, fields
-
-
-def describe_default(field: FieldInfo, flag: Flag | None, setting: FromSetting | None) -> str:
-    if flag is not None and flag.default_text:
-        return flag.default_text
-    if setting is not None:
-        default = Settings.model_fields[setting.name].default
-        return {"context": "anthropic if ANTHROPIC_API_KEY is set, else structural"}.get(
-            setting.name, str(default))
-    if field.default is None or field.is_required():
-        return "none" if field.default is None else "required"
-    return str(field.default).lower() if isinstance(field.default, bool) else str(field.default)
+from situate.flows.options import Options, fields
 
 
 def models() -> dict[str, type[Options]]:

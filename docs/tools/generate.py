@@ -50,8 +50,8 @@ def _cell(text: str) -> str:
 
 def cli_page() -> str:
     os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal's width
+    from situate.core.fields import describe_default
     from situate.flows.cli import _parser, commands
-    from situate.flows.configuration import describe_default
     from situate.flows.options import fields
 
     parser = _parser()
