@@ -186,3 +186,59 @@ def test_serve_keeps_a_source_url_as_given(tmp_path):
     resolved = resolve_paths(options)
     assert resolved.corpus == url
     check_serve_options(resolved)  # no "corpus not found"
+
+
+@pytest.fixture
+def git_http(remote):
+    """The remote served over git's smart HTTP protocol on 127.0.0.1 (dulwich's WSGI server)."""
+    import threading
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from dulwich.repo import Repo
+    from dulwich.server import DictBackend
+    from dulwich.web import make_wsgi_chain
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    repo = Repo(str(remote.bare))
+    git = make_wsgi_chain(DictBackend({"/handbook.git": repo}))
+
+    def app(environ, start_response):  # basic auth: reader / letmein
+        import base64
+
+        if environ.get("HTTP_AUTHORIZATION") != "Basic " + base64.b64encode(b"reader:letmein").decode():
+            start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="git"')])
+            return [b"unauthorized"]
+        return git(environ, start_response)
+
+    server = make_server("127.0.0.1", 0, app, handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"git+http://reader:letmein@127.0.0.1:{server.server_address[1]}/handbook.git@main"
+    server.shutdown()
+    server.server_close()
+    repo.close()
+
+
+def test_sync_over_git_http(remote, git_http, tmp_path):
+    """The same repository over HTTP: the same files, and the same blob hashes as markers (a
+    re-run fetches none)."""
+    from situate.tasks.sources.mirror import sync
+
+    first = sync(git_http, tmp_path / "cache", 10**6)
+    assert (first.listed, first.fetched) == (8, 8)
+    remote.commit({"docs/p1.md": page(1, "Edited.")})
+    again = sync(git_http, tmp_path / "cache", 10**6)
+    assert (again.fetched, again.unchanged) == (1, 7)
+
+
+def test_wrong_git_password_is_one_line_without_it(git_http, tmp_path):
+    from situate.tasks.sources.mirror import sync
+
+    wrong = git_http.replace("reader:letmein", "reader:wr0ng-passw0rd")
+    with pytest.raises(InputError) as e:
+        sync(wrong, tmp_path / "cache", 10**6)
+    said = str(e.value)
+    assert "wr0ng-passw0rd" not in said and "\n" not in said
+    assert said.startswith("git+http://***@127.0.0.1:") and "cannot be fetched (HTTPUnauthorized" in said
