@@ -128,6 +128,9 @@ class Settings(BaseSettings):
                                "per run (a run stopped by it deletes nothing)")
     web_max_depth: int = Field(20, ge=0, description="links followed from a website corpus's "
                                "start page, at most, when it has no sitemap")
+    web_delay: float = Field(0.0, ge=0, description="seconds between two requests of a website "
+                             "corpus to one host (requests go one at a time); a robots.txt "
+                             "Crawl-delay, up to 60 s, is honoured when longer")
     web_timeout: float = Field(30.0, gt=0, description="seconds one request of a website corpus "
                                "may wait to connect or for the next bytes")
     web_max_seconds: float = Field(3600.0, gt=0, description="seconds a website corpus's sync "

@@ -206,3 +206,22 @@ def test_ingest_from_a_website(prefect_harness, state, site, counting):
     fresh = ingest(**{**params, "collection": "sitefresh", "cache_dir": state["cache_dir"] + "2"})
     assert fresh.new == 5
     assert snapshot(state["milvus_uri"], "site") == snapshot(state["milvus_uri"], "sitefresh")
+
+
+def test_requests_to_a_host_are_spaced_by_its_crawl_delay(site, tmp_path, settings_env):
+    """robots.txt's Crawl-delay (and SITUATE_WEB_DELAY) spaces the requests to one host."""
+    from situate.tasks.sources.mirror import sync
+
+    site.html("/docs/", "Home", text(0), ("a.html", "b.html"))
+    site.html("/docs/a.html", "A", text(1))
+    site.html("/docs/b.html", "B", text(2))
+    site.robots = "User-agent: *\nCrawl-delay: 0.3\n"
+    t = time.perf_counter()
+    assert sync(f"{site.base}/docs/", tmp_path / "cache", 10**7).fetched == 3
+    # robots.txt, two sitemap probes, three pages: five gaps after robots.txt is read
+    assert time.perf_counter() - t >= 5 * 0.3
+    site.robots = ""
+    settings_env(web_delay="0.2")
+    t = time.perf_counter()
+    assert sync(f"{site.base}/docs/", tmp_path / "cache2", 10**7).fetched == 3
+    assert time.perf_counter() - t >= 5 * 0.2

@@ -3,9 +3,9 @@
 The pages are those its sitemap lists (the `Sitemap:` lines of robots.txt, else `sitemap.xml`
 under the prefix or at the root; sitemap indexes followed), or else those reached by following
 links from the start page, within the prefix, up to `web_max_depth` links away. robots.txt is
-obeyed (protego). Requests go one at a time (polite to one host by construction), each timed out
-(`web_timeout`), the whole sync bounded in pages and seconds; a run stopped by a limit deletes
-nothing.
+obeyed (protego), its Crawl-delay too. Requests go one at a time, a host asked again only after
+`web_delay` seconds (or its Crawl-delay), each timed out (`web_timeout`), the whole sync bounded
+in pages and seconds; a run stopped by a limit deletes nothing.
 
 Change markers are the ETag, else Last-Modified: the next sync asks with `If-None-Match` /
 `If-Modified-Since`, and an unchanged page costs a 304 (its links, when crawling, read from the
@@ -41,6 +41,7 @@ from situate.tasks.sources.base import Entry, FetchFailed, Previous, TooLarge, s
 log = logging.getLogger("situate.sources")
 USER_AGENT = "situate"
 MAX_REDIRECTS = 5
+MAX_CRAWL_DELAY = 60.0  # seconds: a robots.txt asking for more is taken as asking for this
 SITEMAP_BYTES = 50 * 2**20  # the sitemap protocol's own limit per file
 MAX_SITEMAPS = 100
 # A path that ends in one of these is the document's own name; any other page is named
@@ -74,6 +75,8 @@ class WebSource:
         self.private_start = start_kind in ("private", "loopback", "link-local")
         self.checked: dict[str, str] = {parts.hostname.lower(): start_kind}
         self.timeout = settings.web_timeout
+        self.delay = settings.web_delay
+        self.last: dict[str, float] = {}  # host -> when it was last asked (time.monotonic)
         self.text_limit = settings.max_file_bytes
         self.max_pages, self.max_depth = settings.web_max_pages, settings.web_max_depth
         self.deadline = time.monotonic() + settings.web_max_seconds
@@ -166,6 +169,21 @@ class WebSource:
 
     # -- requests ------------------------------------------------------------------------------
 
+    def _wait_turn(self, url: str) -> None:
+        """Politeness: a host is asked again only `web_delay` seconds (or its robots.txt's
+        Crawl-delay, up to MAX_CRAWL_DELAY) after its last request."""
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        delay = self.delay
+        robots = self.robots.get((parts.scheme, host, parts.port))
+        crawl_delay = getattr(robots, "crawl_delay", None)
+        if crawl_delay is not None:
+            delay = max(delay, min(float(crawl_delay(USER_AGENT) or 0), MAX_CRAWL_DELAY))
+        last = self.last.get(host)
+        if last is not None and delay:
+            time.sleep(max(0.0, last + delay - time.monotonic()))
+        self.last[host] = time.monotonic()
+
     def _get(self, url: str, headers: dict[str, str], limit: int,
              ) -> tuple[int, httpx.Headers, bytes | None, str]:
         """(status, headers, body up to `limit` or None, final URL) of a GET, redirects followed
@@ -177,6 +195,7 @@ class WebSource:
                 raise FetchFailed(f"not requested: {why}")
             if time.monotonic() > self.deadline:
                 raise FetchFailed("the sync's time limit (SITUATE_WEB_MAX_SECONDS) passed")
+            self._wait_turn(url)
             try:
                 with self.client.stream("GET", url, headers=headers) as r:
                     if r.has_redirect_location:
