@@ -14,6 +14,7 @@ import pytest
 from situate.core.errors import InputError
 from situate.core.records import Hit
 from situate.tasks.retrieval.metrics import EvalQuery, Golden, golden_ranks, latency_ms, miss_sources
+from situate.tasks.retrieval.report import summary_text
 from tests.conftest import SAMPLE_CORPUS, SAMPLE_EVAL
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -298,7 +299,7 @@ def test_two_collections_are_evaluated_and_compared(prefect_harness, state):
         [history] = results.glob(f"evaluate-{name}-*.json")
         assert history.with_suffix(".png").read_bytes()[:8] == PNG_MAGIC
         assert json.loads(history.read_text())["per_query"] == saved["collections"][name]["per_query"]
-    text = result.text()
+    text = summary_text(result)
     assert "with_ctx" in text and "no_ctx" in text and "median ms" in text
 
     from tests.test_flows import _artifact

@@ -170,12 +170,6 @@ class Evaluation(_Record):
             raise ValueError(f"{len(self.collections)} collections were evaluated")
         return self.collections[0]
 
-    def text(self) -> str:
-        """What `situate evaluate` prints (`report.summary_text`)."""
-        from situate.tasks.retrieval.report import summary_text
-
-        return summary_text(self)
-
     def public(self) -> dict[str, object]:
         """What `--json OUT` writes: one collection's report, or {collections: {name: report},
         queries} for several."""
