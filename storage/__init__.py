@@ -9,7 +9,6 @@ from situate.core.errors import InputError
 from situate.core.protocols import ChunkStore, StoreKind
 from situate.core.registry import Registry
 
-MEMORY = "memory://"
 STORES: Registry[StoreKind] = Registry("store", group="situate.stores")
 
 

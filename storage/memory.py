@@ -36,7 +36,6 @@ from situate.core.records import (
     StoredDocument,
     same_embedder,
 )
-from situate.storage import MEMORY
 from situate.storage.manifest import FIELDS as STORED_FIELDS
 from situate.storage.manifest import from_rows
 from situate.storage.rows import (
@@ -48,7 +47,7 @@ from situate.storage.rows import (
     validate_collection_name,
 )
 
-SCHEME = MEMORY  # the URI scheme situate registers this store under (`situate.storage.kinds`)
+SCHEME = "memory://"  # the URI scheme situate registers this store under (`situate.storage.kinds`)
 ROW_FIELDS = ("id", "doc_id", "chunk_index", "text", "context", "doc_hash", "chunk_hash")
 # Okapi BM25's parameters as Milvus's BM25 function defaults them.
 K1, B = 1.2, 0.75
