@@ -193,6 +193,9 @@ def test_ingest_from_a_website(prefect_harness, state, site, counting):
     half = ingest(**params)
     assert half.failed == {"p0.html": "HTTP 500", "p2.html": "HTTP 500", "p4.html": "HTTP 500"}
     assert (half.deleted_documents, half.chunks_deleted, half.rows) == (0, 0, 6)
+    table = {row["metric"]: row["value"] for row in half.table()}  # the run's summary artifact
+    assert table["failed p2.html"] == "HTTP 500" and table["source failed"] == "3"
+    assert table["source unchanged (not fetched)"] == "2" and table["deleted_documents"] == "0"
 
     site.failing.clear()
     del site.pages["/docs/p2.html"]
