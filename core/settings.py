@@ -135,8 +135,9 @@ class Settings(BaseSettings):
                                "may wait to connect or for the next bytes")
     web_max_seconds: float = Field(3600.0, gt=0, description="seconds a website corpus's sync "
                                    "may take in all (a run stopped by it deletes nothing)")
-    web_allow_hosts: str = Field("", description="hosts (comma-separated) a website corpus may "
-                                 "read beyond its start URL's own host")
+    web_allow_hosts: str = Field("", description="hosts (comma-separated) beyond its start URL's "
+                                 "own that a website corpus's redirects may lead to (a page "
+                                 "served from a CDN); pages are named by the start host's URLs")
     web_allow_link_local: bool = Field(False, description="let a website corpus start at a "
                                        "link-local address (169.254.0.0/16, fe80::/10: cloud "
                                        "metadata services), which is otherwise refused")

@@ -228,3 +228,23 @@ def test_requests_to_a_host_are_spaced_by_its_crawl_delay(site, tmp_path, settin
     t = time.perf_counter()
     assert sync(f"{site.base}/docs/", tmp_path / "cache2", 10**7).fetched == 3
     assert time.perf_counter() - t >= 5 * 0.2
+
+
+def test_a_redirect_to_an_allowed_host_is_followed(site, tmp_path, settings_env):
+    from situate.tasks.sources.mirror import mirror_root, sync
+
+    other = Site().start()
+    try:
+        settings_env(web_allow_hosts="localhost")
+        target = other.base.replace("127.0.0.1", "localhost") + "/cdn/moved.html"
+        other.html("/cdn/moved.html", "Moved", "served from elsewhere")
+        site.html("/docs/", "Home", text(0), ("moved.html",))
+        site.redirects["/docs/moved.html"] = target
+        url = f"{site.base}/docs/"
+        report = sync(url, tmp_path / "cache", 10**7)
+        assert (report.fetched, report.failed) == (2, [])
+        assert other.requested("/cdn/moved.html") == [200]
+        assert "served from elsewhere" in (mirror_root(url, tmp_path / "cache") / "tree" /
+                                           "moved.html").read_text()
+    finally:
+        other.stop()
