@@ -158,7 +158,7 @@ def create_app(retriever: Retriever, policy: Policy | None = None) -> Any:
     return Guard(app, policy)
 
 
-def _docs_and_error_handlers(app: Any) -> None:
+def _docs_and_error_handlers(app: FastAPI) -> None:
     """The offline API page at /docs, and situate's errors and bad requests as JSON replies."""
     from fastapi.exceptions import RequestValidationError
     from fastapi.openapi.docs import get_swagger_ui_html

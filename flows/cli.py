@@ -245,10 +245,8 @@ def cmd_ingest(options: IngestOptions) -> int:
   situate evaluate data/sample/eval.jsonl --collection sample --modes hybrid --k 1,5 --json r.json""",
          verbose=True)
 def cmd_evaluate(options: EvaluateOptions) -> int:
-    from situate.tasks.retrieval.report import summary_text
-
     result = launch.launch_evaluate(options)
-    print(summary_text(result))
+    print(launch.evaluation_text(result))
     if options.json_out:
         print(f"wrote {options.json_out}")
     return 0

@@ -131,6 +131,14 @@ def launch_ingest(options: IngestOptions) -> IngestSummary | IngestPlan:
         resources.close(kill_models=True)
 
 
+def evaluation_text(result: Evaluation) -> str:
+    """What `situate evaluate` prints: Pass@k and latency per mode, then what every mode missed
+    (`situate.tasks.retrieval.report.summary_text`)."""
+    from situate.tasks.retrieval.report import summary_text
+
+    return summary_text(result)
+
+
 def launch_evaluate(options: EvaluateOptions) -> Evaluation:
     """Check, warm up (the store and the first collection's own model), then run the evaluate
     flow. Several collections, comma-separated, are compared in one chart."""
