@@ -142,7 +142,11 @@ FORMAT_SETS = (
      "Debian's `/usr/share/doc/nodejs/api`; the set the readers were changed against"),
     ("formats-jest.json", "Jest's documentation",
      "jestjs/jest's `docs/` (MIT); held out: measured before the readers were "
-     "changed, and again only at the end"))
+     "changed, and again only at the end"),
+    ("formats-jest-rebuilt.json", "Jest's documentation, rebuilt",
+     "jestjs/jest's `docs/` at 52db46e504 (MIT), 24 pages chosen by seed 22 from that "
+     "checkout (the 33 pages above came from a checkout with other files); a second set for "
+     "the cutting diagnostic"))
 
 
 def _format_set(name: str, label: str, about: str) -> list[str]:
@@ -152,9 +156,11 @@ def _format_set(name: str, label: str, about: str) -> list[str]:
              if c["a"] == "hybrid · formats_md_structural"}
     out = [f"### {label}: {len(build['files'])} pages, {build['queries']} quotes", "",
            f"Pages: {about}.", "",
-           "| format | chunks | characters mean / median | quotes in a chunk | hybrid Pass@5 | @10 | "
-           "@20 | Pass@5 − Markdown [95%] | Pass@10 − Markdown [95%] |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| format | chunks | against Markdown | Markdown's heading cuts kept | characters mean / "
+           "median | quotes in a chunk | hybrid Pass@5 | @10 | @20 | Pass@5 − Markdown [95%] | "
+           "Pass@10 − Markdown [95%] |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    cuts = d.get("cuts", {})
     for r in d["runs"]:
         collection = f"formats_{r['format'].replace('-', '_')}_structural"
         if r["context"] != "structural" or collection not in paired["collections"]:
@@ -164,10 +170,19 @@ def _format_set(name: str, label: str, about: str) -> list[str]:
         for k in ("5", "10"):
             c = diffs.get((collection, k))
             cells.append(f"{c['difference']:+.1f} [{c['low']:+.1f}, {c['high']:+.1f}]" if c else "—")
-        out.append(f"| {FORMAT_NAMES[r['format']]} | {r['chunks']:,} | {cov['chars_mean']:.0f} / "
+        cut = cuts.get(r["format"])
+        against = (f"{cut['chunks_vs_md']:+.1f}% | {cut['heading_cuts_kept']} / {cut['heading_cuts']} "
+                   f"({cut['heading_cuts_kept_pct']:.1f}%)" if cut else "— | —")
+        out.append(f"| {FORMAT_NAMES[r['format']]} | {r['chunks']:,} | {against} | {cov['chars_mean']:.0f} / "
                    f"{cov['chars_median']} | {cov['covered']} / {build['queries']} | "
                    f"{scores['5']:.1f} | {scores['10']:.1f} | {scores['20']:.1f} | "
                    + " | ".join(cells) + " |")
+    if cuts:
+        out += ["", "A heading cut is a Markdown chunk that begins with the heading its context "
+                "names; it is kept where the same heading begins a chunk of the same page in the "
+                "other format (`bench_formats.py --cuts-only` measures it without an ingest). "
+                "Chunks against Markdown count each reader's chunks (`load_corpus`, as ingest cuts "
+                "them)."]
     out += ["", f"- Result file: `benchmarks/results/{name}`",
             f"- Commands: {_venv_python(d['build_command'].removeprefix('python '))} (the set "
             "and every format), then " + "; ".join(
@@ -185,7 +200,7 @@ def _format_set(name: str, label: str, about: str) -> list[str]:
 
 def bench_formats() -> list[str]:
     out = ["## The same documents in every format", "",
-           "Two sets of documentation pages written in Markdown by others, each converted to HTML "
+           "Sets of documentation pages written in Markdown by others, each converted to HTML "
            "(inside a docs site's navigation, banners and footer), DOCX, PDF (printed by Chromium, "
            "with its running header and footer) and EPUB by pandoc and Chromium; one evaluation "
            "set per set for all its formats, made by `situate synth`'s held-out generator on the "
@@ -763,7 +778,8 @@ def bench_search_scale() -> list[str]:
                    f"{_f(p50['bm25'], 0)} / {_f(p95['bm25'], 0)} ms | {_f(p50['embed'], 0)} ms | "
                    f"{_f(p50['engine_bm25'], 1)} ms | {_f(p50['lite_dense'], 0)} ms | "
                    f"{_f(s['hybrid_over_parts'], 2)}x | {_f(s['lite_native_bm25_p50_ms'], 0)} ms |")
-    out += ["", "| chunks | write (store only) | index built from the rows | on disk | 1% of "
+    out += ["", "| chunks | write (rows, and the index as they go) | index at the write's end | on "
+            "disk | 1% of "
             "documents rewritten: caught up | server restarted: first answer | "
             f"{d['results'][0]['serve']['evaluation_queries']} queries x 3 modes |",
             "|---:|---:|---:|---:|---:|---:|---:|"]
@@ -775,12 +791,17 @@ def bench_search_scale() -> list[str]:
                    f"{_f(r['after_update_and_restart']['first_answer_s'], 1)} s (index "
                    f"{r['after_update_and_restart']['index_was']}) | "
                    f"{_f(r['serve']['evaluation_search_s'], 0)} s |")
-    out += ["", "A hybrid query makes three calls to Lite (dense top 100, the dense scores of "
-            "BM25's candidates it did not return, the hits by id) and none for BM25. What is left "
-            "above the parts is mostly the second dense call, a search filtered to those ids, "
-            "which costs Lite about as much as the first. Building the index at the end of a "
-            "write is mostly reading the rows back from Lite (its query iterator); catching up "
-            "reads only the documents the manifest says changed. 1M chunks was not measured.", "",
+    out += ["", "A hybrid query makes at most three calls to Lite and none for BM25: the dense "
+            "top 100; the rows of BM25's candidates the dense leg did not return, read by id "
+            "with their vectors and a hit's fields, their cosines computed here as Lite computes "
+            "them; and the hits not read yet. Lite's own scores of those candidates, a dense "
+            "search filtered to their ids, cost it a pass over the collection in Python, and "
+            "through its HNSW index they missed about half of the ids asked for. What is left "
+            "above the parts is that read by id and the hits. Lite's dense search itself grows "
+            "with the collection: it walks every row's primary key in Python on each search. "
+            "The index follows the rows as the ingest writes them: its end saves it (and reads "
+            "only documents the manifest says changed that this process did not write). "
+            "1M chunks was not measured.", "",
             *_source("search-scale.json", ".venv/bin/python " + d["command"], d["date"],
                      d["machine"])]
     return out
