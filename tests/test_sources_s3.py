@@ -141,3 +141,31 @@ def test_ingest_from_s3(prefect_harness, state, s3, counting):
     fresh = ingest(**{**params, "collection": "reportsfresh", "cache_dir": state["cache_dir"] + "2"})
     assert fresh.new == 5
     assert snapshot(state["milvus_uri"], "reports") == snapshot(state["milvus_uri"], "reportsfresh")
+
+
+def test_dry_run_lists_without_downloading(s3, tmp_path, monkeypatch):
+    """A dry run prices the prefix from its listing (keys, sizes, ETags) against the mirror's
+    markers: new, changed, unchanged, gone, and the bytes a sync would download; no object is
+    downloaded and the mirror is left as it was."""
+    from situate.tasks.sources import objects
+    from situate.tasks.sources.mirror import mirror_root, sync
+    from situate.tasks.sources.preview import preview
+
+    s3.create_bucket(Bucket="docs")
+    for n in range(5):
+        put(s3, f"reports/r{n}.md", page(n))
+    url, cache = "s3://docs/reports/", tmp_path / "cache"
+    sync(url, cache, 10**7)
+    put(s3, "reports/r1.md", page(1, "Edited."))
+    put(s3, "reports/r7.md", page(7))
+    s3.delete_object(Bucket="docs", Key="reports/r2.md")
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("a dry run downloaded an object")
+
+    monkeypatch.setattr(objects.S3Source, "fetch", no_download)
+    state = (mirror_root(url, cache) / "state.sqlite").read_bytes()
+    seen = preview(url, cache, 10**7)
+    assert (seen.listed, seen.new, seen.changed, seen.unchanged, seen.gone) == (5, 1, 1, 3, 1)
+    assert seen.bytes_to_fetch == len(page(1, "Edited.")) + len(page(7))
+    assert (mirror_root(url, cache) / "state.sqlite").read_bytes() == state

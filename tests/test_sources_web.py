@@ -248,3 +248,48 @@ def test_a_redirect_to_an_allowed_host_is_followed(site, tmp_path, settings_env)
                                            "moved.html").read_text()
     finally:
         other.stop()
+
+
+def test_dry_run_lists_the_sitemap_without_requesting_pages(site, tmp_path):
+    """A dry run prices the site from its sitemap against the mirror's markers: no page is
+    requested and the mirror is left as it was."""
+    from situate.tasks.sources.mirror import mirror_root, sync
+    from situate.tasks.sources.preview import preview_scan
+
+    with_sitemap(site, [0, 1, 2, 3])
+    url, cache = f"{site.base}/docs/", tmp_path / "cache"
+    site.log.clear()
+    scan, seen = preview_scan(url, 200, 20, None, str(cache))
+    assert (seen.listed, seen.new, seen.to_check, seen.gone) == (4, 4, 0, 0)
+    assert scan.documents == 0 and not mirror_root(url, cache).exists()
+    assert not any(p.startswith("/docs/p") for _, p, _ in site.log), site.log
+
+    sync(url, cache, 10**7)
+    del site.pages["/docs/p2.html"]
+    with_sitemap(site, [0, 1, 3, 4])
+    state = (mirror_root(url, cache) / "state.sqlite").read_bytes()
+    site.log.clear()
+    scan, seen = preview_scan(url, 200, 20, None, str(cache))
+    assert (seen.listed, seen.new, seen.to_check, seen.gone, seen.fetched_to_list) == (
+        4, 1, 3, 1, False)
+    assert scan.documents == 4  # the mirror as it stands: p0-p3
+    assert not any(p.startswith("/docs/p") for _, p, _ in site.log), site.log
+    assert (mirror_root(url, cache) / "state.sqlite").read_bytes() == state
+    assert "no document fetched" in seen.note()
+
+
+def test_dry_run_of_a_site_without_sitemap_crawls_and_says_so(site, tmp_path):
+    from situate.tasks.sources.mirror import mirror_root, sync
+    from situate.tasks.sources.preview import preview
+
+    site.html("/docs/index.html", "Home", text(0), links=("a.html",))
+    site.html("/docs/a.html", "A", text(1))
+    url, cache = f"{site.base}/docs/index.html", tmp_path / "cache"
+    sync(url, cache, 10**7)
+    site.html("/docs/a.html", "A", text(1, "Edited."))
+    tree = mirror_root(url, cache) / "tree"
+    before = (tree / "a.html").read_bytes()
+    seen = preview(url, cache, 10**7)
+    assert (seen.listed, seen.changed, seen.unchanged, seen.fetched_to_list) == (2, 1, 1, True)
+    assert seen.bytes_to_fetch > 0 and "requested to find their links" in seen.note()
+    assert (tree / "a.html").read_bytes() == before  # nothing written

@@ -57,6 +57,7 @@ class WebSource:
     def __init__(self, url: str, workdir: Path) -> None:
         settings = get_settings()
         self.url, self.shown, self.complete = url, shown(url), True
+        self.fetched_to_list = False  # a dry run's listing requested pages (no sitemap)
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InputError(f"{self.shown}: give an http(s)://host/ URL")
@@ -228,6 +229,15 @@ class WebSource:
     # -- the listing ---------------------------------------------------------------------------
 
     def entries(self, previous: Previous) -> Iterator[Entry]:
+        return self._pages(previous, bodies=True)
+
+    def listing(self, previous: Previous) -> Iterator[Entry]:
+        """The pages without requesting them, for a dry run: from the sitemap, with no marker
+        (a sync asks for each conditionally). A site without a sitemap is listed by crawling
+        it, which requests its pages (`fetched_to_list`), within the same limits."""
+        return self._pages(previous, bodies=False)
+
+    def _pages(self, previous: Previous, bodies: bool) -> Iterator[Entry]:
         if not self.allowed_by_robots(self.start):
             raise InputError(f"{self.shown}: robots.txt disallows it for {USER_AGENT}")
         listed = self._sitemap_urls()
@@ -250,6 +260,10 @@ class WebSource:
                             "SITUATE_WEB_MAX_SECONDS); nothing is deleted this run")
                 return
             pages += 1
+            if not crawl and not bodies:
+                yield Entry(doc_id, "")
+                continue
+            self.fetched_to_list = not bodies
             entry, links = self._page(url, doc_id, previous, first)
             first = False
             if entry is not None:
