@@ -23,7 +23,7 @@ demo: setup
 # The UI test drives Debian's headless Chromium against a local Prefect server: install it if missing.
 test: setup
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
-	$(BIN)/ruff check core flows tasks storage api integrations tests benchmarks docs
+	$(BIN)/ruff check core pipeline flows cli tasks storage api integrations testing tests benchmarks docs
 	$(BIN)/lint-imports
 	$(MAKE) typecheck
 	$(MAKE) docs

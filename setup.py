@@ -6,7 +6,7 @@ builds one and compares it with the folders)."""
 from setuptools import find_packages, setup
 
 # The folders at the top of the repository that make up `situate.*`.
-FOLDERS = ("core", "storage", "tasks", "flows", "api", "integrations", "testing")
+FOLDERS = ("core", "storage", "tasks", "pipeline", "flows", "cli", "api", "integrations", "testing")
 
 
 def packages() -> list[str]:

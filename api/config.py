@@ -2,7 +2,7 @@
 when it is made. Its fields are the search's settings for every face: `Retriever.open(config)`,
 `situate.api.http.serve(config, ...)`, `situate.api.mcp.serve(config, ...)`, the framework
 retrievers, and the options of `situate search`, `api` and `mcp`, which are made of these fields
-(`situate.flows.options`): a field's `Flag` is its command-line flag, and its help and the
+(`situate.cli.options`): a field's `Flag` is its command-line flag, and its help and the
 generated reference come from its description, so a setting added here reaches every face.
 """
 

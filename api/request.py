@@ -28,7 +28,7 @@ MAX_NAME = 255
 
 
 # Each field once, with its bounds and description: the request below, the MCP tool's
-# parameters (situate.api.mcp) and `situate search`'s options (situate.flows.options) are typed by
+# parameters (situate.api.mcp) and `situate search`'s options (situate.cli.options) are typed by
 # these, and every face checks what it was given through `SearchRequest.of`.
 Query = Annotated[str, Field(description="what to search for",
                              examples=["how is the retry delay computed?"])]

@@ -82,7 +82,7 @@ def main() -> None:
             t, _ = timed([sys.executable, "-c", REFERENCE, str(texts_file), str(batch)], env)
             reference.append(t)
             uri = f"{tmp}/milvus-{i}.db"
-            t, out = timed([sys.executable, "-m", "situate.flows.cli", "ingest", args.corpus, "--collection",
+            t, out = timed([sys.executable, "-m", "situate.cli.main", "ingest", args.corpus, "--collection",
                             "bench", "--context", args.context, "--milvus-uri", uri], env)
             pipeline.append(t)
             assert " 737" in out or "rows" in out

@@ -46,7 +46,7 @@ HELDOUT = {"heldout": [], "heldout-code2": ["--packages", "httpx", "click"],
 
 
 def run(args: list[str], env: dict[str, str]) -> str:
-    r = subprocess.run([sys.executable, "-m", "situate.flows.cli", *args], cwd=ROOT, env=env,
+    r = subprocess.run([sys.executable, "-m", "situate.cli.main", *args], cwd=ROOT, env=env,
                        capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"situate {' '.join(args)} failed:\n{r.stderr[-3000:]}")
@@ -55,7 +55,7 @@ def run(args: list[str], env: dict[str, str]) -> str:
 
 LATENCY_PROBE = """
 import json, statistics, sys, time
-from situate.flows.search import search
+from situate.cli.search import search
 from situate.tasks.retrieval.metrics import load_eval_set
 queries = [q.query for q in load_eval_set(sys.argv[1])][:int(sys.argv[3])]
 search(queries[0], sys.argv[2], mode="hybrid", k=20)  # the model loaded, the collection open

@@ -163,7 +163,7 @@ directory._read_document = timed(directory._read_document)  # a directory's file
 directory._text_document = timed(directory._text_document)
 out = sys.argv[1]
 atexit.register(lambda: open(out, "w").write(json.dumps(spent)))
-from situate.flows.cli import main
+from situate.cli.main import main
 sys.argv = ["situate", *sys.argv[2:]]
 sys.exit(main())
 """

@@ -186,7 +186,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     os.environ["SITUATE_RESULTS_DIR"] = str(work / "results")
     from situate.core.settings import get_settings
     from situate.flows.ingest import ingest_flow
-    from situate.flows.options import IngestOptions
+    from situate.pipeline.options import IngestOptions
 
     get_settings.cache_clear()
     counters = Counters()

@@ -286,7 +286,7 @@ def build(model, key):
 
 EMBEDDERS.register("openai{dim}", EmbedderSpec("text-embedding-3-small", "openai", "openai",
                                                "openai", build))
-from situate.flows.cli import main
+from situate.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -168,7 +168,7 @@ def run_step(corpus: Path, work: Path, env: dict[str, str], uri: str, server_pid
 
 def pipeline_of(dim: int, reference: str | None) -> str:
     """The pipeline id the runs fingerprint with (structural contexts, default chunking)."""
-    code = ("from situate.flows.plan import pipeline_id; "
+    code = ("from situate.pipeline.plan import pipeline_id; "
             "from situate.tasks.contexts.base import get_contextualizer, ContextConfig; "
             "print(pipeline_id(get_contextualizer(ContextConfig(name='structural', model='')), "
             "800, 100))")

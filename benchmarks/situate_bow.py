@@ -32,6 +32,6 @@ def register() -> None:
 
 if __name__ == "__main__":
     register()
-    from situate.flows.cli import main
+    from situate.cli.main import main
 
     sys.exit(main(sys.argv[1:]))

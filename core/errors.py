@@ -2,7 +2,7 @@
 
 The store's errors carry what they are about (collection, URI, embedders) as attributes and say
 what to do in plain words; the CLI words the same advice as commands and flags
-(`situate.flows.messages`), so no layer below it names a flag.
+(`situate.cli.messages`), so no layer below it names a flag.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What a settings model's field says besides its type, for every model a user fills: the
-commands' options (situate.flows.options) and the Retriever's configuration
+commands' options (situate.pipeline.options, situate.cli.options) and the Retriever's configuration
 (situate.api.config). `Flag` is how the field appears on the command line, `FromSetting` the
 `SITUATE_*` setting that fills it when left empty; `Settled` is a frozen model that fills those
 fields from the settings when it is made, so a value is resolved once, where it is used."""

@@ -27,7 +27,7 @@ GROUPS: dict[str, str] = {
     "situate.rerankers": "a function of a model name giving a Reranker, by reranker name",
     "situate.stores": "a StoreKind (situate.core.protocols), by URI scheme",
     "situate.sources": "a document source, by URL scheme",
-    "situate.commands": "a `situate` command: a function declared with situate.flows.cli.command",
+    "situate.commands": "a `situate` command: a function declared with situate.cli.commands.command",
 }
 OWN = "situate"  # the distribution whose entries are situate's own: they win a name claimed twice
 

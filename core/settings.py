@@ -1,6 +1,6 @@
 """All configuration in one place: `SITUATE_*` environment variables (or a `.env` file), which CLI
 flags and deployment parameters override. Read at run time through `get_settings()`, never at
-import time; a command's options (situate.flows.options) are filled from them. The one value set
+import time; a command's options (situate.pipeline.options) are filled from them. The one value set
 otherwise is a secret given as a flag (`--milvus-token`): `configured` puts it in the process's
 settings, never in the environment or a flow parameter.
 """

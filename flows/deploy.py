@@ -17,7 +17,7 @@ from situate.core.errors import InputError
 from situate.core.secrets import redact
 from situate.core.uri import is_lite
 from situate.flows import prefect_internals
-from situate.flows.options import EvaluateOptions, IngestOptions, ServeOptions
+from situate.pipeline.options import EvaluateOptions, IngestOptions, ServeOptions
 from situate.tasks.sources.base import is_source
 
 

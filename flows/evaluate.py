@@ -21,9 +21,9 @@ from prefect.cache_policies import NO_CACHE
 from situate.api.retriever import Retriever
 from situate.core.records import Hit
 from situate.flows.artifacts import artifact_key
-from situate.flows.options import EvaluateOptions
 from situate.flows.progress import bar
-from situate.flows.resources import Resources, run_resources
+from situate.pipeline.options import EvaluateOptions
+from situate.pipeline.resources import Resources, run_resources
 from situate.tasks.rerankers.base import Reranker, get_reranker
 from situate.tasks.retrieval.chart import pass_at_k_chart
 from situate.tasks.retrieval.evaluation import (

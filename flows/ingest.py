@@ -2,7 +2,7 @@
 
 A corpus of any size goes through in bounded memory: a checking pass first (bad input fails before
 anything is written), then the plan, made from the pass and what the collection holds per
-document (`situate.flows.plan`), then the documents it processes are read again lazily and cut
+document (`situate.pipeline.plan`), then the documents it processes are read again lazily and cut
 into windows of whole documents (about `SITUATE_WINDOW` chunks each), one task situating,
 embedding and writing each; at most `IN_FLIGHT` windows are in memory, and a window's contexts and
 vectors are gone once it is written. A million chunks make a few hundred task runs.
@@ -35,11 +35,11 @@ from situate.core.records import Document, EmbeddedDocument, StoredDocument, Usa
 from situate.core.secrets import redact
 from situate.core.settings import get_settings
 from situate.flows.artifacts import DOCUMENTS_SITUATED, IngestProgress, artifact_key
-from situate.flows.capacity import run_warning
-from situate.flows.ingest_report import Bill, IngestPlan, IngestSummary
-from situate.flows.options import IngestOptions, check_task_runner
-from situate.flows.order import WindowOrder
-from situate.flows.plan import (
+from situate.flows.progress import reporter
+from situate.pipeline.ingest_report import Bill, IngestPlan, IngestSummary
+from situate.pipeline.options import IngestOptions, check_task_runner
+from situate.pipeline.order import WindowOrder
+from situate.pipeline.plan import (
     IN_FLIGHT,
     Plan,
     RunInputs,
@@ -51,12 +51,12 @@ from situate.flows.plan import (
     pipeline_id,
     plan_corpus,
     plan_run,
+    run_warning,
     should_rebuild,
     window_size,
     windows,
 )
-from situate.flows.progress import reporter
-from situate.flows.resources import Resources, run_resources
+from situate.pipeline.resources import Resources, run_resources
 from situate.storage.cache import ContextCache
 from situate.tasks.contexts.base import Contextualizer, contexts_of, get_contextualizer
 from situate.tasks.contexts.cache import situate_documents
@@ -124,7 +124,7 @@ def window_task(window: Window, contextualizer: Contextualizer, cache: ContextCa
     only here: gone when the window is written. Each document's rows are written in one go (never
     half a document), replacing what the collection held for it, stale chunks included (by
     primary key: nothing is read back). With `order`, the window embeds and writes after the one
-    before it (`situate.flows.order`)."""
+    before it (`situate.pipeline.order`)."""
     order = order or WindowOrder(first=index)  # unordered (Dask): nothing to wait for
     clock = time.perf_counter()
     seconds: dict[str, float] = {}
@@ -294,7 +294,7 @@ class _Ingest:
 
     def _windows(self, inputs: RunInputs, contextualizer: Contextualizer, pipeline: str) -> None:
         """Every window of the documents the plan processes (read again, the others not) handed
-        to a task; at most IN_FLIGHT in flight, in order (`situate.flows.order`)."""
+        to a task; at most IN_FLIGHT in flight, in order (`situate.pipeline.order`)."""
         o, plan = self.options, self.plan
         if plan.unchanged:
             get_run_logger().info(f"{o.collection}: {plan.unchanged} unchanged document(s) "

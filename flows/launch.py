@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from situate.core.errors import CollectionNotFound
 from situate.core.uri import is_missing_lite_file
-from situate.flows.ingest_report import IngestPlan, IngestSummary
-from situate.flows.options import EvaluateOptions, IngestOptions, Options
-from situate.flows.resources import Resources, provided
+from situate.pipeline.ingest_report import IngestPlan, IngestSummary
+from situate.pipeline.options import EvaluateOptions, IngestOptions, Options
+from situate.pipeline.resources import Resources, provided
 from situate.tasks.retrieval.evaluation import Evaluation
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def launch_ingest(options: IngestOptions) -> IngestSummary | IngestPlan:
     resources = Resources()
     try:
         if options.dry_run:
-            from situate.flows.plan import plan_run
+            from situate.pipeline.plan import plan_run
 
             plan = plan_run(options, resources)
             plan.write_json(options.json_out)

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from situate.cli.messages import user_message
 from situate.core.errors import CollectionNotFound, StoreError
 from situate.core.fusion import FUSIONS
 from situate.core.protocols import LEGS, ChunkStore, SearchStore, StoreUpkeep
@@ -39,7 +40,6 @@ from situate.core.records import (
     chunk_id,
     sha256,
 )
-from situate.flows.messages import user_message
 from situate.tasks.retrieval.search import search
 from situate.testing.fakes import HashEmbedding
 

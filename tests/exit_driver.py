@@ -18,9 +18,9 @@ from typing import Any
 
 
 def _run(exit_: dict[str, Any], n: int) -> None:
+    from situate.cli.main import main as situate
     from situate.core.settings import get_settings
     from situate.flows import prefect_internals
-    from situate.flows.cli import main as situate
 
     before = {key: os.environ.get(key) for key in exit_["env"]}
     os.environ.update({k: v.format(round=n) for k, v in exit_["env"].items()})

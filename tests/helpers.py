@@ -12,7 +12,7 @@ _opened: list[Any] = []
 def ingest(**options: Any) -> Any:
     """`ingest_flow` on IngestOptions built from `options` (None: left to the settings)."""
     from situate.flows.ingest import ingest_flow
-    from situate.flows.options import IngestOptions
+    from situate.pipeline.options import IngestOptions
 
     return ingest_flow(IngestOptions.build(**options))
 
@@ -20,7 +20,7 @@ def ingest(**options: Any) -> Any:
 def evaluate(**options: Any) -> Any:
     """`evaluate_flow` on EvaluateOptions built from `options`."""
     from situate.flows.evaluate import evaluate_flow
-    from situate.flows.options import EvaluateOptions
+    from situate.pipeline.options import EvaluateOptions
 
     return evaluate_flow(EvaluateOptions.build(**options))
 

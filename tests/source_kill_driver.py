@@ -48,7 +48,7 @@ def _arm(point: str) -> None:
 def main() -> None:
     point, argv = sys.argv[1], sys.argv[2:]
     _arm(point)
-    from situate.flows.cli import main as situate
+    from situate.cli.main import main as situate
 
     sys.exit(situate(argv))
 

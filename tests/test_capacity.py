@@ -55,7 +55,7 @@ def _corpus(path: Path, documents: int, seed: int = 3) -> Path:
 
 def _dry_run(corpus: Path, embedder: str, *extra: str, json_out: Path,
              capsys: pytest.CaptureFixture[str]) -> tuple[str, dict]:
-    from situate.flows.cli import main
+    from situate.cli.main import main
 
     assert main(["ingest", str(corpus), "--collection", "cap", "--context", "structural",
                  "--embedder", embedder, "--dry-run", "--json", str(json_out), *extra]) == 0
@@ -87,8 +87,8 @@ def test_limit_set_low_warns_in_one_line_with_what_to_do(state, hash384, tmp_pat
 
 
 def test_store_memory_limit_must_be_a_size(state, hash384, tmp_path, monkeypatch, capsys):
+    from situate.cli.main import main
     from situate.core.settings import get_settings
-    from situate.flows.cli import main
 
     monkeypatch.setenv("SITUATE_STORE_MEMORY_LIMIT", "lots")
     get_settings.cache_clear()
@@ -101,7 +101,7 @@ def test_store_memory_limit_must_be_a_size(state, hash384, tmp_path, monkeypatch
 
 def test_sizes_and_server_estimate_without_warning(monkeypatch):
     from situate.core.settings import get_settings
-    from situate.flows.capacity import store_capacity
+    from situate.pipeline.capacity import store_capacity
     from situate.storage.capacity import RowSizes, parse_bytes
 
     assert parse_bytes("512MiB") == 512 * 2**20 and parse_bytes("1.5 GiB") == int(1.5 * 2**30)
@@ -206,10 +206,9 @@ def test_a_run_starts_with_the_warning_when_its_lite_file_will_not_fit(state, ha
     """The warning a real run logs before writing (from the scan's chunks): present under a low
     limit for a Lite file, absent for a server URI and under the machine's own memory."""
     from situate.core.settings import get_settings
-    from situate.flows.capacity import run_warning
-    from situate.flows.options import IngestOptions
-    from situate.flows.plan import gather_inputs
-    from situate.flows.resources import Resources
+    from situate.pipeline.options import IngestOptions
+    from situate.pipeline.plan import gather_inputs, run_warning
+    from situate.pipeline.resources import Resources
 
     corpus = _corpus(tmp_path / "corpus.jsonl", 20)
     options = IngestOptions.build(corpus=str(corpus), collection="cap", embedder=hash384,

@@ -33,7 +33,7 @@ def _embedded_here() -> bool:
 def test_dask_ingest_matches_threads(prefect_harness, state, tmp_path):
     from distributed import Client, LocalCluster
 
-    from situate.flows.cli import main
+    from situate.cli.main import main
     from tests.helpers import ingest
 
     common = {"corpus": str(CODEBASE / "codebase_chunks.json"), "collection": "dask_rows", "embedder": "hash",
@@ -64,7 +64,7 @@ def test_dask_ingest_matches_threads(prefect_harness, state, tmp_path):
 
 def test_dask_refuses_a_milvus_lite_file():
     from situate.core.errors import InputError
-    from situate.flows.options import IngestOptions
+    from situate.pipeline.options import IngestOptions
 
     base = {"corpus": str(SAMPLE_CORPUS), "collection": "c", "embedder": "hash",
             "milvus_uri": "data/milvus.db"}

@@ -171,8 +171,8 @@ def bad_inputs(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("exit_", BEFORE_PREFECT, ids=lambda e: e.name)
 def test_each_exit_before_prefect_is_one_line_every_time(exit_, bad_inputs, tmp_path,
                                                             monkeypatch, capfd, caplog):
+    from situate.cli.main import main
     from situate.core.settings import get_settings
-    from situate.flows.cli import main
 
     for key, value in {"SITUATE_MILVUS_URI": str(tmp_path / "m.db"),
                        "SITUATE_CACHE_DIR": str(tmp_path / "cache"),
@@ -408,7 +408,7 @@ def test_a_server_caught_mid_commit_by_the_end_prints_nothing(lite_template, tmp
                 "SITUATE_TEST_HELD_COMMIT": str(held)})
     if automations == "on":
         env["PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED"] = "true"
-    r = subprocess.run([sys.executable, "-m", "situate.flows.cli", "evaluate", EVAL,
+    r = subprocess.run([sys.executable, "-m", "situate.cli.main", "evaluate", EVAL,
                         "--collection", "never_ingested"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     if automations == "on":

@@ -249,7 +249,7 @@ def test_every_label_of_the_chart_is_inside_the_figure(high):
 
 
 def test_split_collections_refuses_empty_and_repeated_names():
-    from situate.flows.options import split_collections
+    from situate.pipeline.options import split_collections
 
     assert split_collections("a, b_2,c") == ["a", "b_2", "c"]
     with pytest.raises(InputError, match="empty name"):

@@ -116,7 +116,7 @@ def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess
             "SITUATE_CACHE_DIR": str(cwd / "cache"), "SITUATE_RESULTS_DIR": str(cwd / "results")}
     base.pop("ANTHROPIC_API_KEY", None)
     env = {**base, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "situate.flows.cli", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "situate.cli.main", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -192,7 +192,7 @@ def test_evaluate_refuses_bad_options_before_importing_prefect(tmp_path, args, m
     """Prefect's import takes seconds: a bad option is refused before it (what the CLI checks
     options with imports no Prefect)."""
     argv = ["evaluate", str(SAMPLE_EVAL), "--collection", "c", *args]
-    code = ("import sys\nfrom situate.flows.cli import main\n"
+    code = ("import sys\nfrom situate.cli.main import main\n"
             f"rc = main({argv!r})\nprint(rc, 'prefect' in sys.modules)")
     env = {**os.environ, "SITUATE_MILVUS_URI": str(tmp_path / "m.db")}
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
@@ -206,7 +206,7 @@ def test_launch_evaluate_reads_the_evaluation_set_once(prefect_harness, state, m
     """The command checks the evaluation set before the flow run starts; the flow run takes that
     reading instead of reading the file again."""
     from situate.flows.launch import launch_evaluate
-    from situate.flows.options import EvaluateOptions
+    from situate.pipeline.options import EvaluateOptions
     from situate.tasks.retrieval import metrics
     from situate.tasks.retrieval.metrics import load_eval_set
     from tests.helpers import ingest

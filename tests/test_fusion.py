@@ -84,7 +84,7 @@ def test_an_unknown_fusion_setting_is_one_line_before_anything_runs(tmp_path):
     from tests.conftest import ROOT, SAMPLE_EVAL
 
     env = {**os.environ, "SITUATE_MILVUS_URI": str(tmp_path / "m.db"), "SITUATE_FUSION": "max"}
-    r = subprocess.run([sys.executable, "-m", "situate.flows.cli", "evaluate", str(SAMPLE_EVAL),
+    r = subprocess.run([sys.executable, "-m", "situate.cli.main", "evaluate", str(SAMPLE_EVAL),
                         "--collection", "c"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.strip() == ("situate evaluate: error: SITUATE_FUSION='max' is not a fusion: "

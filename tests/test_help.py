@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from situate.flows.cli import COMMANDS as DECLARED
+from situate.cli.commands import COMMANDS as DECLARED
 from tests.conftest import ROOT
 
 SITUATE = Path(sys.executable).with_name("situate")
@@ -20,7 +20,7 @@ COMMANDS = list(DECLARED)  # every command the CLI has: the parser's are checked
 
 
 def test_the_commands_checked_here_are_the_parsers():
-    from situate.flows.cli import _parser
+    from situate.cli.main import _parser
 
     sub = next(a for a in _parser()._actions if a.dest == "command")
     assert sorted(sub.choices) == sorted(COMMANDS)
@@ -52,7 +52,7 @@ def _examples(help_text: str) -> list[str]:
 
 @pytest.mark.parametrize("command", [None, *COMMANDS])
 def test_help_ends_with_real_examples(command):
-    from situate.flows.cli import _parser
+    from situate.cli.main import _parser
 
     r = _run(*([command] if command else []), "--help")
     assert r.returncode == 0, r.stderr
@@ -77,7 +77,7 @@ def test_ingest_examples_show_claude_with_a_dry_run_first():
 
 
 def test_verbose_goes_before_or_after_the_command():
-    from situate.flows.cli import _parser
+    from situate.cli.main import _parser
 
     p = _parser()
     assert p.parse_args(["-v", "ingest", "c", "--collection", "x"]).verbose is True

@@ -250,7 +250,7 @@ def test_eval_set_queries_empty_refused_with_file_and_line_long_ones_cut(tmp_pat
 
 
 def test_search_refuses_an_empty_query_before_opening_the_store(state):
-    from situate.flows.options import SearchOptions
+    from situate.cli.options import SearchOptions
 
     with pytest.raises(InputError, match="^empty query: give words to search for$"):
         SearchOptions.build(query="  ", collection="never_ingested")
@@ -261,8 +261,8 @@ def test_search_refuses_an_empty_query_before_opening_the_store(state):
 def test_hostile_corpus_ingests_and_long_queries_search(prefect_harness, state, tmp_path):
     """NUL bytes, lone surrogates and an oversize chunk reach the store as clean rows (no Milvus
     error); a 100 kB query then searches in every mode."""
-    from situate.flows.options import SearchOptions
-    from situate.flows.search import search
+    from situate.cli.options import SearchOptions
+    from situate.cli.search import search
     from tests.helpers import ingest, open_store
 
     f = tmp_path / "chunks.json"

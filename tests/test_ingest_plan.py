@@ -3,7 +3,7 @@ context (the contextualizer's identity) or the chunking re-processes the documen
 
 from __future__ import annotations
 
-from situate.flows.plan import pipeline_id
+from situate.pipeline.plan import pipeline_id
 from situate.tasks.contexts.base import Contextualizer, NoContext
 from situate.tasks.contexts.structural import StructuralContextualizer
 

@@ -82,7 +82,7 @@ def test_the_retriever_searches_it(loaded):
 
 
 def test_an_ingest_plans_from_its_rows_with_no_manifest(loaded, tmp_path):
-    from situate.flows.plan import read_contents
+    from situate.pipeline.plan import read_contents
 
     held = read_contents(loaded, C, str(tmp_path))
     assert held.source == "store" and held.rows == ROWS
@@ -104,7 +104,7 @@ def test_the_ingest_flow_keeps_a_store_without_upkeep_up_to_date(prefect_harness
     from tests.helpers import ingest
 
     uri = _uri()
-    monkeypatch.setattr("situate.flows.resources.open_store",
+    monkeypatch.setattr("situate.pipeline.resources.open_store",
                         lambda _uri, token="", **kw: open_store(uri))
     corpus = tmp_path / "corpus"
     shutil.copytree(SAMPLE_CORPUS, corpus)
@@ -126,7 +126,7 @@ def test_the_ingest_flow_keeps_a_store_without_upkeep_up_to_date(prefect_harness
     assert (changed.changed, changed.deleted_documents, changed.rebuilt) == (1, 1, False)
     fields = ("id", "doc_id", "chunk_index", "text", "context", "doc_hash")
     kept = sorted(tuple(r[f] for f in fields) for r in store.rows("mem", fields))
-    monkeypatch.setattr("situate.flows.resources.open_store",
+    monkeypatch.setattr("situate.pipeline.resources.open_store",
                         lambda _uri, token="", **kw: open_store(uri + "-fresh"))
     fresh = ingest(**params)
     assert fresh.rows == changed.rows == len(kept)

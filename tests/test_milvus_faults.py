@@ -186,7 +186,7 @@ def test_left_down_the_write_fails_with_one_line_and_the_next_write_finishes(ser
     assert "after 5 attempts over " in message
     assert message.endswith("start it and run the same command again; "
                             "what was written is kept and the rest will be written then")
-    from situate.flows.messages import user_message
+    from situate.cli.messages import user_message
 
     assert user_message(failed.value).endswith(
         "start it (or check --milvus-uri) and run the same command again; what was written is "
@@ -272,7 +272,7 @@ def test_cli_ingest_with_the_server_down_mid_write_then_resumed(prefect_harness,
     nothing paid."""
     import situate.storage.client as client
     import situate.storage.milvus as milvus
-    from situate.flows.cli import main
+    from situate.cli.main import main
 
     corpus = corpus_file(tmp_path)
     common = ["--milvus-uri", server.uri, "--embedder", "hash", "--context", "structural"]

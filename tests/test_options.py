@@ -8,15 +8,15 @@ import re
 
 import pytest
 
-from situate.flows.cli import COMMANDS as DECLARED
-from situate.flows.configuration import models
+from situate.cli.commands import COMMANDS as DECLARED
+from situate.cli.configuration import models
 from tests.conftest import ROOT, SAMPLE_CORPUS, SAMPLE_EVAL
 
 COMMANDS = tuple(DECLARED)  # every command (test_help checks the parser has exactly these)
 
 
 def _subparser(command: str):
-    from situate.flows.cli import _parser
+    from situate.cli.main import _parser
 
     parser = _parser()
     sub = next(a for a in parser._actions if a.dest == "command")
@@ -31,7 +31,7 @@ def _help(command: str) -> str:
 def test_every_field_is_a_flag_or_argument_in_the_help(command):
     """Each field is an argument the command's parser takes, and its help lists it (above the
     examples, which may name a flag the parser lacks)."""
-    from situate.flows.options import fields
+    from situate.pipeline.options import fields
 
     sub = _subparser(command)
     taken = {s for a in sub._actions for s in a.option_strings} | \
@@ -80,7 +80,7 @@ def test_the_flows_one_parameter_is_the_options_model_with_every_field(command):
 
 
 def test_the_docs_configuration_table_is_the_options_table():
-    from situate.flows.configuration import options_table
+    from situate.cli.configuration import options_table
 
     page = (ROOT / "docs" / "reference" / "configuration.md").read_text()
     start, end = "<!-- generated: options-table -->", "<!-- end of generated: options-table -->"
@@ -92,7 +92,7 @@ def test_the_docs_configuration_table_is_the_options_table():
 
 def test_a_bad_value_names_its_flag_in_one_line():
     from situate.core.errors import InputError
-    from situate.flows.options import EvaluateOptions, IngestOptions
+    from situate.pipeline.options import EvaluateOptions, IngestOptions
 
     with pytest.raises(InputError, match=r"^--concurrency 0: Input should be greater than or equal to 1$"):
         IngestOptions.build(corpus=str(SAMPLE_CORPUS), collection="c", concurrency=0)
@@ -102,7 +102,7 @@ def test_a_bad_value_names_its_flag_in_one_line():
 
 def test_fields_left_empty_are_filled_from_the_settings_once(monkeypatch):
     from situate.core.settings import get_settings
-    from situate.flows.options import IngestOptions
+    from situate.pipeline.options import IngestOptions
 
     monkeypatch.setenv("SITUATE_CHUNK_SIZE", "321")
     monkeypatch.setenv("SITUATE_MILVUS_URI", "http://127.0.0.1:1")
@@ -121,9 +121,9 @@ def test_fields_left_empty_are_filled_from_the_settings_once(monkeypatch):
 
 def test_workers_is_a_number_of_model_processes_said_in_one_line(monkeypatch):
     from situate.api.retriever import Retriever
+    from situate.cli.options import ApiOptions, McpOptions
     from situate.core.errors import InputError
     from situate.core.settings import get_settings
-    from situate.flows.options import ApiOptions, McpOptions
 
     assert ApiOptions.build(collection="c", workers=3).workers == 3
     for value, said in ((0, "greater than or equal to 1"), (33, "less than or equal to 32"),

@@ -61,4 +61,4 @@ def test_situate_works_beside_a_distribution_with_top_level_flows_tasks_storage(
         assert json.loads(out.read_text())["pass_at_k"]["hybrid"]["10"] >= 90.0
     finally:
         _pip("uninstall", "-y", "situate-intruder")
-    assert ROOT.joinpath("flows", "cli.py").exists()  # situate's own files untouched
+    assert ROOT.joinpath("cli", "main.py").exists()  # situate's own files untouched

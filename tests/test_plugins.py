@@ -84,7 +84,7 @@ class Env:
                               text=True, timeout=timeout)
 
     def situate(self, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-        return self.run("-m", "situate.flows.cli", *args, cwd=cwd)
+        return self.run("-m", "situate.cli.main", *args, cwd=cwd)
 
 
 @pytest.fixture
@@ -94,7 +94,7 @@ def env(tmp_path: Path) -> Env:
 
 INGEST_AND_SEARCH = """
 import json, sys
-from situate.flows.cli import main
+from situate.cli.main import main
 from situate.api import Retriever
 
 corpus = sys.argv[1]
@@ -216,8 +216,8 @@ def test_an_entry_point_is_imported_when_it_is_first_asked_for(monkeypatch) -> N
 def test_situates_own_parts_are_its_entry_points() -> None:
     """Every reader module, embedder, provider, reranker, store and command of situate is
     registered in its group (pyproject.toml), and each loads."""
+    from situate.cli.commands import COMMANDS
     from situate.core.plugins import OWN, entries
-    from situate.flows.cli import COMMANDS
 
     readers = {e.value for e in entries("situate.readers") if e.dist == OWN}
     declared = {f"situate.tasks.corpus.readers.{p.stem if p.name != '__init__.py' else p.parent.name}"
@@ -250,7 +250,8 @@ def test_a_reader_declares_its_own_place_fields() -> None:
 def test_an_install_without_situates_entry_points_is_one_line(monkeypatch, capsys) -> None:
     """Metadata older than the entry points (an editable install not redone) registers nothing
     of situate's: said in one line, exit 2, not a CLI without commands."""
-    from situate.flows.cli import COMMANDS, main
+    from situate.cli.commands import COMMANDS
+    from situate.cli.main import main
 
     monkeypatch.setattr("situate.core.plugins._all", lambda: {"situate.commands": ()})
     monkeypatch.setattr(COMMANDS, "_read", False)

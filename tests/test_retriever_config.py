@@ -64,7 +64,8 @@ def test_the_search_commands_options_are_the_configs_fields():
     """`situate search`, `api` and `mcp` take every field of the config that has a flag, and give
     the config itself to the Retriever (with what the face sets: its model process)."""
     from situate.api.config import SET_BY_FACE
-    from situate.flows.options import ApiOptions, McpOptions, SearchOptions, fields
+    from situate.cli.options import ApiOptions, McpOptions, SearchOptions
+    from situate.pipeline.options import fields
 
     flagged = {name for name, _, flag, _ in fields(RetrieverConfig) if flag is not None}
     assert flagged == set(RetrieverConfig.model_fields) - SET_BY_FACE

@@ -36,7 +36,7 @@ def test_nothing_reads_a_folder_beside_the_repository():
     """Records of past runs included: the benchmark's files, byte for byte the ones those runs
     read, are named where a clone has them, so every recorded command runs in a clone."""
     files = _tracked("tests", "benchmarks", "Makefile", ".ci", "README.md", "CONTRIBUTING.md",
-                     "flows", "docs", "mkdocs.yml", "pyproject.toml")
+                     "flows", "pipeline", "cli", "docs", "mkdocs.yml", "pyproject.toml")
     assert len(files) > 100
     found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
              for p in files

@@ -214,7 +214,7 @@ def test_ingest_and_evaluate_due_at_once_on_a_lite_file_both_complete(api, tmp_p
 
 def test_runs_on_a_lite_file_one_at_a_time_on_a_server_together():
     from situate.flows.deploy import run_limit
-    from situate.flows.options import ServeOptions
+    from situate.pipeline.options import ServeOptions
 
     def limit(uri: str) -> int | None:
         return run_limit(ServeOptions(corpus="c", collection="x", milvus_uri=uri))

@@ -68,7 +68,7 @@ def test_ingest_and_evaluate_on_server_match_lite(prefect_harness, state, server
 
 def test_cli_with_server_uri_and_token(prefect_harness, state, server_uri, tmp_path, monkeypatch, capsys):
     """The CLI flags a server user types, token included (it travels by environment, not parameter)."""
-    from situate.flows.cli import main
+    from situate.cli.main import main
 
     monkeypatch.setenv("SITUATE_MILVUS_TOKEN", "")  # restored after main() sets it
     args = ["--collection", "cli_server", "--milvus-uri", server_uri, "--milvus-token", "root:Milvus"]

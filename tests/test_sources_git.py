@@ -138,6 +138,22 @@ def test_scan_reads_the_mirror_as_a_folder(remote, tmp_path):
     assert [d.id for d in docs] == ["docs/p3.md"] and "topic 3" in docs[0].text
 
 
+def test_each_document_carries_its_blob_hash_as_its_version(remote, tmp_path):
+    """A document read from the mirror has `version` in its metadata (its chunks' rows carry it):
+    the blob hash of the file it was read from, the same in a fresh ingest and an update."""
+    from dulwich.objects import Blob
+
+    from situate.tasks.corpus.load import scan_corpus, stream_corpus
+
+    cache = str(tmp_path / "cache")
+    scan_corpus(remote.url, cache_dir=cache)
+    remote.commit({"docs/p1.md": page(1, "Edited.")})
+    scan = scan_corpus(remote.url, cache_dir=cache)
+    for doc in stream_corpus(remote.url, wanted=set(scan.ids), kept=scan.kept, cache_dir=cache):
+        blob = Blob.from_string((remote.work / doc.id).read_bytes()).id.decode()
+        assert doc.metadata["version"] == blob, doc.id
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_ingest_from_git_is_incremental_and_equals_fresh(prefect_harness, state, remote, counting):
@@ -178,7 +194,7 @@ def test_ingest_from_git_is_incremental_and_equals_fresh(prefect_harness, state,
 def test_serve_keeps_a_source_url_as_given(tmp_path):
     """`situate serve URL`: the URL is no path to resolve or to find on disk."""
     from situate.flows.deploy import check_serve_options, resolve_paths
-    from situate.flows.options import ServeOptions
+    from situate.pipeline.options import ServeOptions
 
     url = "git+https://example.com/org/handbook@main"
     options = ServeOptions.build(corpus=url, collection="handbook",

@@ -189,7 +189,7 @@ def test_cli_evaluate_and_search_rerank_st(encoder, tmp_path):
         env.pop(key, None)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "situate.flows.cli", *args], cwd=tmp_path, env=env,
+        return subprocess.run([sys.executable, "-m", "situate.cli.main", *args], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=600)
 
     embedder = build_embedder(tmp_path / "tiny-embedder")

@@ -284,7 +284,7 @@ def fake(monkeypatch: pytest.MonkeyPatch):
 
 
 def _options(fake: FakeOpenAIChat, tmp_path: Path, **kw: object):
-    from situate.flows.options import SynthOptions
+    from situate.pipeline.options import SynthOptions
 
     values = {"corpus": str(SAMPLE_CORPUS), "out": str(tmp_path / "synth"),
               "generator": "openai:gpt-4.1-mini", "n": 20, "seed": 1,
@@ -304,7 +304,7 @@ def _sampled_first_lines(tmp_path: Path, n: int, seed: int) -> list[str]:
 
 def test_llm_synth_writes_a_valid_set_drops_a_quote_not_in_its_chunk_and_plans_its_bill(
         fake, tmp_path):
-    from situate.flows.synth import run_synth
+    from situate.pipeline.synth import run_synth
 
     firsts = _sampled_first_lines(tmp_path, 20, 1)
     fake.bad.add(firsts[3])
@@ -376,7 +376,7 @@ def test_a_killed_synth_resumes_without_paying_twice(fake, tmp_path):
     cache = tmp_path / "cache"
     env = {**os.environ, "OPENAI_API_KEY": KEY, "SITUATE_CACHE_DIR": str(cache),
            "PYTHONPATH": str(ROOT)}
-    args = [sys.executable, "-m", "situate.flows.cli", "synth", str(SAMPLE_CORPUS), "--out",
+    args = [sys.executable, "-m", "situate.cli.main", "synth", str(SAMPLE_CORPUS), "--out",
             str(tmp_path / "synth"), "--generator", "openai:gpt-4.1-mini", "--n", "24",
             "--seed", "2", "--llm-base-url", fake.base_url + "/v1", "--concurrency", "2"]
     proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -391,7 +391,7 @@ def test_a_killed_synth_resumes_without_paying_twice(fake, tmp_path):
     assert not (tmp_path / "synth" / "eval.jsonl").exists()  # nothing half-written
 
     fake.latency = 0.0
-    from situate.flows.synth import run_synth
+    from situate.pipeline.synth import run_synth
 
     summary = run_synth(_options(fake, tmp_path, n=24, seed=2, cache_dir=str(cache)))
     assert summary.answers_from_cache >= paid_first - 2  # lost: at most the 2 in flight
@@ -405,8 +405,8 @@ def test_a_killed_synth_resumes_without_paying_twice(fake, tmp_path):
 def test_synth_sets_are_read_by_evaluate(fake, tmp_path, prefect_harness, state):
     """Both generators' sets through `situate evaluate` (hash embedder, sample corpus): the LLM's
     on the corpus itself, the held-out one on its own written corpus."""
-    from situate.flows.options import SynthOptions
-    from situate.flows.synth import run_synth
+    from situate.pipeline.options import SynthOptions
+    from situate.pipeline.synth import run_synth
     from tests.helpers import evaluate, ingest
 
     run_synth(_options(fake, tmp_path, n=12))
@@ -434,7 +434,7 @@ def test_synth_sets_are_read_by_evaluate(fake, tmp_path, prefect_harness, state)
 def test_llm_synth_through_the_anthropic_fake(tmp_path, monkeypatch: pytest.MonkeyPatch):
     """The same generator on Claude's wire (structured output, prompt caching): a valid set, and
     the plan's dollars within 2% of the bill the fake's usage makes at Claude's prices."""
-    from situate.flows.synth import run_synth
+    from situate.pipeline.synth import run_synth
     from tests.fakes.anthropic_server import CHARS_PER_TOKEN, FakeAnthropic
 
     original = FakeAnthropic._generate

@@ -246,7 +246,7 @@ def test_deployment_runs_show_in_the_ui(prefect_server, tmp_path):
 
         # A custom run of the ingest deployment: Prefect builds its form from the options model
         # (the flow's one parameter), every field with its description.
-        from situate.flows.options import IngestOptions
+        from situate.pipeline.options import IngestOptions
 
         browser.goto(f"{ui}/deployments/deployment/{dep['id']}/run")
         browser.wait_for(["Parameters", "Corpus", "Chunk Size", "Context Tokens"], 60)

@@ -41,7 +41,7 @@ def test_index_key_and_stored_documents_address_rows_by_primary_key():
 
 
 def test_the_plan_compares_per_document_from_the_scan(tmp_path):
-    from situate.flows.plan import fingerprint_of, plan_corpus
+    from situate.pipeline.plan import fingerprint_of, plan_corpus
 
     text = {k: f"{k} " + "word " * 60 for k in ("same", "edited", "shrunk", "new")}
     _, before = _scan(tmp_path, {**text, "gone": "gone " * 30})

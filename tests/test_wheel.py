@@ -63,12 +63,12 @@ def test_every_package_folder_is_built_into_the_wheel(tmp_path):
     # Every folder at the top holding Python packages is in FOLDERS: a new one cannot be forgotten.
     top = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert top - NOT_PACKAGED == set(folders())
-    assert {"core", "storage", "tasks", "flows", "api", "integrations"} <= set(folders())
+    assert {"core", "storage", "tasks", "pipeline", "flows", "cli", "api", "integrations"} <= set(folders())
     wheel = build_wheel(tmp_path)
     assert missing_modules(wheel) == []
     with zipfile.ZipFile(wheel) as z:
         info = next(n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt"))
-        assert "situate = situate.flows.cli:main" in z.read(info).decode()
+        assert "situate = situate.cli.main:main" in z.read(info).decode()
         metadata = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA")))
     text = metadata.decode()
     for extra in ("langchain", "llamaindex", "e5", "dev"):

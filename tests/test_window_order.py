@@ -1,4 +1,4 @@
-"""An ingest's windows embed and write in the order they were read (`situate.flows.order`), and a
+"""An ingest's windows embed and write in the order they were read (`situate.pipeline.order`), and a
 window that fails holds back none of the others."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import time
 import pytest
 
 from situate.core.records import Chunk, Document
-from situate.flows.order import WindowOrder
-from situate.flows.plan import windows
+from situate.pipeline.order import WindowOrder
+from situate.pipeline.plan import windows
 
 
 def test_windows_enter_each_stage_in_order_whatever_order_they_arrive_in():

@@ -1,9 +1,9 @@
 """The pages, and the parts of pages, that are written from the code rather than by hand:
 
 - docs/reference/cli.md: every command, argument and option, from the options models
-  (`situate.flows.options`) and the parser the CLI builds from them;
+  (`situate.pipeline.options`) and the parser the CLI builds from them;
 - docs/reference/configuration.md, between its markers: the table of every option and
-  `SITUATE_*` variable (`situate.flows.configuration.options_table`);
+  `SITUATE_*` variable (`situate.cli.configuration.options_table`);
 - docs/reference/http-api.md and openapi.json: the OpenAPI document of `situate api`'s app
   (`situate.api.http.create_app` over a stand-in retriever: no store, no model);
 - docs/reference/mcp-tools.md: the tools `situate mcp` declares (`situate.api.mcp.create_server`);
@@ -50,15 +50,16 @@ def _cell(text: str) -> str:
 
 def cli_page() -> str:
     os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal's width
+    from situate.cli.commands import commands
+    from situate.cli.main import _parser
     from situate.core.fields import describe_default
-    from situate.flows.cli import _parser, commands
-    from situate.flows.options import fields
+    from situate.pipeline.options import fields
 
     parser = _parser()
-    out = [NOTE.format(source="situate.flows.options and situate.flows.cli"), "",
+    out = [NOTE.format(source="the options models and the commands (situate.cli)"), "",
            "# Command line", "",
            "Every command, argument and option of `situate`, generated from the options models "
-           "(`situate.flows.options`): the same models build the CLI's flags and help, the "
+           "(`situate.pipeline.options`): the same models build the CLI's flags and help, the "
            "flows' parameters (the run form of a deployment in the Prefect UI) and the "
            "[configuration table](configuration.md). A flag overrides its `SITUATE_*` "
            "variable, which overrides the default.", "",
@@ -101,7 +102,7 @@ def cli_page() -> str:
 # --- configuration ---------------------------------------------------------------------------------
 
 def options_table() -> str:
-    from situate.flows.configuration import options_table as table
+    from situate.cli.configuration import options_table as table
 
     return table()
 
@@ -242,6 +243,11 @@ def contracts() -> str:
                                 for layer in contract["layers"])
             out.append(f"| {_cell(contract['name'])} | {layers} (each imports only those after "
                        "it) | |")
+            continue
+        if contract["type"] == "acyclic_siblings":
+            within = ", ".join(f"`{m}`" for m in contract["ancestors"])
+            out.append(f"| {_cell(contract['name'])} | the modules and packages side by side in "
+                       f"{within}, and in each package under them | one another in a circle |")
             continue
         sources = ", ".join(f"`{m}`" for m in contract["source_modules"])
         forbidden = ", ".join(f"`{m}`" for m in contract["forbidden_modules"])

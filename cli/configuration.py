@@ -1,6 +1,6 @@
 """The configuration table of the docs (docs/reference/configuration.md), made from the options
 models: every option of every command (its flag, its variable, its default), then the settings no
-flag sets. Print it with `python -m situate.flows.configuration`; `make docs-generate` writes it
+flag sets. Print it with `python -m situate.cli.configuration`; `make docs-generate` writes it
 into the page, and a test keeps the page's copy equal to it."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from typing import Any
 
 from situate.core.fields import describe_default
 from situate.core.settings import Settings
-from situate.flows.options import Options, fields
+from situate.pipeline.options import Options, fields
 
 
 def models() -> dict[str, type[Options]]:
     """Each of situate's own commands' options model, as the CLI declares them."""
-    from situate.flows.cli import commands
+    from situate.cli.commands import commands
 
     return {name: cmd.options() for name, cmd in commands(own=True).items()}
 

@@ -1,6 +1,6 @@
 """The order an ingest's windows take the model and the store in: the order they were read.
 
-Two windows are in flight at once (`situate.flows.plan.IN_FLIGHT`): one is written while the next
+Two windows are in flight at once (`situate.pipeline.plan.IN_FLIGHT`): one is written while the next
 is embedded, so the model never waits for a write. Left to the threads, the window read second
 could reach the model first (its contexts came sooner), and the windows would then be written in
 either order. In order instead:

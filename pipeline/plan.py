@@ -23,11 +23,17 @@ from situate.core.records import Document, Indexes, StoredDocument, grouped, sha
 from situate.core.secrets import redact
 from situate.core.settings import get_settings
 from situate.core.uri import is_missing_lite_file
-from situate.flows.capacity import context_bytes, embedder_dim, store_capacity
-from situate.flows.ingest_report import Alternative, Bill, IngestPlan, PlanAssumptions
-from situate.flows.options import IngestOptions
-from situate.flows.providers import provider_config
-from situate.flows.resources import Resources
+from situate.pipeline.capacity import (
+    context_bytes,
+    embedder_dim,
+    in_memory,
+    scan_capacity,
+    store_capacity,
+)
+from situate.pipeline.ingest_report import Alternative, Bill, IngestPlan, PlanAssumptions
+from situate.pipeline.options import IngestOptions
+from situate.pipeline.providers import provider_config
+from situate.pipeline.resources import Resources
 from situate.storage.cache import ContextCache
 from situate.storage.capacity import RowSizes
 from situate.storage.manifest import Manifest
@@ -36,6 +42,8 @@ from situate.tasks.contexts.cache import cached_split
 from situate.tasks.contexts.cost import Assumptions, CostModel, Estimate, get_cost_models
 from situate.tasks.corpus.load import CorpusScan, ScannedDocument, scan_corpus, stream_corpus
 from situate.tasks.embedders.base import check_embedder
+from situate.tasks.sources.base import is_source
+from situate.tasks.sources.preview import SourcePreview, preview_scan
 
 IN_FLIGHT = 2  # windows in memory at once: one written while the next is situated and embedded
 # Message Batches answer a whole window in one batch, which can take an hour: their windows are
@@ -172,6 +180,7 @@ class RunInputs:
     store: ChunkStore | None
     existed: bool
     contents: CollectionContents = field(default_factory=lambda: CollectionContents({}, "none", 0))
+    preview: SourcePreview | None = None  # a dry run's source: its listing, not synced
 
 
 @dataclass
@@ -189,7 +198,11 @@ def gather_inputs(options: IngestOptions, resources: Resources, dry_run: bool = 
     """The corpus checked (or the command's check taken), the embedder checked, the store opened,
     an existing collection checked against the embedder (no model is loaded for it) and what it
     holds read (`read_contents`)."""
-    scan = resources.scan or scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
+    scan, preview = resources.scan, None
+    if scan is None and dry_run and is_source(options.corpus):  # listed only, nothing fetched
+        scan, preview = preview_scan(options.corpus, options.chunk_size, options.chunk_overlap,
+                                     options.code_chunks, options.cache_dir)
+    scan = scan or scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
                                          code_chunks=options.code_chunks,
                                          follow_links=options.follow_links,
                                          cache_dir=options.cache_dir)
@@ -201,7 +214,7 @@ def gather_inputs(options: IngestOptions, resources: Resources, dry_run: bool = 
     if store is not None and store.upkeep is not None and not dry_run:
         store.upkeep.tidy(options.collection)  # a rebuild stopped half-way: finished or undone
     existed = store is not None and store.exists(options.collection)
-    inputs = RunInputs(scan, embedder_id, store, existed)
+    inputs = RunInputs(scan, embedder_id, store, existed, preview=preview)
     if existed:
         assert store is not None
         store.require_embedder(options.collection, embedder_id)
@@ -308,6 +321,8 @@ def plan_run(options: IngestOptions, resources: Resources) -> IngestPlan:
             output_tokens_per_second=assumptions.output_tokens_per_second,
             batch_round_seconds=assumptions.batch_round_seconds, concurrency=config.concurrency),
         seconds={k: round(v, 3) for k, v in seconds.items()},
+        **({"source": inputs.preview.counts(), "failed": dict(inputs.preview.failures),
+            "source_note": inputs.preview.note()} if inputs.preview else {}),
         store_memory=store_capacity(
             options.milvus_uri, rows,
             embedder_dim(inputs.embedder_id, _stored_dim(inputs, options.collection)), sizes,
@@ -357,6 +372,8 @@ def _tally(options: IngestOptions, scan: CorpusScan, tallies: list[_ModeTally],
            sizes: RowSizes) -> None:
     """Every document through the store's estimate (`sizes`: what each chunk would weigh), and
     each document a mode's plan processes priced by that mode."""
+    if not scan.documents:  # a source not mirrored yet: nothing to read
+        return
     cache_file = Path(options.cache_dir) / _CACHE_FILE
     cache = ContextCache(options.cache_dir) if cache_file.is_file() else None
     try:
@@ -372,3 +389,19 @@ def _tally(options: IngestOptions, scan: CorpusScan, tallies: list[_ModeTally],
     finally:
         if cache is not None:
             cache.close()
+
+
+def run_warning(options: IngestOptions, inputs: RunInputs) -> str:
+    """The warning a run starts with when its Milvus Lite file will not hold the collection
+    (empty when it will, or when the store is a server): the scan's chunks plus the rows the
+    collection holds now."""
+    if not in_memory(options.milvus_uri):
+        return ""
+    held, stored_dim = 0, None
+    if inputs.existed and inputs.store is not None:
+        held = inputs.store.count(options.collection)
+        stored_dim = inputs.store.describe(options.collection).dim
+    capacity = scan_capacity(options.milvus_uri, held + inputs.scan.chunks,
+                             embedder_dim(inputs.embedder_id, stored_dim), options.chunk_size,
+                             options.context or get_settings().default_context())
+    return capacity.warning

@@ -135,7 +135,7 @@ class PlanAssumptions(BaseModel):
 
 
 class StoreCapacity(BaseModel):
-    """What the collection would take in the store's memory (situate.flows.capacity), and the
+    """What the collection would take in the store's memory (situate.pipeline.capacity), and the
     warning when a Milvus Lite file would not fit under the limit."""
 
     model_config = ConfigDict(extra="forbid")
@@ -172,11 +172,12 @@ class IngestPlan(IngestSummary):
     alternatives: dict[str, Alternative] = {}
     assumptions: PlanAssumptions = PlanAssumptions()
     store_memory: StoreCapacity | None = None
+    source_note: str = ""  # a source's: how it was listed, what its sync would fetch
 
     def metrics(self) -> list[tuple[str, str]]:
         """The summary's rows, then each other mode's bill and time, then the assumptions."""
         rows = [(k, v) for k, v in super().metrics()
-                if not k.startswith("seconds ") and k != "store_memory"]
+                if not k.startswith("seconds ") and k not in ("store_memory", "source_note")]
         for mode, alt in self.alternatives.items():
             for key in ("requests", "cost_usd", "estimated_seconds"):
                 rows.append((f"{key} {mode} ({alt.flags or 'no flag'})", str(getattr(alt, key))))
@@ -189,7 +190,8 @@ class IngestPlan(IngestSummary):
     def text(self) -> str:
         """What `situate ingest --dry-run` prints: what the run would do, what it would cost in
         each mode, how long its context requests would take, and on which assumptions."""
-        shown = [(k, v) for k, v in super().metrics() if k not in ("dry_run", "store_memory")
+        shown = [(k, v) for k, v in super().metrics()
+                 if k not in ("dry_run", "store_memory", "source_note")
                  and not k.startswith(("seconds ", "assumed ", "requests ", "cost_usd ",
                                        "estimated_seconds "))]
         lines = [f"plan of ingesting {self.corpus} into {self.collection} (dry run: nothing "
@@ -209,6 +211,8 @@ class IngestPlan(IngestSummary):
                 f"{a.output_tokens_per_second:g} output tokens/s, {a.concurrency} at once "
                 f"(~{duration(self.estimated_seconds)} for this run's requests); a round of "
                 f"Message Batches {duration(a.batch_round_seconds)}")
+        if self.source_note:
+            lines.append(self.source_note)
         if self.store_memory is not None:
             lines.append(self.store_memory.line())
             if self.store_memory.warning:

@@ -13,8 +13,8 @@ import logging
 from pathlib import Path
 
 from situate.core.settings import get_settings
-from situate.flows.options import SynthOptions
-from situate.flows.providers import provider_config
+from situate.pipeline.options import SynthOptions
+from situate.pipeline.providers import provider_config
 from situate.tasks.contexts.base import ContextConfig
 from situate.tasks.contexts.cost import Assumptions
 from situate.tasks.synth.summary import SynthSummary

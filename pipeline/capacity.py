@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING
 
 from situate.core.errors import InputError
 from situate.core.settings import get_settings
-from situate.flows.ingest_report import StoreCapacity
+from situate.pipeline.ingest_report import StoreCapacity
 from situate.storage.capacity import RowSizes, estimate_store, human, parse_bytes
 from situate.tasks.embedders.base import EMBEDDERS
 
 if TYPE_CHECKING:
-    from situate.flows.options import IngestOptions
-    from situate.flows.plan import RunInputs
+    pass
 
 # Dimensions of the registered embedders' default models, known without loading them.
 KNOWN_DIMS = {"minilm": 384, "e5-small": 384, "bge-m3": 1024, "voyage:voyage-2": 1024,
@@ -87,7 +86,7 @@ def store_capacity(uri: str, rows: int, dim: int | None, sizes: RowSizes,
     terms = mean["terms"] + extra_context_bytes / 7 if sizes.rows else None
     e = estimate_store(rows, dim, text, lexical, mean["metadata_bytes"], terms)
     limit, source = memory_limit()
-    lite = _in_memory(uri)
+    lite = in_memory(uri)
     warning = ""
     if lite and e.lite_bytes > limit:
         warning = (f"Milvus Lite would need about {human(e.lite_bytes)} of memory for {rows:,} rows"
@@ -110,25 +109,9 @@ def scan_capacity(uri: str, rows: int, dim: int | None, chunk_size: int,
     return store_capacity(uri, rows, dim, sizes, context_bytes(context, 100, None))
 
 
-def _in_memory(uri: str) -> bool:
+def in_memory(uri: str) -> bool:
     """Whether the store keeps its collections in this machine's memory: its kind says
     (`StoreKind.holds_in_memory`: a Milvus Lite file does, a server does not)."""
     from situate.storage import store_kind
 
     return store_kind(uri).holds_in_memory(uri)
-
-
-def run_warning(options: IngestOptions, inputs: RunInputs) -> str:
-    """The warning a run starts with when its Milvus Lite file will not hold the collection
-    (empty when it will, or when the store is a server): the scan's chunks plus the rows the
-    collection holds now."""
-    if not _in_memory(options.milvus_uri):
-        return ""
-    held, stored_dim = 0, None
-    if inputs.existed and inputs.store is not None:
-        held = inputs.store.count(options.collection)
-        stored_dim = inputs.store.describe(options.collection).dim
-    capacity = scan_capacity(options.milvus_uri, held + inputs.scan.chunks,
-                             embedder_dim(inputs.embedder_id, stored_dim), options.chunk_size,
-                             options.context or get_settings().default_context())
-    return capacity.warning
