@@ -43,6 +43,9 @@ Then, per format and `--context`: a fresh `situate ingest` (MiniLM by default), 
 
     .venv/bin/python benchmarks/bench_formats.py [--source DIR] [--files 40] [--queries 200]
         [--contexts structural none] [--formats md html html-sections docx pdf epub] [--keep DIR]
+
+`--keep DIR --reuse --cuts-only` gives each format's chunk count and the Markdown's heading cuts it
+keeps without an ingest; `--rerender` first makes the formats again from the kept Markdown.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from pathlib import Path
 
 from bench_reading import code_version  # the script's folder is on sys.path
 from formats_corpus import (  # the script's folder is on sys.path
+    _render,
     build,
 )
 
@@ -74,7 +78,7 @@ KS = ("5", "10", "20")
 # --- measuring ----------------------------------------------------------------------------------
 
 def run(args: list[str], env: dict[str, str]) -> str:
-    r = subprocess.run([sys.executable, "-m", "situate.flows.cli", *args], cwd=ROOT, env=env,
+    r = subprocess.run([sys.executable, "-m", "situate.cli.main", *args], cwd=ROOT, env=env,
                        capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"situate {' '.join(args)} failed:\n{r.stderr[-3000:]}")
@@ -205,7 +209,7 @@ def paired(results: dict, context: str, formats: list[str], eval_set: Path, env:
     if f"formats_md_{context}" not in names or len(names) < 2:
         return {}
     out = store / f"paired-{context}.json"
-    r = subprocess.run([sys.executable, "-m", "situate.flows.cli", "evaluate", str(eval_set),
+    r = subprocess.run([sys.executable, "-m", "situate.cli.main", "evaluate", str(eval_set),
                         "--collection", ",".join(names), "--k", ",".join(KS), "--modes",
                         "hybrid", "--json", str(out)], cwd=ROOT, env=env,
                        capture_output=True, text=True)
@@ -288,6 +292,9 @@ def main() -> None:
                     help="replace only this run's (format, context) rows in --out (the same set)")
     ap.add_argument("--reuse", action="store_true",
                     help="use the corpora and set already built in --keep (by --build-only) as they are")
+    ap.add_argument("--rerender", action="store_true",
+                    help="with --reuse: make --formats (other than md) again from the kept Markdown, "
+                         "as formats_corpus renders them now (the same pages and evaluation set)")
     ap.add_argument("--coverage-only", action="store_true",
                     help="measure only the coverage of --formats and store it in --out's rows for them "
                          "(the same set; no ingest): for formats whose reader did not change")
@@ -307,6 +314,10 @@ def main() -> None:
         work = args.keep or Path(tmp) / "formats"
         if args.reuse and args.keep and (work / "built.json").exists():
             built = json.loads((work / "built.json").read_text())
+            if args.rerender:
+                _render(work, built["files"], {rel: (work / "md" / rel).read_text(encoding="utf-8")
+                                               for rel in built["files"]},
+                        tuple(f for f in args.formats if f != "md"))
         else:
             if work.exists():
                 shutil.rmtree(work)
