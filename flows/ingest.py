@@ -477,6 +477,7 @@ class _Ingest:
             **{k: self.embedder.get(k, "") for k in ("device", "backend", "precision")},
             seconds={k: round(v, 3) for k, v in self.seconds.items()},
             source=scan.sync.counts() if scan.sync else {},
+            source_revision=scan.sync.revision if scan.sync else "",
             failed=dict(scan.sync.failed) if scan.sync else {})
         create_table_artifact(summary.table(), key=artifact_key("ingest-summary", o.collection),
                               description=f"ingest of {redact(o.corpus)} into {o.collection}")

@@ -86,6 +86,7 @@ class IngestSummary(Bill, Counts):
     # first 20). Empty for a local corpus.
     source: dict[str, int] = {}
     failed: dict[str, str] = {}
+    source_revision: str = ""  # what the source was at (a git source: the commit synced)
 
     def metrics(self) -> list[tuple[str, str]]:
         """(metric, value) rows: every field but the nested ones, then the stages' seconds."""

@@ -185,10 +185,20 @@ def test_ingest_from_git_is_incremental_and_equals_fresh(prefect_harness, state,
     mutated = ingest(**params)
     assert mutated.source["fetched"] == 2 and mutated.source["gone"] == 1
     assert (mutated.new, mutated.changed, mutated.deleted_documents, mutated.unchanged) == (1, 1, 1, 5)
+    from dulwich.repo import Repo
+
+    assert mutated.source_revision == Repo(str(remote.work)).head().decode()  # the commit synced
 
     fresh = ingest(**{**params, "collection": "gitfresh", "cache_dir": str(state["cache_dir"]) + "2"})
     assert fresh.new == 7
     assert snapshot(state["milvus_uri"], "gitdocs") == snapshot(state["milvus_uri"], "gitfresh")
+    from situate.storage.milvus import MilvusStore
+
+    with MilvusStore(state["milvus_uri"]) as store:  # each row's version (blob hash) as fresh
+        versions = [sorted((r["id"], r["metadata"]["version"])
+                           for r in store.rows(c, fields=("id", "metadata")))
+                    for c in ("gitdocs", "gitfresh")]
+    assert versions[0] == versions[1] and all(len(v) == 40 for _, v in versions[0])
 
 
 def test_serve_keeps_a_source_url_as_given(tmp_path):

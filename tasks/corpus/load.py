@@ -50,7 +50,7 @@ from situate.tasks.corpus.filetypes import TEXT_SUFFIXES
 from situate.tasks.corpus.forms import _iter_jsonl, _iter_prechunked, iter_jsonl
 from situate.tasks.corpus.readers import LEGACY, Unreadable, document_suffixes
 from situate.tasks.sources.base import is_source
-from situate.tasks.sources.mirror import SyncReport, check_mirror, sync
+from situate.tasks.sources.mirror import SyncReport, check_mirror, sync, with_versions
 
 
 @dataclass(frozen=True)
@@ -222,9 +222,10 @@ def stream_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
     are passed over without being read (a directory's files are not opened), cleaned or cut.
     `kept` (the scan's `kept`, with `wanted` in corpus order) are handed over, not read again.
     A source's URL is read from the mirror its scan synced, in `cache_dir`; nothing is fetched."""
-    if isinstance(path, str) and is_source(path):
-        path = check_mirror(path, cache_dir or get_settings().cache_dir)
-        follow_links = False
+    if isinstance(path, str) and is_source(path):  # its mirror, each document with its version
+        tree = check_mirror(path, cache_dir or get_settings().cache_dir)
+        return with_versions(stream_corpus(tree, chunk_size, chunk_overlap, max_file_bytes,
+                                           code_chunks, False, wanted, kept), tree)
     if not kept or wanted is None:
         tally = _tally(path, max_file_bytes, quiet=True, code_chunks=code_chunks,
                        follow_links=follow_links, wanted=wanted)

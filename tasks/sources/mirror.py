@@ -23,11 +23,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from situate.core.errors import InputError
+from situate.core.records import Document
 from situate.tasks.sources.base import Entry, FetchFailed, Source, TooLarge, open_source, shown
 
 log = logging.getLogger("situate.sources")
@@ -57,6 +58,7 @@ class SyncReport:
     complete: bool = True
     seconds: float = 0.0
     fetched_bytes: int = 0
+    revision: str = ""  # what the source was at, when it says (a git source: the commit)
 
     def counts(self) -> dict[str, int]:
         return {"listed": self.listed, "fetched": self.fetched, "unchanged (not fetched)":
@@ -215,6 +217,7 @@ def sync(url: str, cache_dir: str | Path, limit: int, source: Source | None = No
         for entry in source.entries(_Previous(state, tree)):
             _take(entry, source, state, tree, limit, report)
         report.complete = bool(source.complete) and not report.failed_count
+        report.revision = str(getattr(source, "commit", "") or "")
         state.commit()
         if report.complete:
             for doc_id in state.unseen():
@@ -277,6 +280,20 @@ def _failed(report: SyncReport, doc_id: str, why: str) -> None:
     if len(report.failed) < FAILED_SHOWN:
         report.failed.append((doc_id, shown(why)))
     log.warning(f"{report.url}: {doc_id} failed: {shown(why)}")
+
+
+def with_versions(documents: Iterator[Document], tree: Path) -> Iterator[Document]:
+    """`documents` read from the mirror `tree`, each with its source version in its metadata
+    (`version`: the change marker the mirror recorded for it: a git blob hash, an ETag or
+    Last-Modified). A marker changes exactly when the document's bytes do, so a document's rows
+    carry the same version whether they were written by a fresh ingest or an update."""
+    db = sqlite3.connect(f"file:{tree.parent / 'state.sqlite'}?mode=ro", uri=True)
+    try:
+        for doc in documents:
+            row = db.execute("SELECT marker FROM entries WHERE id = ?", (doc.id,)).fetchone()
+            yield replace(doc, metadata={**doc.metadata, "version": row[0] if row else ""})
+    finally:
+        db.close()
 
 
 def check_mirror(url: str, cache_dir: str | Path) -> Path:
