@@ -293,3 +293,26 @@ def test_dry_run_of_a_site_without_sitemap_crawls_and_says_so(site, tmp_path):
     assert (seen.listed, seen.changed, seen.unchanged, seen.fetched_to_list) == (2, 1, 1, True)
     assert seen.bytes_to_fetch > 0 and "requested to find their links" in seen.note()
     assert (tree / "a.html").read_bytes() == before  # nothing written
+
+
+def test_cli_dry_run_of_a_site_fetches_no_page_and_writes_nothing(site, tmp_path):
+    """`situate ingest URL --dry-run --json`: the plan carries the sitemap's listing against the
+    mirror (here: none yet, so every page is new) and says how it was made; no page is requested,
+    no mirror, cache or Milvus Lite file is created."""
+    import json
+
+    from tests.test_flows import _cli
+
+    with_sitemap(site, [0, 1, 2])
+    site.log.clear()
+    out = tmp_path / "plan.json"
+    r = _cli("ingest", f"{site.base}/docs/", "--collection", "c", "--context", "structural",
+             "--dry-run", "--json", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    plan = json.loads(out.read_text())
+    assert plan["dry_run"] is True and plan["documents"] == 0
+    assert (plan["source"]["listed"], plan["source"]["new"], plan["source"]["sizes unknown"]) == (
+        3, 3, 3)
+    assert "listed only: no document fetched" in r.stdout
+    assert not any(p.startswith("/docs/p") for _, p, _ in site.log), site.log
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "m.db").exists()
