@@ -64,6 +64,7 @@ from situate.tasks.corpus.load import CorpusScan, scan_corpus, stream_corpus
 from situate.tasks.embedders.base import Embedders
 from situate.tasks.embedders.runtime import Runtime
 from situate.tasks.embedders.windows import in_groups
+from situate.tasks.sources.base import is_source
 
 
 @task(task_run_name="scan-corpus", persist_result=False, cache_policy=NO_CACHE)
@@ -214,6 +215,8 @@ def ingest_flow(options: IngestOptions) -> IngestSummary | IngestPlan:
     the plan, recorded as the `ingest-plan-<collection>` table artifact.
     """
     with run_resources() as resources:
+        if options.dry_run and resources.scan is None and is_source(options.corpus):
+            return _dry_run(options, resources)  # a source listed, not synced (plan_run)
         if resources.scan is None:
             resources.scan = scan_corpus_task(options.corpus, options.chunk_size,
                                               options.chunk_overlap, options.code_chunks,

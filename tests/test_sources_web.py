@@ -316,3 +316,19 @@ def test_cli_dry_run_of_a_site_fetches_no_page_and_writes_nothing(site, tmp_path
     assert "listed only: no document fetched" in r.stdout
     assert not any(p.startswith("/docs/p") for _, p, _ in site.log), site.log
     assert not (tmp_path / "cache").exists() and not (tmp_path / "m.db").exists()
+
+
+def test_a_dry_run_flow_of_a_site_syncs_nothing(prefect_harness, state, site):
+    """`ingest_flow` with dry_run (a deployment's dry run): the site is listed from its sitemap,
+    no page is requested and nothing is mirrored; the plan artifact carries the listing."""
+    from situate.tasks.sources.mirror import mirror_root
+    from tests.helpers import ingest
+
+    with_sitemap(site, [0, 1, 2])
+    site.log.clear()
+    url = f"{site.base}/docs/"
+    plan = ingest(corpus=url, collection="dry", context="structural", embedder="hash",
+                  dry_run=True)
+    assert plan.dry_run and (plan.source["listed"], plan.source["new"]) == (3, 3)
+    assert not any(p.startswith("/docs/p") for _, p, _ in site.log), site.log
+    assert not mirror_root(url, state["cache_dir"]).exists()
