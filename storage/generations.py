@@ -30,19 +30,16 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from situate.core.errors import CollectionNotFound, StoreError
 from situate.core.records import StoredDocument, batched
 from situate.storage.manifest import FIELDS as STORED_FIELDS
 from situate.storage.manifest import TOKEN, from_rows
 from situate.storage.rows import INPUT_FIELDS
-
-if TYPE_CHECKING:
-    from situate.storage.milvus import MilvusStore
 
 DRIFT = "situate.drift"
 GENERATION = re.compile(r"^(?P<name>.+)__g(?P<n>\d+)$")
@@ -73,10 +70,37 @@ class _NoClientTimestamp(logging.Filter):
 logging.getLogger("pymilvus.client.iterator.query_iterator").addFilter(_NoClientTimestamp())
 
 
+class AliasedStore(Protocol):
+    """What a rebuild needs of the store whose generations it keeps (`situate.storage.milvus`'s
+    MilvusStore): its client, its one way of calling Milvus, a read that survives a released
+    collection, and its batched upsert."""
+
+    client: Any
+    uri: str
+
+    def _call(self, what: str, fn: Any, *, write: bool = False) -> Any: ...
+
+    def _read(self, what: str, collection: str, read: Any) -> Any: ...
+
+    def schema(self, collection: str) -> Any: ...
+
+    def index_and_load(self, collection: str) -> None: ...
+
+    def load(self, collection: str) -> None: ...
+
+    def count(self, collection: str) -> int: ...
+
+    def rows(self, collection: str, fields: Sequence[str] = ..., filter: str = "",
+             page: int | None = None) -> Iterator[dict[str, Any]]: ...
+
+    def upsert(self, collection: str, rows: Iterable[dict[str, Any]], batch_size: int = ...
+               ) -> int: ...
+
+
 class Generations:
     """The alias and generations of the collections of one store."""
 
-    def __init__(self, store: MilvusStore) -> None:
+    def __init__(self, store: AliasedStore) -> None:
         self.store = store
 
     @property
