@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -103,7 +104,7 @@ def main() -> None:
     prose.mkdir(exist_ok=True)
     for f in sorted(NODE_API.glob("*.md")):
         if f.stat().st_size <= 40_000 and not (prose / f.name).exists():
-            (prose / f.name).symlink_to(f)
+            shutil.copyfile(f, prose / f.name)  # a corpus holds its files: links out are skipped
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     if args.only != "prose":
         code = held_out("codebase_heldout", CODEBASE / "codebase_chunks.json", scratch, args.n,
