@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from situate.core.records import Chunk, Document, Usage  # noqa: E402
-from situate.storage.cache import ContextCache  # noqa: E402
+from situate.storage.cache import DiskContextCache  # noqa: E402
 from situate.tasks.contexts.base import ContextConfig, ContextResult  # noqa: E402
 from situate.tasks.contexts.cache import situate_corpus_cached, situate_document  # noqa: E402
 from situate.tasks.contexts.claude import (  # noqa: E402
@@ -104,7 +104,7 @@ def make(fake: FakeAnthropic, model: str = HAIKU45, concurrency: int = 8, **kwar
                                    api_key=KEY)
 
 
-def run(cz: AnthropicContextualizer, docs: Sequence[Document], cache: ContextCache | None
+def run(cz: AnthropicContextualizer, docs: Sequence[Document], cache: DiskContextCache | None
         ) -> tuple[list[ContextResult], float]:
     """Every document through `situate_document`, documents fanned out over threads like the
     flow's task mapping; one contextualizer shared."""
@@ -232,7 +232,7 @@ def bench_faults(docs: list[Document], latency: float, cache_dir: Path) -> dict[
     faults = Faults.mixed(0.10, retry_after=0.2)
     with FakeAnthropic(api_key=KEY, latency=latency, output_tokens=OUTPUT_TOKENS, faults=faults,
                        seed=7) as fake:
-        cache = ContextCache(cache_dir)
+        cache = DiskContextCache(cache_dir)
         results, seconds = run(make(fake, concurrency=8), docs, cache)
         bill = total(results)
         injected = {str(k): fake.responses[k] for k in (429, 529, 500, "drop")}
@@ -269,7 +269,7 @@ def bench_sigkill(docs: list[Document], latency: float, cache_dir: Path, corpus:
         cmd = [sys.executable, __file__, "--child", "--base-url", fake.base_url,
                "--cache", str(cache_dir), "--corpus", corpus, "--limit", str(limit)]
         child = subprocess.Popen(cmd, env={**os.environ, "ANTHROPIC_API_KEY": KEY})
-        cache = ContextCache(cache_dir)
+        cache = DiskContextCache(cache_dir)
         deadline = time.monotonic() + 120
         while len(cache) < chunks // 2 and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -337,7 +337,7 @@ def bench_batch(docs: list[Document], interactive_usd: float, cache_dir: Path) -
                        batch_lanes=8) as fake:
         cz = make(fake, batch=True, state_dir=str(cache_dir / "state"))
         start = time.perf_counter()
-        results = situate_corpus_cached(cz, docs, ContextCache(cache_dir / "cache")) or []
+        results = situate_corpus_cached(cz, docs, DiskContextCache(cache_dir / "cache")) or []
         seconds = time.perf_counter() - start
         bill = total(results)
         stats = complete(results, docs)
@@ -391,7 +391,7 @@ def child(base_url: str, cache_dir: str, corpus: str, limit: int) -> None:
     docs = list(load_corpus(corpus).documents)[:limit]
     config = ContextConfig(name="anthropic", model=HAIKU45, concurrency=KILL_CONCURRENCY,
                            extra={"base_url": base_url, "retry_base_seconds": 0.05})
-    run(AnthropicContextualizer(config), docs, ContextCache(cache_dir))
+    run(AnthropicContextualizer(config), docs, DiskContextCache(cache_dir))
 
 
 # --- main ----------------------------------------------------------------------------------------

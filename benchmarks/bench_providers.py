@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from situate.core.records import Document, Usage  # noqa: E402
-from situate.storage.cache import ContextCache  # noqa: E402
+from situate.storage.cache import DiskContextCache  # noqa: E402
 from situate.tasks.contexts.base import ContextConfig, get_contextualizer  # noqa: E402
 from situate.tasks.contexts.cache import situate_documents  # noqa: E402
 from situate.tasks.contexts.claude import MODELS as CLAUDE  # noqa: E402
@@ -64,7 +64,7 @@ def _run(config: ContextConfig, docs: list[Document], state: Path) -> tuple[Usag
     cz = get_contextualizer(config)
     start = time.perf_counter()
     try:
-        results = situate_documents(cz, docs, ContextCache(state / "cache"))
+        results = situate_documents(cz, docs, DiskContextCache(state / "cache"))
     finally:
         cz.close()
     usage = Usage()

@@ -57,7 +57,7 @@ from situate.pipeline.plan import (
     windows,
 )
 from situate.pipeline.resources import Resources, run_resources
-from situate.storage.cache import ContextCache
+from situate.storage.cache import DiskContextCache
 from situate.tasks.contexts.base import Contextualizer, contexts_of, get_contextualizer
 from situate.tasks.contexts.cache import situate_documents
 from situate.tasks.corpus.load import CorpusScan, scan_corpus, stream_corpus
@@ -117,7 +117,7 @@ class Window:
 
 
 @task(task_run_name="window-{index}", persist_result=False, cache_policy=NO_CACHE)
-def window_task(window: Window, contextualizer: Contextualizer, cache: ContextCache | None,
+def window_task(window: Window, contextualizer: Contextualizer, cache: DiskContextCache | None,
                 store: ChunkStore, embedders: Embedders, embedder_spec: str, collection: str,
                 pipeline: str, index: int = 0, runtime: Runtime | None = None,
                 order: WindowOrder | None = None) -> WindowResult:
@@ -307,7 +307,7 @@ class _Ingest:
         store = inputs.store
         assert store is not None
         held = inputs.contents.documents
-        cache = ContextCache(o.cache_dir)
+        cache = DiskContextCache(o.cache_dir)
         progress = IngestProgress(o.collection, plan.chunks, len(plan.documents))
         pending: deque[PrefectFuture[WindowResult]] = deque()
         submitted = 0

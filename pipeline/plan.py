@@ -34,7 +34,7 @@ from situate.pipeline.ingest_report import Alternative, Bill, IngestPlan, PlanAs
 from situate.pipeline.options import IngestOptions
 from situate.pipeline.providers import provider_config
 from situate.pipeline.resources import Resources
-from situate.storage.cache import ContextCache
+from situate.storage.cache import DiskContextCache
 from situate.storage.capacity import RowSizes
 from situate.storage.manifest import Manifest
 from situate.tasks.contexts.base import ContextConfig, Contextualizer
@@ -256,7 +256,7 @@ class _ModeTally:
         return {**Bill.of(u),
                 "estimated_seconds": round(self.model.seconds(self.estimate, waves), 1)}
 
-    def add(self, doc: Document, cache: ContextCache | None) -> None:
+    def add(self, doc: Document, cache: DiskContextCache | None) -> None:
         """A document the plan processes, priced as the ingest flow would situate it."""
         cached, missing = cached_split(self.model.cache_identity(), doc, cache)
         estimate = self.model.estimate(doc, missing)
@@ -375,7 +375,7 @@ def _tally(options: IngestOptions, scan: CorpusScan, tallies: list[_ModeTally],
     if not scan.documents:  # a source not mirrored yet: nothing to read
         return
     cache_file = Path(options.cache_dir) / _CACHE_FILE
-    cache = ContextCache(options.cache_dir) if cache_file.is_file() else None
+    cache = DiskContextCache(options.cache_dir) if cache_file.is_file() else None
     try:
         for doc in stream_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
                                  code_chunks=options.code_chunks,

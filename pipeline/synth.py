@@ -66,7 +66,7 @@ def _held_out(options: SynthOptions) -> SynthSummary:
 def _llm(options: SynthOptions) -> SynthSummary:
     import json
 
-    from situate.storage.cache import ContextCache
+    from situate.storage.cache import DiskContextCache
     from situate.tasks.corpus.load import load_corpus
     from situate.tasks.synth.llm import (
         ANSWER_TOKENS,
@@ -83,7 +83,7 @@ def _llm(options: SynthOptions) -> SynthSummary:
                          code_chunks=options.code_chunks, follow_links=options.follow_links)
     sampled = sample_chunks(corpus.documents, options.n, options.seed)
     cache_dir = Path(options.cache_dir)
-    cache = ContextCache(cache_dir) if (cache_dir.exists() or not options.dry_run) else None
+    cache = DiskContextCache(cache_dir) if (cache_dir.exists() or not options.dry_run) else None
     assumptions = Assumptions(chars_per_token=options.chars_per_token,
                               context_tokens=options.answer_tokens or ANSWER_TOKENS)
     base = base_cost(config, assumptions)

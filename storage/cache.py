@@ -8,8 +8,9 @@ from pathlib import Path
 import diskcache
 
 
-class ContextCache:
-    """get/put over a diskcache.Cache; safe across threads and processes."""
+class DiskContextCache:
+    """The `ContextCache` (situate.core.protocols) situate uses: get/put over a diskcache.Cache,
+    safe across threads and processes."""
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)

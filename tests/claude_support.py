@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from situate.core.records import Document, Usage
-from situate.storage.cache import ContextCache
+from situate.storage.cache import DiskContextCache
 from situate.tasks.contexts.base import ContextConfig, ContextResult, get_contextualizer
 from situate.tasks.contexts.cache import situate_document
 from situate.tasks.contexts.claude import (
@@ -49,7 +49,7 @@ def _make(fake: FakeAnthropic, tmp_path: Path | None = None, **kwargs: object
 
 
 def _situate_all(cz: AnthropicContextualizer, docs: Sequence[Document],
-                 cache: ContextCache | None = None) -> list[ContextResult]:
+                 cache: DiskContextCache | None = None) -> list[ContextResult]:
     with ThreadPoolExecutor(16) as pool:
         return list(pool.map(lambda d: situate_document(cz, d, cache), docs))
 
@@ -73,7 +73,7 @@ def _assert_contexts_match(results: Sequence[ContextResult], docs: Sequence[Docu
             assert f"[ctx {_digest(s.chunk.text)}]" in s.context
 
 
-class _DyingCache(ContextCache):
+class _DyingCache(DiskContextCache):
     """A cache whose process dies at its write number `lives + 1`: a run killed mid-way."""
 
     def __init__(self, directory: Path, lives: int) -> None:

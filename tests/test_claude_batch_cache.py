@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from situate.core.records import Document, Usage
-from situate.storage.cache import ContextCache
+from situate.storage.cache import DiskContextCache
 from situate.tasks.contexts.base import ContextConfig, get_contextualizer
 from situate.tasks.contexts.cache import situate_corpus_cached
 from situate.tasks.contexts.claude import MODELS
@@ -56,7 +56,7 @@ def _run(ttl: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
             for mode, plan in plans.items():
                 plan.add(models[mode].estimate(doc, doc.chunks))
         cz = get_contextualizer(config)
-        results = situate_corpus_cached(cz, DOCS, ContextCache(tmp_path / ttl / "cache")) or []
+        results = situate_corpus_cached(cz, DOCS, DiskContextCache(tmp_path / ttl / "cache")) or []
         cz.close()
         usage = Usage()
         for r in results:

@@ -8,7 +8,7 @@ import pytest
 
 from situate.core.errors import InputError, ProviderError
 from situate.core.records import Chunk, Document, Situated, Usage
-from situate.storage.cache import ContextCache
+from situate.storage.cache import DiskContextCache
 from situate.tasks.contexts.base import (
     ContextConfig,
     ContextResult,
@@ -219,7 +219,7 @@ class Scripted(Contextualizer):
         return ContextResult(situated, usage)
 
 
-class CountingCache(ContextCache):
+class CountingCache(DiskContextCache):
     """The disk cache, counting writes."""
 
     def __init__(self, directory) -> None:
@@ -235,7 +235,7 @@ def test_driver_pays_only_for_chunks_not_in_the_cache(tmp_path):
     text = "".join(f"def step_{i}(x):\n    return x * {i}\n\n" for i in range(60))
     doc = _doc("q.py", text, size=200)
     assert len({c.text for c in doc.chunks}) == len(doc.chunks) > 3
-    cache = ContextCache(tmp_path / "cache")
+    cache = DiskContextCache(tmp_path / "cache")
     p = Scripted()
     first = situate_document(p, doc, cache)
     assert [s.source for s in first.situated] == ["generated"] * len(doc.chunks)

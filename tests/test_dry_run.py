@@ -236,11 +236,11 @@ def test_a_plan_reuses_what_the_run_would(group, batch):
 def test_a_plan_reads_an_existing_cache_without_adding_to_it(tmp_path):
     """The plan opens a context cache that exists (to count what it answers) and adds nothing."""
     from situate.core.records import Chunk, Document
-    from situate.storage.cache import ContextCache
+    from situate.storage.cache import DiskContextCache
     from situate.tasks.contexts.cache import cached_split, context_key
 
     doc = Document("d", "alpha beta", (Chunk("d", 0, "alpha"), Chunk("d", 1, "beta")))
-    cache = ContextCache(tmp_path / "cache")
+    cache = DiskContextCache(tmp_path / "cache")
     identity = {"provider": "p"}
     cache.put(context_key(identity, doc.hash, doc.chunks[0].hash), "ctx")
     assert cached_split(identity, doc, cache) == (1, [doc.chunks[1]])

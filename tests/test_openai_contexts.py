@@ -17,7 +17,7 @@ import pytest
 
 from situate.core.errors import ProviderError
 from situate.core.records import Document, Usage, sha256
-from situate.storage.cache import ContextCache
+from situate.storage.cache import DiskContextCache
 from situate.tasks.contexts.base import ContextConfig, ContextResult, get_contextualizer
 from situate.tasks.contexts.cache import situate_documents
 from situate.tasks.contexts.cost import Assumptions, Estimate, get_cost_models
@@ -101,7 +101,7 @@ def codebase(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CodebaseRun]:
         plan_cost = model.price(plan.usage)
         cz = get_contextualizer(config)
         try:
-            results = situate_documents(cz, docs, ContextCache(tmp / "cache"))
+            results = situate_documents(cz, docs, DiskContextCache(tmp / "cache"))
         finally:
             cz.close()
         yield CodebaseRun(docs, results, fake, plan, plan_cost)
@@ -335,7 +335,7 @@ def test_a_killed_run_resumed_pays_at_most_the_answers_in_flight(tmp_path: Path)
     docs = [_doc(f"k{i}", 2500) for i in range(8)]
     chunks = sum(len(d.chunks) for d in docs)
 
-    class Dying(ContextCache):
+    class Dying(DiskContextCache):
         lives = 60
 
         def put(self, key: str, context: str) -> None:
@@ -351,7 +351,7 @@ def test_a_killed_run_resumed_pays_at_most_the_answers_in_flight(tmp_path: Path)
             situate_documents(dying, docs, Dying(tmp_path / "cache"))
         first = server.usage["requests"]
         assert 60 <= first < chunks
-        results = situate_documents(_make(server), docs, ContextCache(tmp_path / "cache"))
+        results = situate_documents(_make(server), docs, DiskContextCache(tmp_path / "cache"))
         paid = server.usage["requests"]
     assert all(s.source in ("generated", "cache") for r in results for s in r.situated)
     assert sum(len(r.situated) for r in results) == chunks

@@ -14,7 +14,7 @@ import pytest
 
 from situate.core.errors import ProviderError
 from situate.core.records import Chunk, Document
-from situate.storage.cache import ContextCache
+from situate.storage.cache import DiskContextCache
 from situate.tasks.contexts.base import ContextConfig, get_contextualizer
 from situate.tasks.contexts.cache import context_key, situate_corpus_cached, situate_document
 from situate.tasks.contexts.claude import (
@@ -214,7 +214,7 @@ def test_the_fenced_prompts_are_new_versions_so_old_contexts_are_not_served(
     """The prompt version is in the cache identity: contexts cached under the unfenced v1
     prompts have other keys, and a run with the v2 prompts asks for every chunk again."""
     assert (PROMPT_VERSION, GROUP_PROMPT_VERSION) == ("guide-v2", "group-v2")
-    cache = ContextCache(tmp_path / "cache")
+    cache = DiskContextCache(tmp_path / "cache")
     for cz, old_version in ((_make(fake), "guide-v1"),
                             (_make(fake, group_chunks=True), "group-v1")):
         identity = cz.cache_identity()
@@ -250,7 +250,7 @@ def test_random_faults_leave_no_chunk_without_context(fake: FakeAnthropic, tmp_p
                                                       ) -> None:
     fake.faults = Faults.mixed(0.2, retry_after=0.01)
     docs = [BIG, SMALL, _doc("third", 4500)]
-    cache = ContextCache(tmp_path / "cache")
+    cache = DiskContextCache(tmp_path / "cache")
     results = _situate_all(_make(fake), docs, cache)
     _assert_contexts_match(results, docs)
     assert sum(fake.responses[k] for k in (429, 529, 500, "drop")) > 0
@@ -379,7 +379,7 @@ def test_base_url_from_the_environment(fake: FakeAnthropic, monkeypatch: pytest.
 
 def test_the_key_is_in_no_pickle_cache_or_state_file(fake: FakeAnthropic, tmp_path: Path) -> None:
     cz = _make(fake, tmp_path / "state", batch=True)
-    cache = ContextCache(tmp_path / "cache")
+    cache = DiskContextCache(tmp_path / "cache")
     situate_corpus_cached(cz, [SMALL], cache)
     assert KEY.encode() not in pickle.dumps(cz)
     clone = pickle.loads(pickle.dumps(cz))
@@ -393,7 +393,7 @@ def test_the_key_is_in_no_pickle_cache_or_state_file(fake: FakeAnthropic, tmp_pa
 # --- the disk cache: re-runs pay nothing -----------------------------------------------------
 
 def test_a_second_run_makes_no_api_call(fake: FakeAnthropic, tmp_path: Path) -> None:
-    cache = ContextCache(tmp_path / "cache")
+    cache = DiskContextCache(tmp_path / "cache")
     first = _situate_all(_make(fake), [BIG, SMALL], cache)
     calls = fake.http_requests["POST /v1/messages"]
     second = _situate_all(_make(fake), [BIG, SMALL], cache)
@@ -429,7 +429,7 @@ def test_cache_identity_covers_what_changes_the_text_and_nothing_else(fake: Fake
 
 def test_an_empty_answer_is_not_cached_as_a_context(fake: FakeAnthropic, tmp_path: Path) -> None:
     fake.output_tokens = 0
-    cache = ContextCache(tmp_path / "cache")
+    cache = DiskContextCache(tmp_path / "cache")
     result = situate_document(_make(fake), SMALL, cache)
     assert {s.source for s in result.situated} == {"none"} and len(cache) == 0
     assert result.notes and "no text" in result.notes[0]
@@ -442,7 +442,7 @@ def test_each_answer_is_cached_as_it_arrives(fake: FakeAnthropic, tmp_path: Path
     so the next run pays for the other chunks only, and its bill says so exactly."""
     n = len(SMALL.chunks)
     fake.faults.script.extend(["ok", "ok", "ok", "500"])
-    cache = ContextCache(tmp_path / "cache")
+    cache = DiskContextCache(tmp_path / "cache")
     with pytest.raises(ProviderError):
         situate_document(_make(fake, concurrency=1, max_attempts=1), SMALL, cache)
     assert fake.messages_ok == 3 and len(cache) == 3
@@ -459,7 +459,7 @@ def test_each_group_answer_is_cached_as_it_arrives(fake: FakeAnthropic, tmp_path
     n = len(doc.chunks)
     assert n > 8
     fake.faults.script.extend(["ok", "ok", "500"])
-    cache = ContextCache(tmp_path / "cache")
+    cache = DiskContextCache(tmp_path / "cache")
     with pytest.raises(ProviderError):
         situate_document(_make(fake, concurrency=1, max_attempts=1, group_chunks=True,
                                extra={"group_size": 4}), doc, cache)
@@ -483,7 +483,7 @@ def test_batch_results_are_kept_as_read_and_a_killed_read_is_resumed(fake: FakeA
     assert fake.batches_created == 1 and fake.usage["batch"]["requests"] == n
     state = json.loads((tmp_path / "claude-batches.json").read_text())["batches"]
     assert [len(entry["ids"]) for entry in state.values()] == [n]
-    cache = ContextCache(tmp_path / "cache")
+    cache = DiskContextCache(tmp_path / "cache")
     assert len(cache) == 3
     [result] = situate_corpus_cached(_make(fake, tmp_path, batch=True), [SMALL], cache) or []
     assert fake.batches_created == 1 and fake.usage["batch"]["requests"] == n

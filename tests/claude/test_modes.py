@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from situate.core.records import Usage
-from situate.storage.cache import ContextCache
+from situate.storage.cache import DiskContextCache
 from situate.tasks.contexts.cache import situate_corpus_cached
 from situate.tasks.contexts.claude import (
     fence_of,
@@ -105,7 +105,7 @@ def test_batch_situates_everything_at_half_price(fake: FakeAnthropic, tmp_path: 
     fake.clear_cache()
     fake.reset_counters()
     cz = _make(fake, tmp_path, batch=True)
-    results = situate_corpus_cached(cz, docs, ContextCache(tmp_path / "cache"))
+    results = situate_corpus_cached(cz, docs, DiskContextCache(tmp_path / "cache"))
     assert results is not None
     _assert_contexts_match(results, docs)
     batch = _total(results)
