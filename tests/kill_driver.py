@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -78,12 +79,17 @@ class _Os:
         return getattr(os, name)
 
 
-def main() -> None:
+def run(arm: Callable[[str], None]) -> None:
+    """`situate ARGV...` in this process with `arm(POINT)` done first (argv: POINT ARGV...)."""
     point, argv = sys.argv[1], sys.argv[2:]
-    _arm(point)
+    arm(point)
     from situate.cli.main import main as situate
 
     sys.exit(situate(argv))
+
+
+def main() -> None:
+    run(_arm)
 
 
 if __name__ == "__main__":

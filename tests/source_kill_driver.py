@@ -9,16 +9,9 @@ not). Without a POINT it reached, the command ends as usual.
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
 from typing import Any
 
-
-def _die() -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.kill(os.getpid(), signal.SIGKILL)
+from tests.kill_driver import _die, run
 
 
 def _arm(point: str) -> None:
@@ -46,11 +39,7 @@ def _arm(point: str) -> None:
 
 
 def main() -> None:
-    point, argv = sys.argv[1], sys.argv[2:]
-    _arm(point)
-    from situate.cli.main import main as situate
-
-    sys.exit(situate(argv))
+    run(_arm)
 
 
 if __name__ == "__main__":
