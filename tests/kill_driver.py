@@ -92,5 +92,31 @@ def main() -> None:
     run(_arm)
 
 
+
+def situate_in_its_own_session(driver: str, point: str | None, args: list[str],
+                               env: dict[str, str]) -> int:
+    """`situate ARGS` in a process of its own (and session: what it starts, its temporary
+    Prefect server, is killed with it), armed at `point` by `driver` (`tests.kill_driver` or
+    `tests.source_kill_driver`), or whole without one; its exit status, which must be a SIGKILL
+    where armed and 0 where not (anything else fails with what the process printed)."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    command = ([sys.executable, "-m", driver, point, *args] if point
+               else [str(Path(sys.executable).with_name("situate")), *args])
+    proc = subprocess.Popen(command, cwd=root, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == (-signal.SIGKILL if point else 0), out[-3000:]
+    return proc.returncode
+
+
 if __name__ == "__main__":
     main()

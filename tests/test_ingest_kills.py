@@ -12,18 +12,16 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from situate.storage.milvus import MilvusStore
-from tests.conftest import ROOT, SAMPLE_CORPUS
+from tests.conftest import SAMPLE_CORPUS
+from tests.kill_driver import situate_in_its_own_session
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(900)]
 
-SITUATE = Path(sys.executable).with_name("situate")
 C = "killed"
 QUERIES = ["harbor lease renewal", "release notes", "shard replica", "the queue worker retries",
            "how do I configure the cache", "nothing like this at all"]
@@ -61,20 +59,7 @@ def _ingest(tmp_path: Path, home: Path, uri: str, point: str | None = None) -> i
     started, its temporary Prefect server, is killed with it); its exit status."""
     args = ["ingest", str(tmp_path / "corpus"), "--collection", C, "--milvus-uri", uri,
             "--context", "structural", "--prune", "--cache-dir", str(tmp_path / "cache")]
-    command = ([sys.executable, "-m", "tests.kill_driver", point, *args] if point
-               else [str(SITUATE), *args])
-    proc = subprocess.Popen(command, cwd=ROOT, env=_env(tmp_path, home), start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        out, _ = proc.communicate(timeout=600)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    # Killed where armed, or whole: anything else fails here with what the process printed.
-    assert proc.returncode == (-signal.SIGKILL if point else 0), out[-3000:]
-    return proc.returncode
+    return situate_in_its_own_session("tests.kill_driver", point, args, _env(tmp_path, home))
 
 
 def _answers(uri: str, cache: Path | None) -> tuple[list, list]:

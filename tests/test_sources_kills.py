@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from situate.storage.milvus import MilvusStore
-from tests.conftest import ROOT, SAMPLE_CORPUS
+from tests.conftest import SAMPLE_CORPUS
+from tests.kill_driver import situate_in_its_own_session
 from tests.test_sources_git import Remote
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -50,20 +51,7 @@ def _ingest(tmp: Path, url: str, uri: str, point: str | None = None) -> int:
                 "SITUATE_RESULTS_DIR": str(tmp / "results")})
     args = ["ingest", url, "--collection", C, "--milvus-uri", uri, "--context", "structural",
             "--prune", "--cache-dir", str(tmp / "cache")]
-    command = ([sys.executable, "-m", "tests.source_kill_driver", point, *args] if point
-               else [str(SITUATE), *args])
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        out, _ = proc.communicate(timeout=600)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    # Killed where armed, or whole: anything else fails here with what the process printed.
-    assert proc.returncode == (-signal.SIGKILL if point else 0), out[-3000:]
-    return proc.returncode
+    return situate_in_its_own_session("tests.source_kill_driver", point, args, env)
 
 
 def _rows(uri: str) -> list:
