@@ -4,14 +4,12 @@ top-level `flows`, `tasks` and `storage` packages can live in the same environme
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT, SAMPLE_CORPUS, SAMPLE_EVAL
+from tests.layered_env import Env
 
 # Every module of the intruder refuses to be imported: if situate imported a top-level `flows`,
 # `tasks` or `storage`, it would get one of these and fail.
@@ -31,34 +29,26 @@ def _build_intruder(where: Path) -> Path:
     return src
 
 
-def _pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "-q", *args], check=True, capture_output=True,
-                   text=True, timeout=300)
-
-
 @pytest.mark.slow
 def test_situate_works_beside_a_distribution_with_top_level_flows_tasks_storage(tmp_path):
-    _pip("install", "--no-build-isolation", "--no-deps", str(_build_intruder(tmp_path)))
-    try:
-        probe = subprocess.run([sys.executable, "-c", "import storage"], capture_output=True,
-                               text=True, cwd=tmp_path)
-        assert "situate-intruder" in probe.stderr  # the intruder really is installed and first
-        situate = Path(sys.executable).with_name("situate")
-        env = {**os.environ, "SITUATE_MILVUS_URI": str(tmp_path / "m.db"),
-               "SITUATE_CACHE_DIR": str(tmp_path / "cache"),
-               "SITUATE_RESULTS_DIR": str(tmp_path / "results")}
-        env.pop("ANTHROPIC_API_KEY", None)
-        env.pop("COHERE_API_KEY", None)
-        ingest = subprocess.run([str(situate), "ingest", str(SAMPLE_CORPUS), "--collection", "sample"],
-                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-        assert ingest.returncode == 0, ingest.stderr
-        assert "chunks_written" in ingest.stdout
-        out = tmp_path / "r.json"
-        evaluate = subprocess.run([str(situate), "evaluate", str(SAMPLE_EVAL), "--collection", "sample",
-                                   "--json", str(out)], cwd=tmp_path, env=env, capture_output=True,
-                                  text=True, timeout=600)
-        assert evaluate.returncode == 0, evaluate.stderr
-        assert json.loads(out.read_text())["pass_at_k"]["hybrid"]["10"] >= 90.0
-    finally:
-        _pip("uninstall", "-y", "situate-intruder")
+    """The intruder goes into a venv of this test's own, layered over the project's: installed in
+    the project's venv, it was there (half-written, then half-removed) for every process the other
+    test workers started meanwhile."""
+    env = Env(tmp_path / "venv")
+    env.pip("install", "--no-build-isolation", "--no-deps", "--no-index", str(_build_intruder(tmp_path)))
+    probe = env.run("-c", "import storage", cwd=tmp_path)
+    assert "situate-intruder" in probe.stderr  # the intruder really is installed and first
+    env.env.update({"SITUATE_MILVUS_URI": str(tmp_path / "m.db"),
+                    "SITUATE_CACHE_DIR": str(tmp_path / "cache"),
+                    "SITUATE_RESULTS_DIR": str(tmp_path / "results")})
+    env.env.pop("ANTHROPIC_API_KEY", None)
+    env.env.pop("COHERE_API_KEY", None)
+    ingest = env.situate("ingest", str(SAMPLE_CORPUS), "--collection", "sample", cwd=tmp_path)
+    assert ingest.returncode == 0, ingest.stderr
+    assert "chunks_written" in ingest.stdout
+    out = tmp_path / "r.json"
+    evaluate = env.situate("evaluate", str(SAMPLE_EVAL), "--collection", "sample", "--json", str(out),
+                           cwd=tmp_path)
+    assert evaluate.returncode == 0, evaluate.stderr
+    assert json.loads(out.read_text())["pass_at_k"]["hybrid"]["10"] >= 90.0
     assert ROOT.joinpath("cli", "main.py").exists()  # situate's own files untouched

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
 from situate.core.plugins import Entry, PluginError
 from situate.core.registry import Registry
+from tests.layered_env import Env
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugins" / "situate-org"
@@ -53,38 +51,6 @@ broken = "situate_broken:cmd_broken"
 [tool.setuptools]
 py-modules = ["situate_broken"]
 """
-
-
-class Env:
-    """A virtual environment over the project's: what is installed in it is seen there only."""
-
-    def __init__(self, where: Path) -> None:
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
-        self.python = str(where / "bin" / "python")
-        site = subprocess.run([self.python, "-c", "import sysconfig; print(sysconfig.get_paths()"
-                               "['purelib'])"], capture_output=True, text=True, check=True)
-        base = sysconfig.get_paths()["purelib"]  # the project's: situate, editable, and its deps
-        Path(site.stdout.strip(), "project.pth").write_text(
-            f"import site; site.addsitedir({base!r})\n")
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SITUATE_")}
-
-    def pip(self, *args: str) -> None:
-        done = subprocess.run([sys.executable, "-m", "pip", "--python", self.python, *args,
-                               "--no-input", "-q"], capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stdout + done.stderr
-
-    def install(self, source: Path, into: Path) -> None:
-        """`pip install -e` of a copy of `source` (the build leaves its files beside the copy)."""
-        copy = into / source.name
-        shutil.copytree(source, copy, ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
-        self.pip("install", "--no-deps", "--no-build-isolation", "--no-index", "-e", str(copy))
-
-    def run(self, *args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-        return subprocess.run([self.python, *args], cwd=cwd, env=self.env, capture_output=True,
-                              text=True, timeout=timeout)
-
-    def situate(self, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-        return self.run("-m", "situate.cli.main", *args, cwd=cwd)
 
 
 @pytest.fixture
