@@ -121,7 +121,7 @@ def launch_ingest(options: IngestOptions) -> IngestSummary | IngestPlan:
             if not store.exists(options.collection):
                 resources.embedders.get(options.embedder, options.runtime())
 
-        resources.open_in_background(options.milvus_uri, then=warm)
+        resources.open_in_background(options.milvus_uri, then=warm, cache_dir=options.cache_dir)
         server.started.wait()
         summary: IngestSummary | IngestPlan = run_flow(
             ingest_flow, ("situate", "ingest", f"collection:{options.collection}"), options,

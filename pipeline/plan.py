@@ -210,7 +210,7 @@ def gather_inputs(options: IngestOptions, resources: Resources, dry_run: bool = 
     name, model, _ = check_embedder(options.embedder)
     embedder_id = f"{name}:{model}"
     store = (None if dry_run and is_missing_lite_file(options.milvus_uri)
-             else resources.store(options.milvus_uri))
+             else resources.store(options.milvus_uri, options.cache_dir))
     if store is not None and store.upkeep is not None and not dry_run:
         store.upkeep.tidy(options.collection)  # a rebuild stopped half-way: finished or undone
     existed = store is not None and store.exists(options.collection)

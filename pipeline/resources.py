@@ -36,27 +36,29 @@ class Resources:
     embedders: Embedders = field(default_factory=Embedders)
     scan: CorpusScan | None = None  # the corpus as the command checked it
     eval_set: list[EvalQuery] | None = None  # the evaluation set as the command read it
-    _stores: dict[str, Future[ChunkStore]] = field(default_factory=dict)
+    _stores: dict[tuple[str, str], Future[ChunkStore]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def store(self, uri: str) -> ChunkStore:
-        """The store at `uri`, opened once for this run (token: SITUATE_MILVUS_TOKEN)."""
+    def store(self, uri: str, cache_dir: str | None = None) -> ChunkStore:
+        """The store at `uri`, opened once for this run (token: SITUATE_MILVUS_TOKEN), keeping
+        its derived files (the lexical index) under `cache_dir` (a run's `--cache-dir`; None:
+        SITUATE_CACHE_DIR)."""
+        cache_dir = cache_dir or get_settings().cache_dir
         with self._lock:
-            opening = self._stores.get(uri)
+            opening = self._stores.get((uri, cache_dir))
             if opening is None:
-                opening = self._stores[uri] = Future()
+                opening = self._stores[(uri, cache_dir)] = Future()
                 opening.set_running_or_notify_cancel()
                 mine = True
             else:
                 mine = False
         if mine:
             try:
-                opening.set_result(open_store(uri, _token(),
-                                              cache_dir=get_settings().cache_dir))
+                opening.set_result(open_store(uri, _token(), cache_dir=cache_dir))
             except BaseException as e:
                 opening.set_exception(e)
                 with self._lock:
-                    self._stores.pop(uri, None)
+                    self._stores.pop((uri, cache_dir), None)
         return opening.result()
 
     def existing_store(self, uri: str, collection: str) -> ChunkStore:
@@ -67,15 +69,17 @@ class Resources:
         store.require(collection)
         return store
 
-    def open_in_background(self, uri: str,
-                           then: Callable[[ChunkStore], object] | None = None) -> None:
+    def open_in_background(self, uri: str, then: Callable[[ChunkStore], object] | None = None,
+                           cache_dir: str | None = None) -> None:
         """Start opening the store at `uri` now (a second or two), for the run to find open, and
         then call `then(store)` (to start loading the model the run will need)."""
-        threading.Thread(target=self._open_ignoring_errors, args=(uri, then), daemon=True).start()
+        threading.Thread(target=self._open_ignoring_errors, args=(uri, then, cache_dir),
+                         daemon=True).start()
 
-    def _open_ignoring_errors(self, uri: str, then: Callable[[ChunkStore], object] | None) -> None:
+    def _open_ignoring_errors(self, uri: str, then: Callable[[ChunkStore], object] | None,
+                              cache_dir: str | None) -> None:
         try:
-            store = self.store(uri)
+            store = self.store(uri, cache_dir)
             if then is not None:
                 then(store)
         except Exception:  # noqa: BLE001 - the run opens it again and reports any error

@@ -110,6 +110,29 @@ def test_ingest_prunes_and_replaces_changed_documents(prefect_harness, state, tm
     assert second.rows == 2
 
 
+def test_a_runs_cache_dir_keeps_its_manifest_and_lexical_index_together(prefect_harness, state,
+                                                                       tmp_path):
+    """`--cache-dir` other than SITUATE_CACHE_DIR: the run's store keeps the lexical index in the
+    run's cache dir, beside the manifest the run writes there, so the ingest's end finds its
+    manifest and the next run loads the index instead of rebuilding it from the rows."""
+    from situate.storage.milvus import MilvusStore
+    from tests.helpers import ingest
+
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    (corpus / "a.md").write_text("# Alpha\n\nThe walrus hauls out on sea ice.\n")
+    elsewhere = tmp_path / "elsewhere"
+    ingest(corpus=str(corpus), collection="cd", embedder="hash", cache_dir=str(elsewhere))
+    assert list((elsewhere / "lexical").glob("*.npz"))
+    assert not (Path(state["cache_dir"]) / "lexical").exists()
+    store = MilvusStore(state["milvus_uri"], cache_dir=str(elsewhere))
+    try:
+        assert store.search("cd", "bm25", "walrus", None, 1)[0].doc_id == "a.md"
+        assert store._lexical_leg("cd").last == "loaded"
+    finally:
+        store.close()
+
+
 def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`situate ARGS` in a fresh process, state under `cwd`, no Anthropic key unless `env` sets one."""
     base = {**os.environ, "SITUATE_MILVUS_URI": str(cwd / "m.db"),
