@@ -11,9 +11,12 @@ collection, deleting by document) are its business and its tests'."""
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from situate.core.errors import InputError
 from situate.core.records import CollectionInfo, EmbeddedDocument, Hit, StoredDocument
+from situate.core.uri import credentials, shown
 
 # The store's searches, one retriever each; fusing them (hybrid) and reranking are retrieval's
 # (situate.tasks.retrieval.search), over any ChunkStore.
@@ -72,8 +75,11 @@ class ChunkStore(SearchStore, Protocol):
     (situate.storage) finds an implementation by its URI's scheme (`StoreKind`).
     """
 
-    # A copy made in another process (a Dask worker), whose connection ends with its task.
-    copied: bool
+    @property
+    def spec(self) -> StoreSpec:
+        """What opens this store again, in this process or another (a Dask worker): its URI and
+        options, never its credentials (`StoreSpec`)."""
+        ...
 
     @property
     def upkeep(self) -> StoreUpkeep | None:
@@ -161,6 +167,27 @@ class StoreUpkeep(Protocol):
     def set_manifest_token(self, collection: str, token: str) -> None: ...
 
 
+@dataclass(frozen=True)
+class StoreSpec:
+    """A store as another process opens it again: what `open_store` (situate.storage) takes,
+    short of the token. Small and picklable, so a store goes to a Dask worker as its spec and is
+    reopened there by the kind its URI's scheme names (`situate.storage.reopen`), the token read
+    from that process's own settings (SITUATE_MILVUS_TOKEN): a store need not pickle, and no
+    secret travels with a task or shows in its parameters. A URI carrying a user name and
+    password is refused, for the same reason."""
+
+    uri: str
+    retry_attempts: int | None = None  # the store's retry budget (`open_store`'s)
+    cache_dir: str | None = None  # where it keeps what it derives (Milvus Lite's lexical index)
+
+    def __post_init__(self) -> None:
+        if credentials(self.uri):
+            raise InputError(f"the store URI {shown(self.uri)!r} carries a user name and "
+                             "password, which a store opened again elsewhere never takes along: "
+                             "give the URI without them and the token (user:password) in "
+                             "SITUATE_MILVUS_TOKEN")
+
+
 @runtime_checkable
 class ContextCache(Protocol):
     """Generated contexts by key (get/put); the key covers everything that changes the output."""
@@ -195,4 +222,10 @@ class StoreKind(Protocol):
         """Whether the store at `uri` keeps its collections in this machine's memory, so that an
         ingest estimates their size and warns before it is over the memory available
         (situate.storage.capacity); False for a server elsewhere."""
+        ...
+
+    def shared_problem(self, uri: str) -> str | None:
+        """Why other processes (Dask's workers) cannot use the store at `uri` while this one
+        does, as a phrase after the URI (a file one process opens at a time, a store held in
+        this process's memory); None when they can: each reopens it from its `StoreSpec`."""
         ...

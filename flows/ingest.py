@@ -30,7 +30,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture, wait
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
-from situate.core.protocols import ChunkStore, StoreUpkeep
+from situate.core.protocols import ChunkStore, StoreSpec, StoreUpkeep
 from situate.core.records import Document, EmbeddedDocument, StoredDocument, Usage, batched
 from situate.core.secrets import redact
 from situate.core.settings import get_settings
@@ -56,7 +56,7 @@ from situate.pipeline.plan import (
     window_size,
     windows,
 )
-from situate.pipeline.resources import Resources, run_resources
+from situate.pipeline.resources import Resources, run_resources, store_at
 from situate.storage.cache import DiskContextCache
 from situate.tasks.contexts.base import Contextualizer, contexts_of, get_contextualizer
 from situate.tasks.contexts.cache import situate_documents
@@ -70,19 +70,23 @@ from situate.tasks.sources.base import is_source
 @task(task_run_name="scan-corpus", persist_result=False, cache_policy=NO_CACHE)
 def scan_corpus_task(path: str, chunk_size: int, chunk_overlap: int,
                      code_chunks: str | None = None,
-                     follow_links: bool | None = None, cache_dir: str | None = None) -> CorpusScan:
+                     follow_links: bool | None = None, cache_dir: str | None = None,
+                     credentials_block: str | None = None) -> CorpusScan:
     """The checking pass over the corpus (a source synced first), as a task of the run (seen in
-    the UI)."""
+    the UI). Its parameters hold a credentials block's name, never what the block holds."""
     return scan_corpus(path, chunk_size, chunk_overlap, code_chunks=code_chunks,
-                       follow_links=follow_links, cache_dir=cache_dir)
+                       follow_links=follow_links, cache_dir=cache_dir,
+                       credentials_block=credentials_block)
 
 
 def make_task_runner(options: IngestOptions) -> TaskRunner[Any]:
     """The runner of the per-window tasks: threads here, or a Dask cluster.
 
-    Dask runs tasks in other processes, which cannot share a Milvus Lite file with the flow
-    (one process per file), so it needs a Milvus server URI. Without an address it starts a
-    LocalCluster of worker processes for this run; with one it uses that existing cluster.
+    Dask runs tasks in other processes, which open the store again from its spec, so it needs a
+    store they share (a Milvus server, not a Milvus Lite file: `StoreKind.shared_problem`).
+    Without an address it starts a LocalCluster of worker processes for this run, given the
+    run's Milvus token in their environment (where a worker's settings read it); with one it
+    uses that existing cluster, whose workers have their own SITUATE_MILVUS_TOKEN.
     """
     check_task_runner(options.task_runner, options.dask_address, options.milvus_uri)
     if options.task_runner == "threads":
@@ -91,7 +95,10 @@ def make_task_runner(options: IngestOptions) -> TaskRunner[Any]:
 
     if options.dask_address:
         return DaskTaskRunner(address=options.dask_address)
-    return DaskTaskRunner(cluster_kwargs={"processes": True, "dashboard_address": None})
+    token = get_settings().milvus_token.get_secret_value()  # --milvus-token: not in os.environ
+    env = {"SITUATE_MILVUS_TOKEN": token} if token else {}
+    return DaskTaskRunner(cluster_kwargs={"processes": True, "dashboard_address": None,
+                                          "env": env})
 
 
 @dataclass
@@ -118,14 +125,15 @@ class Window:
 
 @task(task_run_name="window-{index}", persist_result=False, cache_policy=NO_CACHE)
 def window_task(window: Window, contextualizer: Contextualizer, cache: DiskContextCache | None,
-                store: ChunkStore, embedders: Embedders, embedder_spec: str, collection: str,
-                pipeline: str, index: int = 0, runtime: Runtime | None = None,
+                store: ChunkStore | StoreSpec, embedders: Embedders, embedder_spec: str,
+                collection: str, pipeline: str, index: int = 0, runtime: Runtime | None = None,
                 order: WindowOrder | None = None) -> WindowResult:
     """Situate, embed and write window `index` of whole documents. Its contexts and vectors live
     only here: gone when the window is written. Each document's rows are written in one go (never
     half a document), replacing what the collection held for it, stale chunks included (by
     primary key: nothing is read back). With `order`, the window embeds and writes after the one
-    before it (`situate.pipeline.order`)."""
+    before it (`situate.pipeline.order`). `store` is the run's own on a thread, its spec on a Dask
+    worker (which opens it for the write and closes it after)."""
     order = order or WindowOrder(first=index)  # unordered (Dask): nothing to wait for
     clock = time.perf_counter()
     seconds: dict[str, float] = {}
@@ -155,20 +163,19 @@ def window_task(window: Window, contextualizer: Contextualizer, cache: DiskConte
             i += n
         with order.stage("write", index):
             clock = time.perf_counter()
-            if i and not store.exists(collection):
-                # Created at the first write: a run that fails before any window is written
-                # leaves no empty collection behind. The windows write in order (on Dask, the
-                # flow writes the first alone): no race here.
-                store.ensure_collection(collection, len(vectors[0]), embedder.id,
-                                        backend=info["backend"], precision=info["precision"])
-            del vectors
-            written = store.write(collection, documents, batch_size=get_settings().write_batch,
-                                  stored=window.stored)
+            with store_at(store) as chunks:  # on Dask: opened here, from its spec
+                if i and not chunks.exists(collection):
+                    # Created at the first write: a run that fails before any window is written
+                    # leaves no empty collection behind. The windows write in order (on Dask,
+                    # the flow writes the first alone): no race here.
+                    chunks.ensure_collection(collection, len(vectors[0]), embedder.id,
+                                             backend=info["backend"], precision=info["precision"])
+                del vectors
+                written = chunks.write(collection, documents,
+                                       batch_size=get_settings().write_batch, stored=window.stored)
         lap("write")
     finally:
         order.done(index)
-        if store.copied:  # a copy sent to this process (Dask): its connection ends with the task
-            store.close()
     usage = Usage()
     for r in results:
         usage.add(r.usage)
@@ -220,7 +227,8 @@ def ingest_flow(options: IngestOptions) -> IngestSummary | IngestPlan:
         if resources.scan is None:
             resources.scan = scan_corpus_task(options.corpus, options.chunk_size,
                                               options.chunk_overlap, options.code_chunks,
-                                              options.follow_links, options.cache_dir)
+                                              options.follow_links, options.cache_dir,
+                                              options.credentials_block)
         warn_skipped(resources.scan)
         if options.dry_run:
             return _dry_run(options, resources)
@@ -314,6 +322,8 @@ class _Ingest:
         # Windows on threads here embed and write in the order read; on Dask the first is
         # written alone, as it creates the collection.
         order = WindowOrder() if o.task_runner == "threads" else None
+        # A Dask worker is another process: it gets the store's spec and opens it itself.
+        sent = store if order is not None else store.spec
         try:
             with make_task_runner(o) as runner:
                 try:
@@ -335,7 +345,7 @@ class _Ingest:
                                                    sum(len(d.chunks) for d in docs) + stale)
                         pending.append(runner.submit(window_task, {
                             "window": Window(docs, stored),
-                            "contextualizer": contextualizer, "cache": cache, "store": store,
+                            "contextualizer": contextualizer, "cache": cache, "store": sent,
                             "embedders": self.resources.embedders,
                             "embedder_spec": o.embedder, "collection": o.collection,
                             "pipeline": pipeline, "index": submitted,

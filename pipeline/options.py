@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     Field,
     PrivateAttr,
     ValidationError,
@@ -37,7 +38,8 @@ from situate.api.config import (
 from situate.core.errors import InputError, SituateError
 from situate.core.fields import Flag, FromSetting, Settled, from_settings, meta
 from situate.core.settings import Settings, get_settings
-from situate.core.uri import credentials, is_lite
+from situate.core.uri import credentials, shown
+from situate.tasks.sources.base import block_name
 
 DEFAULT_KS = (5, 10, 20)
 TASK_RUNNERS = ("threads", "dask")
@@ -128,6 +130,15 @@ FollowLinks = Annotated[bool, Flag(("--follow-links",), default_text="false"),
 
 
 
+CredentialsBlock = Annotated[
+    str | None, Flag(("--credentials-block",), metavar="BLOCK"),
+    AfterValidator(lambda v: v if v is None else block_name(v)),
+    Field(description="Prefect block the source's credentials are read from where the run "
+                      "runs (TYPE/NAME as `prefect block ls` shows it, e.g. aws-credentials/prod, "
+                      "or NAME of a Secret block): the run's parameters hold its name, never a "
+                      "secret")]
+
+
 class IngestOptions(Options):
     """`situate ingest`, and the ingest flow's parameter."""
 
@@ -164,6 +175,7 @@ class IngestOptions(Options):
     chunk_overlap: ChunkOverlap = from_settings()
     code_chunks: CodeChunks = from_settings()
     follow_links: FollowLinks = from_settings()
+    credentials_block: CredentialsBlock = None
     prune: Annotated[bool, Flag(("--prune",))] = Field(
         False, description="delete documents no longer in the corpus")
     force: Annotated[bool, Flag(("--force",))] = Field(
@@ -242,6 +254,11 @@ class EvaluateOptions(Options):
     device: Device = from_settings(description="where the queries' embedder runs: auto, cpu, "
                                    "cuda, cuda:N or mps")
     json_out: JsonOut = Field(None, description="write the results as JSON")
+    batch: Annotated[int, Flag(("--batch",), metavar="N")] = Field(
+        64, ge=1, le=256, description="queries searched at once (they share the store's calls; "
+                                      "each ranks as it does alone); latency is then each "
+                                      "batch's time per query: 1 searches one at a time, and "
+                                      "measures what one user waits")
     trec_dir: Annotated[str | None, Flag(("--trec",), metavar="DIR")] = Field(
         None, description="also write the run (one file per collection and mode) and the qrels in "
                           "TREC format into DIR, for trec_eval, ir-measures or ranx")
@@ -289,6 +306,7 @@ class ServeOptions(Options):
                                                         "URL, synced on every run)")
     collection: Collection = Field(description="Milvus collection name")
     milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
+    credentials_block: CredentialsBlock = None
     eval_set: Annotated[str | None, Flag(("--eval-set",))] = Field(
         None, description="evaluation JSONL; without it only ingest is served")
     context: Annotated[str | None, Flag(("--context",), choices=_context_names)] = Field(
@@ -382,16 +400,26 @@ def check_collection(name: str, uri: str = "") -> str:
 
 
 def check_task_runner(kind: str, dask_address: str | None = None, milvus_uri: str = "") -> None:
-    """Threads, or Dask with a Milvus server (its workers are other processes)."""
+    """Threads, or Dask with a store its workers, other processes, share (a Milvus server; the
+    kind of store says: `StoreKind.shared_problem`), each opening it from its spec, which never
+    holds credentials."""
     if kind not in TASK_RUNNERS:
         raise InputError(f"unknown task runner {kind!r}: use one of {', '.join(TASK_RUNNERS)}")
     if kind == "threads" and dask_address:
         raise InputError("--dask-address needs --task-runner dask")
-    if kind == "dask" and milvus_uri and is_lite(milvus_uri):
-        raise InputError(f"--task-runner dask needs a Milvus server, not the Milvus Lite file "
-                         f"{milvus_uri!r} (one process per file): run `milvus-lite server --data-dir "
-                         "DIR --port 19530` or a Milvus Standalone and pass --milvus-uri "
-                         "http://HOST:PORT")
+    if kind != "dask" or not milvus_uri:
+        return
+    from situate.storage import store_kind
+
+    problem = store_kind(milvus_uri).shared_problem(milvus_uri)
+    if problem is not None:
+        raise InputError(f"--task-runner dask needs a store its workers (other processes) "
+                         f"share: {shown(milvus_uri)!r} {problem}")
+    if credentials(milvus_uri):
+        raise InputError("--task-runner dask: the workers open the store from its URI, which "
+                         "never carries credentials to them: give --milvus-uri without "
+                         "user:password@ and the credentials as SITUATE_MILVUS_TOKEN "
+                         "(user:password), set where the workers run")
 
 
 def split_collections(text: str, uri: str = "") -> list[str]:

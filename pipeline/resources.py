@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from situate.core.errors import CollectionNotFound
-from situate.core.protocols import ChunkStore
+from situate.core.protocols import ChunkStore, StoreSpec
 from situate.core.settings import get_settings
-from situate.storage import open_store
+from situate.storage import open_store, reopen
 from situate.tasks.embedders.base import Embedders
 
 if TYPE_CHECKING:
@@ -97,6 +97,21 @@ class Resources:
 
 def _token() -> str:
     return get_settings().milvus_token.get_secret_value()
+
+
+@contextmanager
+def store_at(store: ChunkStore | StoreSpec) -> Iterator[ChunkStore]:
+    """`store` itself (a task on a thread of the run), or the store a spec names opened here
+    (a task sent to a Dask worker: the token read from this process's settings) and closed when
+    the block ends."""
+    if not isinstance(store, StoreSpec):
+        yield store
+        return
+    opened = reopen(store, _token())
+    try:
+        yield opened
+    finally:
+        opened.close()
 
 
 _provided: ContextVar[Resources | None] = ContextVar("situate_resources", default=None)

@@ -6,7 +6,7 @@ through `situate.core.protocols` only."""
 from __future__ import annotations
 
 from situate.core.errors import InputError
-from situate.core.protocols import ChunkStore, StoreKind
+from situate.core.protocols import ChunkStore, StoreKind, StoreSpec
 from situate.core.registry import Registry
 
 STORES: Registry[StoreKind] = Registry("store", group="situate.stores")
@@ -50,6 +50,13 @@ def open_store(uri: str, token: str = "", *, retry_attempts: int | None = None,
     `cache_dir` keeps a Milvus Lite collection's lexical index between processes
     (`situate.storage.lexical`)."""
     return store_kind(uri).open(uri, token, retry_attempts=retry_attempts, cache_dir=cache_dir)
+
+
+def reopen(spec: StoreSpec, token: str = "") -> ChunkStore:
+    """The store `spec` names (`ChunkStore.spec`), opened again as `open_store` opens it, here
+    or in another process (a Dask worker): `token` is that process's own, never the spec's."""
+    return open_store(spec.uri, token, retry_attempts=spec.retry_attempts,
+                      cache_dir=spec.cache_dir)
 
 
 def open_existing(uri: str, collection: str, token: str = "", *,

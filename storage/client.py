@@ -84,8 +84,6 @@ class Connection:
         remember(*credentials(uri))
         self.uri = shown(uri)  # as messages and logs show it: without user information
         self._uri = uri
-        self._token = token
-        self.copied = False  # a copy made in another process (see __setstate__)
         self.retry = RetryPolicy(RETRY_ATTEMPTS if retry_attempts is None else retry_attempts,
                                  RETRY_BASE if retry_base is None else retry_base,
                                  RETRY_CAP if retry_cap is None else retry_cap)
@@ -113,16 +111,10 @@ class Connection:
             raise StoreError(f"cannot open Milvus at {self.uri}: "
                              f"{redact(str(getattr(e, 'message', e)))}{hint}") from None
 
-    # Sent to another process (a Dask worker): the URI, the token and the retry budget travel,
-    # and the other side connects anew (and closes its copy when its task is done).
-    def __getstate__(self) -> dict[str, Any]:
-        return {"uri": self._uri, "token": self._token, "retry": self.retry}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        retry = state["retry"]
-        Connection.__init__(self, state["uri"], state["token"], retry_attempts=retry.max_attempts,
-                            retry_base=retry.base, retry_cap=retry.cap)
-        self.copied = True
+    def __reduce__(self) -> Any:
+        # A client's channel does not travel: another process opens the store from its spec.
+        raise StoreError(f"the store at {self.uri} is not sent to another process: send its "
+                         "spec and open it there again (situate.storage.reopen)")
 
     def __enter__(self: C) -> C:
         return self

@@ -40,6 +40,13 @@ class MilvusKind:
     def holds_in_memory(self, uri: str) -> bool:
         return is_lite(uri)  # Milvus Lite keeps every segment in memory; a server is elsewhere
 
+    def shared_problem(self, uri: str) -> str | None:
+        if not is_lite(uri):
+            return None  # a server: each process connects to it
+        return ("is a Milvus Lite file, which one process opens at a time: serve it "
+                "(`milvus-lite server --data-dir DIR --port 19530`) or use a Milvus server's "
+                "http://HOST:PORT")
+
 
 @dataclass(frozen=True)
 class MemoryKind:
@@ -60,6 +67,10 @@ class MemoryKind:
 
     def holds_in_memory(self, uri: str) -> bool:
         return True
+
+    def shared_problem(self, uri: str) -> str | None:
+        return ("is held in this process's memory, which another process does not see: use a "
+                "Milvus server's http://HOST:PORT")
 
 
 MILVUS = MilvusKind()

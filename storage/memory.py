@@ -3,8 +3,9 @@
 For tests and notebooks: the same rows as Milvus writes (`situate.storage.rows`), searched
 exactly, and nothing persisted. Stores opened on the same URI in one process share its
 collections (as connections to one Milvus Lite file do) until the process ends; a store cannot
-be sent to another process. It keeps no BM25 statistics apart from its rows, so it needs no
-upkeep (`upkeep` is None): a collection always scores as a fresh one.
+be sent to another process, and one opened there on its spec holds none of them. It keeps no
+BM25 statistics apart from its rows, so it needs no upkeep (`upkeep` is None): a collection
+always scores as a fresh one.
 
 How it searches, next to Milvus (`situate.storage.milvus`): the dense leg is the exact cosine
 of the query and every row (Milvus's COSINE metric; its indexes approximate it); the BM25 leg
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from situate.core.errors import CollectionNotFound, EmbedderMismatch, StoreError, suggestion
-from situate.core.protocols import LEGS, StoreUpkeep
+from situate.core.protocols import LEGS, StoreSpec, StoreUpkeep
 from situate.core.records import (
     CollectionInfo,
     EmbeddedDocument,
@@ -147,7 +148,6 @@ class MemoryStore:
     threads."""
 
     upkeep: StoreUpkeep | None = None
-    copied = False  # never a copy: a memory store stays in its process (`__reduce__`)
 
     def __init__(self, uri: str = SCHEME) -> None:
         if not is_memory(uri):
@@ -156,6 +156,12 @@ class MemoryStore:
         with _SPACES_LOCK:
             self._space = _SPACES.setdefault(uri, _Space())
         self._lock = self._space.lock
+
+    @property
+    def spec(self) -> StoreSpec:
+        """Its URI: a store opened on it again in this process shares its collections (in
+        another it would hold none of them: `MemoryKind.shared_problem`)."""
+        return StoreSpec(self.uri)
 
     def __reduce__(self) -> Any:
         raise StoreError(f"the store {self.uri} is held in this process's memory and cannot be "

@@ -4,23 +4,25 @@ subclasses the mixins of what it does and gives them a `store` fixture.
 
     from situate.testing.store import StoreContract, UpkeepContract
 
-    class TestMyStore(StoreContract):            # collections, writes, searches
+    class TestMyStore(StoreContract):            # collections, writes, searches, its spec
         @pytest.fixture
         def store(self):
             s = open_store("mystore://test")     # no collection named contract_* in it yet
             yield s
             s.close()
 
-`CollectionsContract`, `WriteContract` and `SearchContract` each hold one capability's tests,
-`StoreContract` all three; `UpkeepContract` is for a store that needs upkeep
-(`ChunkStore.upkeep`). Vectors come from `situate.testing.fakes.HashEmbedding`: no model. pytest
-collects the subclasses only (these classes' names do not start with `Test`); the module needs
-pytest, which situate does not install.
+`CollectionsContract`, `WriteContract`, `SearchContract` and `SpecContract` (opened again from
+its `spec`, as a Dask worker opens it) each hold one capability's tests, `StoreContract` all
+four; `UpkeepContract` is for a store that needs upkeep (`ChunkStore.upkeep`). Vectors come
+from `situate.testing.fakes.HashEmbedding`: no model. pytest collects the subclasses only (these
+classes' names do not start with `Test`); the module needs pytest, which situate does not
+install.
 """
 
 from __future__ import annotations
 
 import inspect
+import pickle
 from typing import Any
 
 import pytest
@@ -28,7 +30,7 @@ import pytest
 from situate.cli.messages import user_message
 from situate.core.errors import CollectionNotFound, StoreError
 from situate.core.fusion import FUSIONS
-from situate.core.protocols import LEGS, ChunkStore, SearchStore, StoreUpkeep
+from situate.core.protocols import LEGS, ChunkStore, SearchStore, StoreSpec, StoreUpkeep
 from situate.core.records import (
     Chunk,
     CollectionInfo,
@@ -40,6 +42,7 @@ from situate.core.records import (
     chunk_id,
     sha256,
 )
+from situate.storage import reopen, scheme
 from situate.tasks.retrieval.search import search
 from situate.testing.fakes import HashEmbedding
 
@@ -105,7 +108,7 @@ class CollectionsContract(StoreFixtures):
 
     def test_implements_every_protocol_method_with_its_signature(self, store: ChunkStore) -> None:
         assert isinstance(store, ChunkStore) and isinstance(store.uri, str)
-        assert isinstance(store.copied, bool)
+        assert isinstance(store.spec, StoreSpec)
         parts: tuple[type, ...] = (SearchStore, ChunkStore)
         if store.upkeep is not None:  # optional: a store that needs none has None
             assert isinstance(store.upkeep, StoreUpkeep)
@@ -336,6 +339,37 @@ class SearchContract(StoreFixtures):
             search(loaded, C, "fuzzy", "job", None, 3)
 
 
+class SpecContract(StoreFixtures):
+    """Opened again from its spec: what a Dask worker gets of the store instead of the store
+    (which need not pickle), reopened through `open_store` by its URI's scheme, this package's
+    kind. In this process, so a store held in memory passes too; that another process shares
+    the store is the kind's `shared_problem` to say."""
+
+    def test_the_spec_is_small_and_pickles(self, store: ChunkStore) -> None:
+        spec = store.spec
+        sent = pickle.dumps(spec)
+        assert len(sent) < 1024 and pickle.loads(sent) == spec
+        assert scheme(spec.uri) == scheme(store.uri)
+
+    def test_a_store_opened_from_its_spec_is_the_same_store(self, loaded: ChunkStore) -> None:
+        spec = pickle.loads(pickle.dumps(loaded.spec))
+        again = reopen(spec)
+        try:
+            assert again.spec == spec
+            assert again.count(C) == ROWS and stored(again) == stored(loaded)
+            assert again.describe(C) == loaded.describe(C)
+            query = "how is a job deleted after success"
+            assert search(again, C, "hybrid", query, EMB._one(query), 3)[0].id == chunk_id("a.py", 1)
+            # What one writes, the other reads: one store, not a copy of it.
+            again.write(C, [embedded("z.md", ["written through the store opened again"])])
+            assert loaded.count(C) == ROWS + 1
+            assert loaded.delete_ids(C, [chunk_id("z.md", 0)]) == 1
+            assert again.count(C) == ROWS
+        finally:
+            again.close()
+        assert loaded.count(C) == ROWS  # closing the one opened again leaves this one open
+
+
 class UpkeepContract(StoreFixtures):
     """A store that drifts from a fresh collection (`ChunkStore.upkeep` not None): its upkeep
     meets `StoreUpkeep`."""
@@ -344,5 +378,5 @@ class UpkeepContract(StoreFixtures):
         assert store.upkeep is not None and isinstance(store.upkeep, StoreUpkeep)
 
 
-class StoreContract(CollectionsContract, WriteContract, SearchContract):
-    """Every test a `ChunkStore` passes: collections, writes, searches."""
+class StoreContract(CollectionsContract, WriteContract, SearchContract, SpecContract):
+    """Every test a `ChunkStore` passes: collections, writes, searches, reopening from a spec."""

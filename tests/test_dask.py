@@ -62,13 +62,42 @@ def test_dask_ingest_matches_threads(prefect_harness, state, tmp_path):
     assert cli_rows == snapshot(state["milvus_uri"], "dask_cli") and cli_rows
 
 
-def test_dask_refuses_a_milvus_lite_file():
+def test_dask_refuses_a_store_its_workers_do_not_share():
+    """Workers open the store again from its spec: a Milvus Lite file (one process at a time)
+    and a store in this process's memory (another holds none of its rows) are refused before
+    anything runs, and so is a URI with credentials, which a spec never carries."""
     from situate.core.errors import InputError
     from situate.pipeline.options import IngestOptions
 
     base = {"corpus": str(SAMPLE_CORPUS), "collection": "c", "embedder": "hash",
             "milvus_uri": "data/milvus.db"}
-    with pytest.raises(InputError, match="Milvus server"):
+    with pytest.raises(InputError, match="'data/milvus.db' is a Milvus Lite file.*Milvus server"):
         IngestOptions.build(**base, task_runner="dask")
     with pytest.raises(InputError, match="needs --task-runner dask"):
         IngestOptions.build(**base, dask_address="tcp://127.0.0.1:8786")
+    with pytest.raises(InputError, match="'memory://m' is held in this process's memory"):
+        IngestOptions.build(**{**base, "milvus_uri": "memory://m"}, task_runner="dask")
+    with pytest.raises(InputError, match="without user:password@") as refused:
+        IngestOptions.build(**{**base, "milvus_uri": "http://root:pa55@127.0.0.1:19530"},
+                            task_runner="dask")
+    assert "pa55" not in str(refused.value)
+    IngestOptions.build(**{**base, "milvus_uri": "http://127.0.0.1:19530"}, task_runner="dask")
+
+
+def test_the_workers_of_a_cluster_the_run_starts_read_its_token_from_their_environment():
+    """A worker opens the store from its spec, with the token of its own settings: the
+    LocalCluster a run starts gets the run's token (`--milvus-token` is not in os.environ) in
+    its workers' environment, and a cluster at an address gets nothing from the run."""
+    from situate.core.settings import configured
+    from situate.flows.ingest import make_task_runner
+    from situate.pipeline.options import IngestOptions
+
+    base = {"corpus": str(SAMPLE_CORPUS), "collection": "c", "embedder": "hash",
+            "milvus_uri": "http://127.0.0.1:19530", "task_runner": "dask"}
+    with configured(milvus_token="tok-for-the-workers"):
+        runner = make_task_runner(IngestOptions.build(**base))
+        assert runner.cluster_kwargs["env"] == {"SITUATE_MILVUS_TOKEN": "tok-for-the-workers"}
+        at = make_task_runner(IngestOptions.build(**base, dask_address="tcp://127.0.0.1:8786"))
+        assert "tok-for-the-workers" not in repr(vars(at))
+    with configured(milvus_token=""):
+        assert make_task_runner(IngestOptions.build(**base)).cluster_kwargs["env"] == {}

@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from situate.core.errors import StoreError
+from situate.core.protocols import StoreSpec
 from situate.storage import open_existing, open_store
 from situate.storage.memory import MemoryStore, tokens
 from situate.testing.store import EMB, EMBEDDER, ROWS, C, StoreContract, corpus, stored
@@ -36,7 +37,8 @@ def loaded():
 
 
 def test_open_store_names_it_by_its_uri_and_stores_on_one_uri_share_it(loaded):
-    assert isinstance(loaded, MemoryStore) and loaded.upkeep is None and not loaded.copied
+    assert isinstance(loaded, MemoryStore) and loaded.upkeep is None
+    assert loaded.spec == StoreSpec(loaded.uri)  # opened again on it, in this process only
     again = open_existing(loaded.uri, C)
     assert again.count(C) == ROWS and stored(again) == stored(loaded)
     loaded.close()  # nothing is let go: the collection stays for the process

@@ -39,6 +39,33 @@ def test_reopening_the_file_reads_the_same_rows(tmp_path):
     again.close()
 
 
+def test_its_spec_reopens_it_with_its_settings_and_never_its_token(tmp_path):
+    """What goes to a Dask worker instead of the store: the URI, the retry budget and the
+    lexical index's directory; the token stays in this process (the worker reads its own), and
+    the store itself does not pickle (a MilvusClient's channel cannot travel)."""
+    import pickle
+
+    from situate.core.errors import InputError, StoreError
+    from situate.core.protocols import StoreSpec
+    from situate.storage import reopen
+
+    secret = "tok-5ecret-never-sent"
+    s = MilvusStore(str(tmp_path / "m.db"), secret, retry_attempts=3, cache_dir=str(tmp_path / "c"))
+    try:
+        assert s.spec == StoreSpec(str(tmp_path / "m.db"), 3, str(tmp_path / "c"))
+        assert secret.encode() not in pickle.dumps(s.spec) and secret not in repr(s.spec)
+        with pytest.raises(StoreError, match="not sent to another process: send its spec"):
+            pickle.dumps(s)
+        again = reopen(s.spec)
+        assert (again.retry.max_attempts, again.cache_dir) == (3, str(tmp_path / "c"))
+        again.close()
+    finally:
+        s.close()
+    with pytest.raises(InputError, match="carries a user name and password") as refused:
+        StoreSpec("http://root:pa55word@127.0.0.1:19530")
+    assert "pa55word" not in str(refused.value) and "***@127.0.0.1" in str(refused.value)
+
+
 def test_lexical_text_adds_the_parts_of_compound_identifiers():
     assert "diff executor" in lexical_text("DiffExecutor")
     assert "run target" in lexical_text("run_target")
