@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
-    AfterValidator,
     Field,
     PrivateAttr,
     ValidationError,
@@ -39,7 +38,6 @@ from situate.core.errors import InputError, SituateError
 from situate.core.fields import Flag, FromSetting, Settled, from_settings, meta
 from situate.core.settings import Settings, get_settings
 from situate.core.uri import credentials, shown
-from situate.tasks.sources.base import block_name
 
 DEFAULT_KS = (5, 10, 20)
 TASK_RUNNERS = ("threads", "dask")
@@ -130,15 +128,6 @@ FollowLinks = Annotated[bool, Flag(("--follow-links",), default_text="false"),
 
 
 
-CredentialsBlock = Annotated[
-    str | None, Flag(("--credentials-block",), metavar="BLOCK"),
-    AfterValidator(lambda v: v if v is None else block_name(v)),
-    Field(description="Prefect block the source's credentials are read from where the run "
-                      "runs (TYPE/NAME as `prefect block ls` shows it, e.g. aws-credentials/prod, "
-                      "or NAME of a Secret block): the run's parameters hold its name, never a "
-                      "secret")]
-
-
 class IngestOptions(Options):
     """`situate ingest`, and the ingest flow's parameter."""
 
@@ -175,7 +164,6 @@ class IngestOptions(Options):
     chunk_overlap: ChunkOverlap = from_settings()
     code_chunks: CodeChunks = from_settings()
     follow_links: FollowLinks = from_settings()
-    credentials_block: CredentialsBlock = None
     prune: Annotated[bool, Flag(("--prune",))] = Field(
         False, description="delete documents no longer in the corpus")
     force: Annotated[bool, Flag(("--force",))] = Field(
@@ -254,11 +242,6 @@ class EvaluateOptions(Options):
     device: Device = from_settings(description="where the queries' embedder runs: auto, cpu, "
                                    "cuda, cuda:N or mps")
     json_out: JsonOut = Field(None, description="write the results as JSON")
-    batch: Annotated[int, Flag(("--batch",), metavar="N")] = Field(
-        64, ge=1, le=256, description="queries searched at once (they share the store's calls; "
-                                      "each ranks as it does alone); latency is then each "
-                                      "batch's time per query: 1 searches one at a time, and "
-                                      "measures what one user waits")
     trec_dir: Annotated[str | None, Flag(("--trec",), metavar="DIR")] = Field(
         None, description="also write the run (one file per collection and mode) and the qrels in "
                           "TREC format into DIR, for trec_eval, ir-measures or ranx")
@@ -306,7 +289,6 @@ class ServeOptions(Options):
                                                         "URL, synced on every run)")
     collection: Collection = Field(description="Milvus collection name")
     milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
-    credentials_block: CredentialsBlock = None
     eval_set: Annotated[str | None, Flag(("--eval-set",))] = Field(
         None, description="evaluation JSONL; without it only ingest is served")
     context: Annotated[str | None, Flag(("--context",), choices=_context_names)] = Field(
