@@ -28,8 +28,14 @@ from situate.core.errors import (
 from situate.core.records import Hit, same_embedder
 from situate.core.settings import get_settings
 from situate.storage import open_existing
-from situate.tasks.embedders.base import Embedders
-from situate.tasks.embedders.runtime import BACKENDS, Runtime
+from situate.tasks.embedders.base import EMBEDDERS, Embedders
+from situate.tasks.embedders.runtime import (
+    BACKENDS,
+    ONNX_MODELS,
+    Runtime,
+    cpu_backend,
+    gpu_possible,
+)
 from situate.tasks.rerankers.base import Reranker, get_reranker
 from situate.tasks.retrieval.search import (
     MODES,
@@ -127,15 +133,27 @@ class Retriever:
     def _open(self, config: RetrieverConfig, token: str | None, reranker: Reranker | None) -> None:
         settings = get_settings()
         self.config = config
-        store = open_existing(config.uri, config.collection, settings.milvus_token.get_secret_value()
-                              if token is None else token, retry_attempts=config.retry_attempts,
-                              cache_dir=settings.cache_dir)
         embedders = Embedders(processes=config.model_process or config.workers > 1)
+        # A model in a process of its own starts loading now, while the store opens, on the
+        # guess that the collection was embedded as these settings embed: the store's import and
+        # opening and the model's load then take two cores, not one after the other (`situate
+        # search` waited for both, one after the other).
+        early = _load_early(embedders, config)
+        try:
+            store = open_existing(config.uri, config.collection,
+                                  settings.milvus_token.get_secret_value() if token is None
+                                  else token, retry_attempts=config.retry_attempts,
+                                  cache_dir=settings.cache_dir)
+        except BaseException:
+            embedders.release(kill=True)
+            raise
         try:
             self._setup(store, config.collection, embedders, owns=True, mode=config.mode,
                         fusion=config.fusion, reranker=reranker or config.reranker,
                         embedder=config.embedder, workers=config.workers, backend=config.backend,
                         device=config.device)
+            if early is not None and (config.mode == "bm25" or self._embedder_loaded() is not early):
+                embedders.discard(early)  # guessed wrong: the collection's own model is loading
             self.warm(config.mode)
         except BaseException:
             self._stop_legs()
@@ -318,6 +336,31 @@ class Retriever:
     def __repr__(self) -> str:
         return (f"Retriever({self.collection!r}, {self.uri!r}, mode={self.mode!r}, "
                 f"fusion={self.fusion!r}, embedder={self.embedder!r})")
+
+
+def _load_early(embedders: Embedders, config: RetrieverConfig) -> Embedder | None:
+    """The local model a collection embedded with these settings would record, loading in its
+    own process from now on (`config`'s embedder and backend, else the settings'; None where the
+    models do not run in processes, where `auto` could mean a GPU, for an API's embedder, or when
+    the guess is not even a valid one: the collection's own record decides, as it always did)."""
+    if not embedders.processes or config.mode == "bm25":
+        return None
+    settings = get_settings()
+    spec = config.embedder or settings.embedder
+    backend = config.backend or settings.embed_backend
+    try:
+        if backend == "auto":
+            if gpu_possible():
+                return None  # which device `auto` means is torch's to say, in the model's process
+            backend = cpu_backend() if spec.partition(":")[0] in ONNX_MODELS else "torch"
+        if not EMBEDDERS.get(spec.partition(":")[0]).local:
+            return None
+        runtime = Runtime(backend, config.device or settings.device, settings.model_cache)
+        early = embedders.get(spec, runtime)
+    except SituateError:
+        return None
+    early.use_lanes(config.workers)
+    return early
 
 
 def hit_metadata(hit: Hit) -> dict[str, Any]:

@@ -70,9 +70,10 @@ def _all() -> dict[str, tuple[Entry, ...]]:
         # of the cost, and most installed distributions declare none.
         if "[situate." not in (dist.read_text("entry_points.txt") or ""):
             continue
-        name = dist.metadata["Name"] or "?"
+        about = dist.metadata  # parsed once a distribution (`dist.version` parses it again)
+        name, version = about["Name"] or "?", about["Version"] or ""
         for ep in dist.entry_points:
-            entry = Entry(ep.group, ep.name, ep.value, name, dist.version or "")
+            entry = Entry(ep.group, ep.name, ep.value, name, version)
             if ep.group.startswith("situate.") and entry not in found.setdefault(ep.group, []):
                 found[ep.group].append(entry)  # a distribution seen twice on the path: once
     # situate's own first (they keep a name another package claims too), then by distribution.

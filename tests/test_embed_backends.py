@@ -284,6 +284,53 @@ def test_a_cached_export_is_reused_and_a_damaged_one_redone(exported_model):
     assert not [p for p in path.parent.parent.iterdir() if ".tmp-" in p.name or ".bad-" in p.name]
 
 
+@pytest.mark.slow
+def test_the_queries_runner_is_kept_compiled_and_read_back_to_the_same_vectors(exported_model):
+    """OpenVINO's compiled queries runner is kept beside the export: a second model reads it
+    back instead of compiling and embeds every query to the same bits; the documents' runner is
+    not kept (it depends on the cores); the vectors' width is known without compiling."""
+    import shutil
+
+    from situate.tasks.embedders import exported
+    from situate.tasks.embedders.runtime import BACKENDS
+
+    model_dir, path, _ = exported_model
+    kept = path.parent / exported.OPENVINO_CACHE
+    shutil.rmtree(kept, ignore_errors=True)
+    first = exported.OnnxEmbedding(path, model_dir, BACKENDS["openvino"])
+    assert first.dim == 384 and not first._runners
+    queries = ["how is the retry delay computed?", "dead letter queue", "a " * 300]
+    vectors = first.encode_queries(queries)
+    blobs = sorted(kept.iterdir())
+    assert blobs
+    second = exported.OnnxEmbedding(path, model_dir, BACKENDS["openvino"])
+    assert np.array_equal(second.encode_queries(queries), vectors)
+    second.encode_documents(queries)
+    assert sorted(kept.iterdir()) == blobs
+
+
+def test_a_files_digest_is_kept_while_it_is_unchanged_and_taken_again_once_written(tmp_path,
+                                                                                  monkeypatch):
+    import hashlib
+
+    from situate.tasks.embedders import exported
+
+    f = tmp_path / "weights.bin"
+    f.write_bytes(b"a" * 4096)
+    memo = tmp_path / "models" / exported.DIGESTS
+    hashed: list[Path] = []
+    real = exported.sha256_file
+    monkeypatch.setattr(exported, "sha256_file", lambda p: hashed.append(p) or real(p))
+    assert exported.known_sha256(f, memo) == hashlib.sha256(b"a" * 4096).hexdigest()
+    assert exported.known_sha256(f, memo) == hashlib.sha256(b"a" * 4096).hexdigest()
+    assert len(hashed) == 1  # the second from the memo
+    f.write_bytes(b"b" * 4096)  # the same size, other bytes
+    assert exported.known_sha256(f, memo) == hashlib.sha256(b"b" * 4096).hexdigest()
+    memo.write_text("{not json")
+    assert exported.known_sha256(f, memo) == hashlib.sha256(b"b" * 4096).hexdigest()
+    assert len(hashed) == 3
+
+
 def exported_ok(place: Path) -> bool:
     from situate.tasks.embedders import exported
 

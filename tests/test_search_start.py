@@ -60,10 +60,21 @@ print(json.dumps({"hits": len(hits), "torch": "torch" in sys.modules,
 
 
 def test_a_retriever_search_imports_neither_torch_nor_transformers(tmp_path, monkeypatch):
+    """A collection recorded as embedded by the default MiniLM on OpenVINO (`_collection`); a
+    first process prepares the model's export (which needs torch, once per machine), then a
+    fresh one searches it in every mode and has imported neither torch nor transformers."""
+    uri = _collection(tmp_path, monkeypatch)
+    runs = [subprocess.run([sys.executable, "-c", SCRIPT, uri], capture_output=True, text=True,
+                           timeout=600) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    second = json.loads(runs[1].stdout.strip().splitlines()[-1])
+    assert second == {"hits": 3, "torch": False, "transformers": False}
+
+
+def _collection(tmp_path, monkeypatch) -> str:
     """A collection recorded as embedded by the default MiniLM on OpenVINO (rows written by the
-    store, vectors random: only the query's path is under test); a first process prepares the
-    model's export (which needs torch, once per machine), then a fresh one searches it in every
-    mode and has imported neither torch nor transformers."""
+    store, vectors random: only the query's path is under test), with the default settings."""
     from situate.core.records import Chunk, Document, EmbeddedDocument, Situated, sha256
     from situate.storage.milvus import MilvusStore
 
@@ -82,9 +93,48 @@ def test_a_retriever_search_imports_neither_torch_nor_transformers(tmp_path, mon
                                                                         for c in chunks),
                                            list(rng.standard_normal((3, 384), dtype=np.float32)))])
     store.close()
-    runs = [subprocess.run([sys.executable, "-c", SCRIPT, uri], capture_output=True, text=True,
-                           timeout=600) for _ in range(2)]
-    for run in runs:
-        assert run.returncode == 0, run.stderr[-2000:]
-    second = json.loads(runs[1].stdout.strip().splitlines()[-1])
-    assert second == {"hits": 3, "torch": False, "transformers": False}
+    return uri
+
+
+@pytest.mark.parametrize("backend", ["", "openvino-bf16"])
+def test_a_model_in_its_process_loads_while_the_store_opens(tmp_path, monkeypatch, backend):
+    """With its model in a process of its own (`situate search`, the servers), a Retriever
+    starts the model the settings would have embedded with before it opens the store, and
+    searches with it when the collection records the same (the default); when the collection
+    records another backend than the settings name, that guess is let go and the recorded one
+    loaded: one model process is left, the collection's."""
+    from situate.api import retriever as module
+    from situate.tasks.embedders.runtime import gpu_possible
+
+    if gpu_possible():
+        pytest.skip("`auto` could mean a GPU here: nothing is loaded before the store says")
+    uri = _collection(tmp_path, monkeypatch)
+    from situate.core.settings import get_settings
+
+    if backend:
+        monkeypatch.setenv("SITUATE_EMBED_BACKEND", backend)
+    get_settings.cache_clear()
+    pools: list = []
+    loading: list[list[str]] = []
+
+    class Seen(module.Embedders):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            pools.append(self)
+
+    real_open = module.open_existing
+
+    def opening(*args, **kwargs):
+        loading.append(list(pools[-1]._loaded))
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(module, "Embedders", Seen)
+    monkeypatch.setattr(module, "open_existing", opening)
+    try:
+        with module.Retriever("start", uri, model_process=True) as r:
+            assert len(r.search("how do I configure the cache", 3)) == 3
+            assert loading == [[f"minilm:all-MiniLM-L6-v2@{backend or 'openvino'}@auto"]]
+            assert list(pools[-1]._loaded) == ["minilm:all-MiniLM-L6-v2@openvino@auto"]
+            assert r._encoder is pools[-1]._loaded["minilm:all-MiniLM-L6-v2@openvino@auto"]
+    finally:
+        get_settings.cache_clear()

@@ -377,10 +377,26 @@ class Embedders:
             self._loaded[key] = Embedder(name, model, function, forget=self._forget, spawn=spawn)
             return self._loaded[key]
 
+    @property
+    def processes(self) -> bool:
+        """Whether a local model loads in a process of its own (and `get` returns at once)."""
+        if not self._processes:
+            return False
+        from situate.tasks.embedders.local import can_start_process
+
+        return can_start_process()
+
+    def discard(self, embedder: Embedder) -> None:
+        """Let `embedder` go at once (a model loaded on a guess that proved wrong), loading or not."""
+        self._drop(embedder, kill=True)
+
     def _forget(self, embedder: Embedder) -> None:
+        self._drop(embedder, kill=False)
+
+    def _drop(self, embedder: Embedder, *, kill: bool) -> None:
         with self._lock:
             for key in [k for k, e in self._loaded.items() if e is embedder]:
-                self._loaded.pop(key).close()
+                self._loaded.pop(key).close(kill=kill)
 
     def release(self, kill: bool = False) -> None:
         """Let go of the local models running in processes of their own; each exits once its

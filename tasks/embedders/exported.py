@@ -48,6 +48,8 @@ from situate.tasks.embedders.windows import in_groups
 
 MODEL_FILE = "model.onnx"
 MANIFEST = "manifest.json"
+DIGESTS = "digests.json"  # under models/: files' sha256 by their stat (`known_sha256`)
+OPENVINO_CACHE = "openvino-cache"  # OpenVINO's compiled queries' runner, inside an export
 OPSET = 17
 FORMAT = 1  # of this module's exports: bumped when how they are made changes
 
@@ -58,6 +60,37 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def known_sha256(path: Path, memo: Path) -> str:
+    """`path`'s sha256, read from `memo` (a JSON file of digests by path) while the file's
+    device, inode, size and change times are the ones recorded with it, else computed and
+    recorded: hashing the 90 MB weights and the 90 MB export cost every search's start 0.3 s of
+    CPU. Any write to the file changes its ctime, which no one can set back; a memo that cannot
+    be read or written only means hashing again."""
+    st = path.stat()
+    stamp = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    name = str(path.resolve())
+    try:
+        known = json.loads(memo.read_text())
+        entry = known.get(name) if isinstance(known, dict) else None
+    except (OSError, ValueError):
+        known, entry = {}, None
+    if isinstance(entry, dict) and entry.get("stat") == stamp and isinstance(entry.get("sha256"), str):
+        return str(entry["sha256"])
+    digest = sha256_file(path)
+    known = {k: v for k, v in (known if isinstance(known, dict) else {}).items()
+             if Path(k).exists()}  # files gone (an export set aside) leave the memo
+    known[name] = {"stat": stamp, "sha256": digest}
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=memo.parent, prefix=f".{memo.name}.")
+        with os.fdopen(fd, "w") as f:
+            json.dump(known, f)
+        os.replace(tmp, memo)  # atomic: processes starting together write whole files
+    except OSError:
+        pass
+    return digest
 
 
 def weights_files(model_dir: Path) -> list[Path]:
@@ -75,9 +108,12 @@ def _version(package: str) -> str:
         return ""
 
 
-def export_key(model_dir: Path, backend: Backend) -> dict[str, Any]:
-    """Every input that changes the exported file."""
-    return {"format": FORMAT, "weights": {p.name: sha256_file(p) for p in weights_files(model_dir)},
+def export_key(model_dir: Path, backend: Backend, memo: Path | None = None) -> dict[str, Any]:
+    """Every input that changes the exported file (the weights' digests kept in `memo`)."""
+    def digest(p: Path) -> str:
+        return sha256_file(p) if memo is None else known_sha256(p, memo)
+
+    return {"format": FORMAT, "weights": {p.name: digest(p) for p in weights_files(model_dir)},
             "fuse": backend.fuse,
             "quantization": backend.quantization.key() if backend.quantization else None,
             "opset": OPSET, "torch": _version("torch"), "onnxruntime": _version("onnxruntime"),
@@ -91,12 +127,13 @@ def export_dir(cache_dir: Path, model_name: str, key: dict[str, Any]) -> Path:
 
 
 def valid(place: Path) -> bool:
-    """Whether `place` holds a finished export whose model file is the one its manifest names."""
+    """Whether `place` holds a finished export whose model file is the one its manifest names
+    (its digest kept beside the exports: `known_sha256`)."""
     try:
         manifest = json.loads((place / MANIFEST).read_text())
         model = place / MODEL_FILE
         return bool(model.stat().st_size == manifest["bytes"]
-                    and sha256_file(model) == manifest["sha256"])
+                    and known_sha256(model, place.parent / DIGESTS) == manifest["sha256"])
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
@@ -117,7 +154,7 @@ def prepared(model_dir: Path, model_name: str, backend: Backend,
              cache_dir: Path) -> tuple[Path, str | None]:
     """The ONNX model of `backend` for the model in `model_dir`, prepared if it is not cached (or
     not intact); with a line saying what was prepared and how long it took, else None."""
-    key = export_key(model_dir, backend)
+    key = export_key(model_dir, backend, cache_dir / "models" / DIGESTS)
     place = export_dir(cache_dir, model_name, key)
     if valid(place):
         return place / MODEL_FILE, None
@@ -276,6 +313,7 @@ class OnnxEmbedding:
             self.precision = "fp32"  # what OpenVINO runs where the CPU has no bfloat16
         self._runners: dict[int, Any] = {}
         self._dim = 0
+        self._hidden_size = _hidden_size(model_dir)
 
     def runner(self, threads: int) -> Any:
         """A function from a batch's inputs to its vectors, on `threads` threads."""
@@ -286,8 +324,12 @@ class OnnxEmbedding:
 
     @property
     def dim(self) -> int:
+        """The vectors' width, known without compiling a runner for it: a process that only
+        embeds queries compiles only the one-thread runner. The export pools the transformer's
+        last hidden state (`export`), so its width is the model's `hidden_size`; a model whose
+        config does not say is asked with one text."""
         if not self._dim:
-            self._dim = int(self._run(["dimension"], _cores()).shape[1])
+            self._dim = self._hidden_size or int(self._run(["dimension"], _cores()).shape[1])
         return self._dim
 
     def encode_documents(self, texts: list[str]) -> np.ndarray:
@@ -349,12 +391,26 @@ def _openvino(path: Path, backend: Backend, threads: int, precision: str) -> tup
 
     import openvino as ov
 
-    compiled = ov.Core().compile_model(str(path), "CPU", {
+    config: dict[str, Any] = {
         "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads,
         "INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32",
         # Its threads are not pinned to cores: the machine is shared (the store's server, Prefect,
         # an app's own threads), and a pinned thread waits for its core while another is idle.
-        "ENABLE_CPU_PINNING": False})
+        "ENABLE_CPU_PINNING": False}
+    compiled = None
+    if threads == 1:
+        # The queries' runner is what a search waits for as it starts: its compiled form is kept
+        # beside the export (OpenVINO's model cache: the same network, read back instead of
+        # compiled again; 0.7 s -> 0.2 s here), so only a machine's first search compiles it.
+        # Only this one: the documents' runner depends on the cores, and an ingest's compile is
+        # nothing beside its embedding. A cache that cannot be used is no reason to fail.
+        try:
+            compiled = ov.Core().compile_model(str(path), "CPU", {
+                **config, "CACHE_DIR": str(path.parent / OPENVINO_CACHE)})
+        except RuntimeError:
+            compiled = None
+    if compiled is None:
+        compiled = ov.Core().compile_model(str(path), "CPU", config)
     output = compiled.output(0)
     local = threading.local()
 
@@ -423,6 +479,14 @@ class FastTokenizer:
         if return_offsets_mapping:
             out["offset_mapping"] = [e.offsets for e in encodings]
         return out
+
+
+def _hidden_size(model_dir: Path) -> int:
+    """The transformer's `hidden_size` from its config.json (0 when it does not say)."""
+    try:
+        return int(json.loads((model_dir / "config.json").read_text())["hidden_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 def _max_length(model_dir: Path, tokenizer: Any) -> int:
