@@ -188,7 +188,7 @@ def main() -> None:
         args.out.write_text(json.dumps(report, indent=1, default=str) + "\n")
 
 
-def describe(chunk: Any, contexts: dict[str, str], quote: str = "") -> dict[str, Any]:
+def chunk_summary(chunk: Any, contexts: dict[str, str], quote: str = "") -> dict[str, Any]:
     cid = chunk_id(chunk.doc_id, chunk.index)
     out = {"doc": chunk.doc_id, "index": chunk.index, "chars": len(chunk.text),
            "path": heading_path(chunk), "context": contexts.get(cid, ""),
@@ -215,9 +215,9 @@ def flips(queries: list[Any], md_ranks: list[dict], fmt_ranks: list[dict], mode:
         top = loser.get(winner_ids[0]) if winner_ids else None
         entry = {
             "query": q.query, "quote": quote, "md_rank": a, "rank": b,
-            "md_golden": [describe(c, md_ctx, quote) for c in md_golden[i][:2]],
-            "golden": [describe(c, fmt_ctx, quote) for c in fmt_golden[i][:2]],
-            "top_where_lost": describe(top[1], loser_ctx) if top else None,
+            "md_golden": [chunk_summary(c, md_ctx, quote) for c in md_golden[i][:2]],
+            "golden": [chunk_summary(c, fmt_ctx, quote) for c in fmt_golden[i][:2]],
+            "top_where_lost": chunk_summary(top[1], loser_ctx) if top else None,
             "top_same_document": bool(top) and _stem(top[0].id) == _stem(q.golden[0].doc_id),
         }
         out["lost" if in_a else "gained"].append(entry)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from situate.core.fields import describe_default
+from situate.core.fields import shown_default
 from situate.core.settings import Settings
 from situate.pipeline.options import Options, fields
 
@@ -31,7 +31,7 @@ def options_table() -> str:
             row = rows.setdefault((label, field.description or ""), {
                                           "what": field.description or "", "flag": label,
                                           "env": setting.env if setting else "",
-                                          "default": describe_default(field, flag, setting),
+                                          "default": shown_default(field, flag, setting),
                                           "commands": []})
             row["commands"].append(command)
     lines = ["| option | flag | environment | default | commands |", "|---|---|---|---|---|"]

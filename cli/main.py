@@ -18,7 +18,7 @@ import typing
 from typing import Any
 
 from situate.cli.commands import COMMANDS, Command, commands
-from situate.core.fields import describe_default
+from situate.core.fields import shown_default
 from situate.core.version import version
 from situate.flows import launch, logs, signals
 from situate.pipeline.options import Options
@@ -106,7 +106,7 @@ def help_text(field: Any, flag: Any, setting: Any) -> str:
         text += f": {names}" + (f" ({flag.hint})" if flag.hint else "")
     elif flag.hint:
         text += f" ({flag.hint})"
-    default = describe_default(field, flag, setting)
+    default = shown_default(field, flag, setting)
     if setting is not None:
         text += f" [{setting.env}, default {default}]"
     elif flag.names and not field.is_required() and default not in ("none", "false", "true"):

@@ -83,7 +83,7 @@ class Settled(BaseModel):
         return filled
 
 
-def describe_default(field: FieldInfo, flag: Flag | None, setting: FromSetting | None) -> str:
+def shown_default(field: FieldInfo, flag: Flag | None, setting: FromSetting | None) -> str:
     """A field's default as help and the configuration table say it: the flag's own words, the
     setting's default, or the field's."""
     if flag is not None and flag.default_text:
@@ -97,4 +97,4 @@ def describe_default(field: FieldInfo, flag: Flag | None, setting: FromSetting |
     return str(field.default).lower() if isinstance(field.default, bool) else str(field.default)
 
 
-__all__ = ["Flag", "FromSetting", "Settled", "describe_default", "from_settings", "meta"]
+__all__ = ["Flag", "FromSetting", "Settled", "shown_default", "from_settings", "meta"]

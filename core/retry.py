@@ -31,7 +31,7 @@ class RetryPolicy:
 
     def retrying(self, retryable: Callable[[BaseException], bool], *,
                  log: logging.Logger | None = None, what: str = "call",
-                 describe: Callable[[BaseException | None], str] | None = None,
+                 reason: Callable[[BaseException | None], str] | None = None,
                  on_retry: Callable[[BaseException | None, float], None] | None = None,
                  stop: threading.Event | None = None) -> Retrying:
         """A tenacity `Retrying` for this policy.
@@ -46,7 +46,7 @@ class RetryPolicy:
             if on_retry is not None:
                 on_retry(error, wait)
             if log is not None:
-                text = describe(error) if describe else type(error).__name__
+                text = reason(error) if reason else type(error).__name__
                 log.info("%s: %s; attempt %d of %d, retrying in %.2fs", what, text,
                          state.attempt_number, self.max_attempts, wait)
 

@@ -25,10 +25,10 @@ from situate.core.secrets import redact, remember
 from situate.core.uri import credentials, is_lite, shown, uri_problem
 from situate.storage.faults import (
     IN_CALL,
-    describe,
     handled,
     install_quiet_filter,
     is_transient,
+    reason,
     translate,
 )
 
@@ -136,7 +136,7 @@ class Connection:
                 with handled():
                     return fn()
             retrying = self.retry.retrying(is_transient, log=log, what=f"Milvus at {self.uri}, {what}",
-                                           describe=describe, stop=self.stop)
+                                           reason=reason, stop=self.stop)
             for attempt in retrying:
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
@@ -147,7 +147,7 @@ class Connection:
         except Exception as e:
             if not self.is_local and is_transient(e):
                 raise StoreUnreachable(
-                    self.uri, what, attempts, time.monotonic() - start, describe(e),
+                    self.uri, what, attempts, time.monotonic() - start, reason(e),
                     stopped=self.stop is not None and self.stop.is_set(),
                     wrote=write or IN_CALL.writing > 0) from None
             if not as_store_error:

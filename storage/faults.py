@@ -66,7 +66,7 @@ def is_not_loaded(error: BaseException) -> bool:
     return isinstance(error, MilvusException) and error.code == _NOT_LOADED
 
 
-def describe(error: BaseException | None) -> str:
+def reason(error: BaseException | None) -> str:
     """The error in a few words, for the retry log and the final message."""
     if error is None:
         return "no answer"

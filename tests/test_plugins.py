@@ -201,13 +201,13 @@ def test_situates_own_parts_are_its_entry_points() -> None:
 def test_a_reader_declares_its_own_place_fields() -> None:
     """`Place` is open: a reader's own fields are stored after the others, and its words for
     them open what the context says of the place; a field cannot take a name Place has."""
-    from situate.tasks.corpus.readers.base import Place, describe
+    from situate.tasks.corpus.readers.base import Place, place_text
 
     place = Place(page=2, heading_path=("Intro",), own=(("line", 40), ("column", 3)), said="Line 40")
     assert list(place.as_dict().items()) == [("page", 2), ("heading_path", ["Intro"]), ("line", 40),
                                              ("column", 3), ("place", "Line 40")]
-    assert describe(place.as_dict()) == "Page 2 > Line 40 > Intro."
-    assert describe(Place(own=(("line", 7),)).as_dict()) == ""  # unsaid: stored only
+    assert place_text(place.as_dict()) == "Page 2 > Line 40 > Intro."
+    assert place_text(Place(own=(("line", 7),)).as_dict()) == ""  # unsaid: stored only
     for taken in ("page", "place"):
         with pytest.raises(ValueError, match=f"cannot be named '{taken}'"):
             Place(own=((taken, 1),))

@@ -8,7 +8,7 @@ import sys
 
 from situate.tasks.corpus.filetypes import FILE_TYPES, PROSE_SUFFIXES, TEXT_SUFFIXES
 from situate.tasks.corpus.readers import document_suffixes, format_label, readers
-from situate.tasks.corpus.readers.base import Place, describe
+from situate.tasks.corpus.readers.base import Place, place_text
 
 
 def test_every_reader_is_found_with_its_label() -> None:
@@ -40,10 +40,10 @@ def test_a_place_is_stored_in_its_keys_order_without_what_does_not_apply() -> No
 
 
 def test_a_place_is_described_from_its_stored_form() -> None:
-    assert describe({"page": 3, "page_end": 4, "heading_path": ["Money", "Refunds"]}) == (
+    assert place_text({"page": 3, "page_end": 4, "heading_path": ["Money", "Refunds"]}) == (
         "Pages 3-4 > Money > Refunds.")
-    assert describe(Place(cell=2, cell_type="code").as_dict()) == "Cell 2 (code)."
-    assert describe({"symbols": ["f"]}) == ""
+    assert place_text(Place(cell=2, cell_type="code").as_dict()) == "Cell 2 (code)."
+    assert place_text({"symbols": ["f"]}) == ""
 
 
 def test_the_table_of_file_types_gives_the_sets_the_loader_uses() -> None:

@@ -52,7 +52,7 @@ def cli_page() -> str:
     os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal's width
     from situate.cli.commands import commands
     from situate.cli.main import _parser
-    from situate.core.fields import describe_default
+    from situate.core.fields import shown_default
     from situate.pipeline.options import fields
 
     parser = _parser()
@@ -84,7 +84,7 @@ def cli_page() -> str:
             if flag.hint:
                 what += f" ({flag.hint})"
             env = f"`{setting.env}`" if setting else ""
-            default = describe_default(field, flag, setting)
+            default = shown_default(field, flag, setting)
             out.append(f"| {shown} | {_cell(what)} | {env} | {_cell(default)} |")
         if cmd.server:
             out.append("| `--new-token` | print a new random token for SITUATE_API_TOKEN and exit "

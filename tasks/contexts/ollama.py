@@ -166,7 +166,7 @@ class OllamaWire(Wire):
     def status(self, e: BaseException) -> int | None:
         return e.status if isinstance(e, OllamaError) else None
 
-    def describe(self, e: BaseException | None) -> str:
+    def reason(self, e: BaseException | None) -> str:
         if isinstance(e, OllamaError):
             return f"{e.status}: {e.message}"
         return type(e).__name__ if e is not None else "error"

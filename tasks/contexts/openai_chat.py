@@ -204,7 +204,7 @@ class OpenAIWire(Wire):
     def status(self, e: BaseException) -> int | None:
         return e.status_code if isinstance(e, self._openai.APIStatusError) else None
 
-    def describe(self, e: BaseException | None) -> str:
+    def reason(self, e: BaseException | None) -> str:
         if isinstance(e, self._openai.APIStatusError):
             body = e.body if isinstance(e.body, dict) else {}
             inner = body.get("error")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from situate.core.records import Chunk, Document, Situated
 from situate.tasks.contexts.base import ContextResult, Contextualizer, Keep
 from situate.tasks.corpus.filetypes import FILE_TYPES, LANGUAGES
-from situate.tasks.corpus.readers import describe, format_label
+from situate.tasks.corpus.readers import format_label, place_text
 
 _DEFINITION = re.compile(
     r"""^(?P<indent>[ \t]*)
@@ -266,7 +266,7 @@ class StructuralContextualizer(Contextualizer):
         out: list[Situated] = []
         for chunk in chunks:
             parts = list(header)
-            place = describe(chunk.where)
+            place = place_text(chunk.where)
             if place:
                 parts.append(place)
                 out.append(Situated(chunk, " ".join(parts), "generated"))

@@ -96,19 +96,19 @@ class CohereReranker(Reranker):
     def _call(self, fn: Callable[[], T]) -> T:
         """`fn()` under the retry policy; every failure leaves as one redacted ProviderError."""
         retrying = self.policy.retrying(_retryable, log=log, what="Cohere rerank",
-                                        describe=_describe)
+                                        reason=_reason)
         try:
             return retrying(fn)
         except ApiError as e:
             status = e.status_code or 0
             if _retryable(e):
                 text = (f"Cohere rerank kept failing after {self.max_attempts} attempts "
-                        f"({_describe(e)}); retry later")
+                        f"({_reason(e)}); retry later")
             elif status < 400:
-                text = f"Cohere rerank answered something unreadable ({_describe(e)}); retry later"
+                text = f"Cohere rerank answered something unreadable ({_reason(e)}); retry later"
             else:
                 hint = _HINTS.get(status, "the request was refused as invalid").format(model=self.model)
-                text = f"Cohere rerank refused the request ({_describe(e)}): {hint}"
+                text = f"Cohere rerank refused the request ({_reason(e)}): {hint}"
         except ParsingError as e:
             text = f"Cohere rerank answered something unreadable ({e.status_code}); retry later"
         except httpx.TransportError as e:
@@ -126,7 +126,7 @@ def _retryable(e: BaseException) -> bool:
     return isinstance(e, httpx.TimeoutException | httpx.NetworkError | httpx.RemoteProtocolError)
 
 
-def _describe(e: BaseException | None) -> str:
+def _reason(e: BaseException | None) -> str:
     """'<status>: <message>' from the SDK's error (Cohere bodies are {"message": ...})."""
     if isinstance(e, ApiError):
         body = e.body

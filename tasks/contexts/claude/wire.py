@@ -88,8 +88,8 @@ class ClaudeWire(Wire):
     def status(self, e: BaseException) -> int | None:
         return e.status_code if isinstance(e, anthropic.APIStatusError) else None
 
-    def describe(self, e: BaseException | None) -> str:
-        return describe(e)
+    def reason(self, e: BaseException | None) -> str:
+        return reason(e)
 
     def explain(self, status: int, detail: str, what: str, model: str) -> str | None:
         if status == 401:
@@ -130,7 +130,7 @@ def retryable(e: BaseException) -> bool:
     return False
 
 
-def describe(e: BaseException | None) -> str:
+def reason(e: BaseException | None) -> str:
     """'<status> <error type>: <message>' from an SDK error, or its class name."""
     if isinstance(e, anthropic.APIStatusError):
         body = e.body if isinstance(e.body, dict) else {}

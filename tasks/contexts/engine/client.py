@@ -73,7 +73,9 @@ class Wire:
         """The HTTP status of an error answer; None when it is not one."""
         return None
 
-    def describe(self, e: BaseException | None) -> str:
+    def reason(self, e: BaseException | None) -> str:
+        """Why a call failed, in a few words (a status and the provider's message), for the
+        retry log and the final message."""
         return type(e).__name__ if e is not None else "error"
 
     def explain(self, status: int, detail: str, what: str, model: str) -> str | None:
@@ -159,7 +161,7 @@ class LLMClient:
     def _with_retries(self, fn: Callable[[], T], what: str) -> T:
         wire = self.wire
         retrying = self.policy.retrying(wire.retryable, log=log, what=f"{wire.label}, {what}",
-                                        describe=wire.describe, on_retry=self._on_retry,
+                                        reason=wire.reason, on_retry=self._on_retry,
                                         stop=self.stopping)
         try:
             for attempt in retrying:
@@ -201,7 +203,7 @@ class LLMClient:
 
     def _translate(self, e: BaseException, status: int, what: str) -> ProviderError:
         wire = self.wire
-        detail = wire.describe(e)
+        detail = wire.reason(e)
         text = wire.explain(status, detail, what, self.model)
         if text is None:
             if status == 401:

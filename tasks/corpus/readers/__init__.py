@@ -26,7 +26,7 @@ from situate.tasks.corpus.readers.base import (
     Reading,
     Section,
     Unreadable,
-    describe,
+    place_text,
 )
 
 log = logging.getLogger("situate.readers")
@@ -111,6 +111,6 @@ def read_document(path: Path, *, max_bytes: int, max_pages: int | None = None,
     return reading
 
 
-__all__ = ["LEGACY", "Limits", "Place", "Reader", "Reading", "Section", "Unreadable", "describe",
+__all__ = ["LEGACY", "Limits", "Place", "Reader", "Reading", "Section", "Unreadable", "place_text",
            "document_format", "document_suffixes", "format_label", "read_document",
            "reader_for", "readers"]

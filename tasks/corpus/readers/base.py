@@ -36,7 +36,7 @@ class Place:
     A format with another kind of place declares its own fields (`own`) and says them (`said`).
 
     A chunk's place is stored in its row's metadata as `as_dict()` gives it, and said in its
-    context as `describe` says it (situate.tasks.contexts.structural)."""
+    context as `place_text` says it (situate.tasks.contexts.structural)."""
 
     chapter: int | None = None
     chapter_title: str | None = None
@@ -88,7 +88,7 @@ class Place:
         return out
 
 
-def describe(where: Mapping[str, Any]) -> str:
+def place_text(where: Mapping[str, Any]) -> str:
     """Where a chunk of a read document (or of code cut along its syntax) is, in a few words,
     from its stored place (`Place.as_dict()` of its first section, with the range of pages,
     slides and cells it runs to: `page_end`, ...): "Page 12 > 3.2 Refunds.", "Slides 4-5: Roadmap

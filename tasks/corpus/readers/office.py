@@ -76,10 +76,10 @@ def _failure(label: str, e: BaseException) -> Unreadable:
                                                           "expand to gigabytes of text): refused, "
                                                           "nothing expanded")
         seen = seen.__cause__ or seen.__context__
-    return Unreadable(f"corrupt {label}", _describe(e))
+    return Unreadable(f"corrupt {label}", _reason(e))
 
 
-def _describe(e: BaseException) -> str:
+def _reason(e: BaseException) -> str:
     text = " ".join(str(e).split())[:300]
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 

@@ -190,7 +190,7 @@ def _remove(el: Any) -> None:
     parent.remove(el)
 
 
-def _describe(el: Any) -> str:
+def _element(el: Any) -> str:
     name = _tag(el)
     for key in ("id", "class", "role"):
         if el.get(key):
@@ -203,7 +203,7 @@ def _drop(found: list[tuple[Any, str]]) -> None:
     for el, rule in found:
         if debug:
             words = " ".join(el.text_content().split())
-            log.debug("html: dropped %s by rule %r (%s), %d characters: %.80s", _describe(el), rule,
+            log.debug("html: dropped %s by rule %r (%s), %d characters: %.80s", _element(el), rule,
                       RULES[rule], len(words), words)
         _remove(el)
 
