@@ -126,8 +126,8 @@ def invoice(fake: FakeAnthropic, pricing: Pricing) -> float:
     out = 0.0
     for tier, counts in fake.usage.items():
         u = Usage(input_tokens=counts["input_tokens"], output_tokens=counts["output_tokens"],
-                  cache_creation_input_tokens=counts["cache_creation_input_tokens"],
-                  cache_read_input_tokens=counts["cache_read_input_tokens"])
+                  cache_write_tokens=counts["cache_creation_input_tokens"],
+                  cache_read_tokens=counts["cache_read_input_tokens"])
         out += price(u, pricing, batch=tier == "batch")
     return out
 

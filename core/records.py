@@ -185,8 +185,8 @@ class Usage:
     requests: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-    cache_read_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
     cost_usd: float = 0.0
     contexts_generated: int = 0
     contexts_from_cache: int = 0
@@ -194,12 +194,20 @@ class Usage:
     @property
     def prompt_cache_hit_ratio(self) -> float:
         """Share of prompt tokens read from the provider's prompt cache (0 when none were sent)."""
-        total = self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
-        return self.cache_read_input_tokens / total if total else 0.0
+        total = self.input_tokens + self.cache_write_tokens + self.cache_read_tokens
+        return self.cache_read_tokens / total if total else 0.0
 
     def add(self, other: Usage) -> None:
         for name in self.__dataclass_fields__:
             setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def report(self, names: Iterable[str]) -> dict[str, int | float]:
+        """The counters `names` asks for, by the names they have here (a report's fields: an
+        ingest's `Bill`, a synth summary's), dollars rounded to a millionth and the prompt
+        cache's hit ratio to four places."""
+        rounded = {"cost_usd": round(self.cost_usd, 6),
+                   "prompt_cache_hit_ratio": round(self.prompt_cache_hit_ratio, 4)}
+        return {name: rounded.get(name, getattr(self, name)) for name in names}
 
 
 def batched(items: Iterable[T], n: int) -> Iterator[tuple[T, ...]]:

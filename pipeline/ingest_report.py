@@ -42,7 +42,8 @@ class Counts(BaseModel):
 
 
 class Bill(BaseModel):
-    """What the contexts cost (or would cost), as the provider reports usage."""
+    """What the contexts cost (or would cost), as the provider reports usage: `Usage`'s
+    counters under their own names."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -58,18 +59,8 @@ class Bill(BaseModel):
 
     @staticmethod
     def of(usage: Usage) -> dict[str, int | float]:
-        """A bill's fields from a contextualizer's `Usage` (the one place they are named)."""
-        return {
-            "contexts_generated": usage.contexts_generated,
-            "contexts_from_cache": usage.contexts_from_cache,
-            "requests": usage.requests,
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "cache_write_tokens": usage.cache_creation_input_tokens,
-            "cache_read_tokens": usage.cache_read_input_tokens,
-            "prompt_cache_hit_ratio": round(usage.prompt_cache_hit_ratio, 4),
-            "cost_usd": round(usage.cost_usd, 6),
-        }
+        """A bill's fields from a contextualizer's `Usage`: its counters, by their names."""
+        return usage.report(Bill.model_fields)
 
 
 class IngestSummary(Bill, Counts):

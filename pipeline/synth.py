@@ -17,7 +17,7 @@ from situate.pipeline.options import SynthOptions
 from situate.pipeline.providers import provider_config
 from situate.tasks.contexts.base import ContextConfig
 from situate.tasks.contexts.cost import Assumptions
-from situate.tasks.synth.summary import SynthSummary
+from situate.tasks.synth.summary import BILLED, SynthSummary
 
 log = logging.getLogger("situate.synth")
 
@@ -95,10 +95,7 @@ def _llm(options: SynthOptions) -> SynthSummary:
     summary = SynthSummary(
         generator=options.generator, corpus=options.corpus, out=options.out,
         dry_run=options.dry_run, n=options.n, seed=options.seed, documents=len(corpus.documents),
-        sampled=len(sampled), answers_from_cache=len(cached), requests=u.requests,
-        input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-        cache_write_tokens=u.cache_creation_input_tokens,
-        cache_read_tokens=u.cache_read_input_tokens, cost_usd=round(u.cost_usd, 6),
+        sampled=len(sampled), answers_from_cache=len(cached), **u.report(BILLED),
         model=cost.options.model)
     log.warning(summary.plan_line())
     if options.dry_run:
@@ -116,10 +113,6 @@ def _llm(options: SynthOptions) -> SynthSummary:
     tmp.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in generated.lines),
                    encoding="utf-8")
     tmp.replace(out / "eval.jsonl")
-    g = generated.usage
     return summary.model_copy(update={
         "queries": generated.queries, "dropped": dict(generated.dropped),
-        "answers_from_cache": generated.from_cache, "requests": g.requests,
-        "input_tokens": g.input_tokens, "output_tokens": g.output_tokens,
-        "cache_write_tokens": g.cache_creation_input_tokens,
-        "cache_read_tokens": g.cache_read_input_tokens, "cost_usd": round(g.cost_usd, 6)})
+        "answers_from_cache": generated.from_cache, **generated.usage.report(BILLED)})

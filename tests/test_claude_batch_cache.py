@@ -91,8 +91,8 @@ def test_one_hour_entries_pay_each_documents_write_once_five_minute_ones_again(
     # The bill: half price, 1-hour writes at 2x input, 5-minute ones at 1.25x.
     assert hour.cost_usd == pytest.approx(0.5 * (
         hour.input_tokens * HAIKU.input + hour.output_tokens * HAIKU.output
-        + hour.cache_creation_input_tokens * HAIKU.cache_write_1h
-        + hour.cache_read_input_tokens * HAIKU.cache_read) / 1e6)
+        + hour.cache_write_tokens * HAIKU.cache_write_1h
+        + hour.cache_read_tokens * HAIKU.cache_read) / 1e6)
 
 
 def test_live_requests_keep_the_five_minute_cache(tmp_path: Path,
@@ -106,4 +106,4 @@ def test_live_requests_keep_the_five_minute_cache(tmp_path: Path,
         u = cz.situate(DOCS[0], DOCS[0].chunks).usage
         cz.close()
     assert fake.usage["standard"]["cache_creation_1h_input_tokens"] == 0
-    assert u.cache_creation_input_tokens > 0 and u.cache_read_input_tokens > 0
+    assert u.cache_write_tokens > 0 and u.cache_read_tokens > 0

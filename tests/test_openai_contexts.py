@@ -152,17 +152,17 @@ def test_cached_tokens_reach_90_percent_of_the_ideal(codebase: CodebaseRun) -> N
     ideal = sum((len(d.chunks) - 1) * _prefix_tokens(d) for d in codebase.docs
                 if _prefix_tokens(d) >= CACHE_MIN)
     usage = _total(codebase.results)
-    assert usage.cache_read_input_tokens == codebase.fake.usage["cached_tokens"]
-    print(f"\ncached {usage.cache_read_input_tokens} of ideal {ideal} "
-          f"({usage.cache_read_input_tokens / ideal:.1%})")
-    assert usage.cache_read_input_tokens >= 0.9 * ideal
+    assert usage.cache_read_tokens == codebase.fake.usage["cached_tokens"]
+    print(f"\ncached {usage.cache_read_tokens} of ideal {ideal} "
+          f"({usage.cache_read_tokens / ideal:.1%})")
+    assert usage.cache_read_tokens >= 0.9 * ideal
 
 
 def test_the_bill_is_the_fakes_usage_priced_at_the_cached_rate(codebase: CodebaseRun) -> None:
     usage = _total(codebase.results)
     fake = codebase.fake.usage
     assert usage.requests == fake["requests"] == 737
-    assert usage.input_tokens + usage.cache_read_input_tokens == fake["prompt_tokens"]
+    assert usage.input_tokens + usage.cache_read_tokens == fake["prompt_tokens"]
     assert usage.output_tokens == fake["completion_tokens"] == 737 * OUTPUT
     billed = ((fake["prompt_tokens"] - fake["cached_tokens"]) * PRICE.input
               + fake["cached_tokens"] * PRICE.cache_read
@@ -177,11 +177,11 @@ def test_the_dry_run_predicts_the_bill(codebase: CodebaseRun) -> None:
               + fake["cached_tokens"] * PRICE.cache_read
               + fake["completion_tokens"] * PRICE.output) / 1e6
     print(f"\nplan {plan.requests} requests ${codebase.plan_cost:.5f}; billed {fake['requests']} "
-          f"${billed:.5f}; cached {plan.cache_read_input_tokens}/{fake['cached_tokens']}")
+          f"${billed:.5f}; cached {plan.cache_read_tokens}/{fake['cached_tokens']}")
     assert plan.requests == fake["requests"]
-    for predicted, actual in ((plan.input_tokens + plan.cache_read_input_tokens,
+    for predicted, actual in ((plan.input_tokens + plan.cache_read_tokens,
                                fake["prompt_tokens"]),
-                              (plan.cache_read_input_tokens, fake["cached_tokens"]),
+                              (plan.cache_read_tokens, fake["cached_tokens"]),
                               (plan.output_tokens, fake["completion_tokens"]),
                               (codebase.plan_cost, billed)):
         assert abs(predicted - actual) <= 0.02 * actual, (predicted, actual)
@@ -315,8 +315,8 @@ def test_price_overrides_and_the_cached_rate(fake: FakeOpenAIChat) -> None:
     cz = _make(fake, name="openai:local-model",
                extra={"price_input": 2.0, "price_cached_input": 0.5, "price_output": 8.0})
     u = cz.situate(doc, doc.chunks).usage
-    assert u.cache_read_input_tokens > 0
-    assert u.cost_usd == pytest.approx((u.input_tokens * 2.0 + u.cache_read_input_tokens * 0.5
+    assert u.cache_read_tokens > 0
+    assert u.cost_usd == pytest.approx((u.input_tokens * 2.0 + u.cache_read_tokens * 0.5
                                         + u.output_tokens * 8.0) / 1e6)
 
 

@@ -182,7 +182,7 @@ class OpenAIWire(Wire):
         prompt = int(getattr(u, "prompt_tokens", 0) or 0)
         details = getattr(u, "prompt_tokens_details", None)
         cached = int(getattr(details, "cached_tokens", 0) or 0)
-        usage = Usage(requests=1, input_tokens=prompt - cached, cache_read_input_tokens=cached,
+        usage = Usage(requests=1, input_tokens=prompt - cached, cache_read_tokens=cached,
                       output_tokens=int(getattr(u, "completion_tokens", 0) or 0))
         usage.cost_usd = price(usage, self.pricing)
         return Reply(text, usage, cut=choice is not None and choice.finish_reason == "length",

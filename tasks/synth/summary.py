@@ -7,6 +7,10 @@ from pydantic import BaseModel, ConfigDict
 
 from situate.core.output import write_json
 
+# What a summary reports of the generator's `Usage` (situate.core.records), by its counters' names.
+BILLED = ("requests", "input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens",
+          "cost_usd")
+
 
 class SynthSummary(BaseModel):
     """A synth run, or with `dry_run` its plan."""

@@ -55,7 +55,7 @@ def test_cacheable_document_writes_once_and_reads_for_every_other_chunk(fake: Fa
     assert [e.tokens for e in fake.writes()] == [prefix]
     assert len(fake.reads()) == n - 1 and fake.duplicate_writes() == 0
     u = result.usage
-    assert (u.requests, u.cache_creation_input_tokens, u.cache_read_input_tokens) == (
+    assert (u.requests, u.cache_write_tokens, u.cache_read_tokens) == (
         n, prefix, prefix * (n - 1))
     suffixes = sum(count_tokens(chunk_prompt(c.text, fence_of(BIG))) for c in BIG.chunks)
     assert u.input_tokens == suffixes and u.output_tokens == 50 * n
@@ -63,7 +63,7 @@ def test_cacheable_document_writes_once_and_reads_for_every_other_chunk(fake: Fa
     assert u.cost_usd == pytest.approx(expected)
     assert cache_hit_ratio(u) == pytest.approx(prefix * (n - 1) / (prefix * n + suffixes))
     # The SDK's usage and the service's own count agree.
-    assert fake.usage["standard"]["cache_read_input_tokens"] == u.cache_read_input_tokens
+    assert fake.usage["standard"]["cache_read_input_tokens"] == u.cache_read_tokens
 
 
 def test_the_fake_charges_a_write_to_every_concurrent_request_of_one_prefix(
@@ -97,7 +97,7 @@ def test_documents_under_the_floor_go_uncached_and_concurrently(fake: FakeAnthro
     fake.gather_timeout = 60.0
     [result] = _situate_all(cz, [SMALL])
     _assert_contexts_match([result], [SMALL])
-    assert fake.writes() == [] and result.usage.cache_creation_input_tokens == 0
+    assert fake.writes() == [] and result.usage.cache_write_tokens == 0
     assert fake.max_in_flight == len(SMALL.chunks)  # no serialized first request
 
 

@@ -114,8 +114,8 @@ def test_batch_situates_everything_at_half_price(fake: FakeAnthropic, tmp_path: 
     assert fake.batches_created == 2 and fake.duplicate_writes() == 0
     # Half price, but the batch's cache writes are 1-hour writes (2x input, not 1.25x): a round
     # can outlive the 5-minute cache.
-    writes = batch.cache_creation_input_tokens
-    assert writes == interactive.cache_creation_input_tokens > 0
+    writes = batch.cache_write_tokens
+    assert writes == interactive.cache_write_tokens > 0
     assert batch.cost_usd == pytest.approx(
         interactive.cost_usd / 2 + writes * (HAIKU.pricing.cache_write_1h
                                              - HAIKU.pricing.cache_write) / 2 / 1e6)
@@ -170,6 +170,6 @@ def test_batch_mode_off_means_no_corpus_path(fake: FakeAnthropic) -> None:
 
 def test_price_table_batch_is_half() -> None:
     u = Usage(input_tokens=1_000_000, output_tokens=1_000_000,
-              cache_creation_input_tokens=1_000_000, cache_read_input_tokens=1_000_000)
+              cache_write_tokens=1_000_000, cache_read_tokens=1_000_000)
     assert price(u, HAIKU.pricing) == pytest.approx(1 + 5 + 1.25 + 0.1)
     assert price(u, HAIKU.pricing, batch=True) == pytest.approx((1 + 5 + 1.25 + 0.1) / 2)

@@ -44,15 +44,15 @@ def reply_of(message: Any, pricing: Pricing, batch: bool, seconds: float = 0.0) 
     """A Message read: its text, its usage priced (1-hour writes at their own rate)."""
     u = message.usage
     usage = Usage(requests=1, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-                  cache_creation_input_tokens=u.cache_creation_input_tokens or 0,
-                  cache_read_input_tokens=u.cache_read_input_tokens or 0)
+                  cache_write_tokens=u.cache_creation_input_tokens or 0,
+                  cache_read_tokens=u.cache_read_input_tokens or 0)
     creation = getattr(u, "cache_creation", None)
     write_1h = int(getattr(creation, "ephemeral_1h_input_tokens", 0) or 0)
     usage.cost_usd = price(usage, pricing, batch, write_1h)
     text = "".join(getattr(b, "text", "") or "" for b in message.content)
     return Reply(text, usage, cut=message.stop_reason == "max_tokens",
-                 cache_used=bool(usage.cache_creation_input_tokens
-                                 or usage.cache_read_input_tokens),
+                 cache_used=bool(usage.cache_write_tokens
+                                 or usage.cache_read_tokens),
                  seconds=seconds, raw=message)
 
 

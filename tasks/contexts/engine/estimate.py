@@ -95,12 +95,12 @@ class LLMCost(CostModel):
                 if caches and rule.kind == "explicit":
                     u.input_tokens = suffix
                     if n == 0 or rule.expires:
-                        u.cache_creation_input_tokens = prefix
+                        u.cache_write_tokens = prefix
                     else:
-                        u.cache_read_input_tokens = prefix
+                        u.cache_read_tokens = prefix
                 elif caches and rule.kind == "automatic" and n > 0:
-                    u.cache_read_input_tokens = prefix // rule.step * rule.step
-                    u.input_tokens = prefix + suffix - u.cache_read_input_tokens
+                    u.cache_read_tokens = prefix // rule.step * rule.step
+                    u.input_tokens = prefix + suffix - u.cache_read_tokens
                 latency = (self.assumptions.request_seconds
                            + u.output_tokens / self.assumptions.output_tokens_per_second)
                 total.add(Estimate(u, latency, latency))
@@ -122,7 +122,7 @@ class LLMCost(CostModel):
         return min(self.tokens(shape) + each * len(job.chunks), job.max_tokens)
 
     def price(self, usage: Usage) -> float:
-        writes_1h = usage.cache_creation_input_tokens if self.rule.write_1h else 0
+        writes_1h = usage.cache_write_tokens if self.rule.write_1h else 0
         return price(usage, self.options.info.pricing, self.discount, writes_1h)
 
     def seconds(self, total: Estimate, waves: int) -> float:

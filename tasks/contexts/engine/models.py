@@ -55,10 +55,10 @@ def price(usage: Usage, pricing: Pricing, discount: float = 1.0,
           write_1h_tokens: int = 0) -> float:
     """Dollars for the tokens of `usage` times `discount` (Message Batches: 0.5); of its cache
     writes, `write_1h_tokens` are 1-hour writes and the rest 5-minute ones."""
-    write_5m = usage.cache_creation_input_tokens - write_1h_tokens
+    write_5m = usage.cache_write_tokens - write_1h_tokens
     dollars = (usage.input_tokens * pricing.input + usage.output_tokens * pricing.output
                + write_5m * pricing.cache_write + write_1h_tokens * pricing.cache_write_1h
-               + usage.cache_read_input_tokens * pricing.cache_read) / 1e6
+               + usage.cache_read_tokens * pricing.cache_read) / 1e6
     return dollars * discount
 
 
