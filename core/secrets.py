@@ -15,9 +15,10 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from situate.core.errors import ProviderError
+from situate.core.errors import InputError, ProviderError
 
 # provider -> (environment variable, Prefect Secret block name)
 KEYS: dict[str, tuple[str, str]] = {
@@ -56,9 +57,55 @@ _CREDENTIAL_PARAM = re.compile(
 _AUTHORIZATION = re.compile(r"\b(bearer)(\s{1,16})[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
 
 
+# Reads a Prefect block's fields by name (`--credentials-block`); registered by the flows layer.
+_block_loader: Callable[[str], Mapping[str, Any]] | None = None
+# A field of a credentials block whose name says it holds a secret (masked wherever it appears).
+_SECRET_FIELD = re.compile(r"key|secret|token|password|connection_string|signature|sas|value",
+                           re.IGNORECASE)
+
+
 def set_secret_loader(loader: Callable[[str], str | None] | None) -> None:
     global _secret_loader
     _secret_loader = loader
+
+
+def set_block_loader(loader: Callable[[str], Mapping[str, Any]] | None) -> None:
+    global _block_loader
+    _block_loader = loader
+
+
+def block_credentials(name: str | None) -> dict[str, Any] | None:
+    """The fields of the Prefect block `name` (`--credentials-block`), its secrets remembered
+    (`remember`) before anything can show them; None without a name. InputError (one line) when
+    no block loader is registered or the block cannot be read."""
+    if not name:
+        return None
+    if _block_loader is None:
+        raise InputError(f"--credentials-block {name}: blocks are read through Prefect; "
+                         "import situate.flows first")
+    fields = dict(_block_loader(name))
+    remember(*_secret_values(fields))
+    fields["_block"] = name
+    return fields
+
+
+def _secret_values(fields: Mapping[str, Any], inside: bool = False) -> list[str]:
+    """The string values of `fields` held under a secret-sounding name, at any depth (a service
+    account's `private_key` inside `service_account_info`)."""
+    out: list[str] = []
+    for key, value in fields.items():
+        secret = inside or bool(_SECRET_FIELD.search(str(key)))
+        if isinstance(value, Mapping):
+            out += _secret_values(value, secret)
+        elif isinstance(value, str) and secret:
+            out += secret_lines(value)
+    return out
+
+
+def secret_lines(value: str) -> list[str]:
+    """A secret and each line of it: a PEM key may be shown escaped or a line at a time."""
+    return [value, *(line for line in value.replace("\\n", "\n").splitlines()
+                     if "-----" not in line)]
 
 
 def has_key(provider: str) -> bool:

@@ -52,7 +52,8 @@ def deployment_options(options: ServeOptions) -> tuple[IngestOptions, EvaluateOp
     """The options each deployment's runs take, built (so checked) from what serve was given."""
     ingest = IngestOptions.build(corpus=options.corpus, collection=options.collection,
                                  context=options.context, embedder=options.embedder,
-                                 milvus_uri=options.milvus_uri, prune=options.prune)
+                                 milvus_uri=options.milvus_uri, prune=options.prune,
+                                 credentials_block=options.credentials_block)
     evaluate = (EvaluateOptions.build(eval_set=options.eval_set, collection=options.collection,
                                       milvus_uri=options.milvus_uri)
                 if options.eval_set else None)
@@ -97,6 +98,10 @@ def serve_deployments(options: ServeOptions) -> Stopped | None:
         raise InputError("situate serve needs a running Prefect server: start one with `prefect "
                          "server start` and set PREFECT_API_URL=http://127.0.0.1:4200/api")
     _check_api(url)
+    if cfg.credentials_block:  # each run reads it where it runs; that it exists is checked now
+        from situate.flows import read_block
+
+        read_block(cfg.credentials_block, secrets=False)
     limit = run_limit(cfg)
     note = (f"runs use the Milvus Lite file {cfg.milvus_uri}, which admits one process at a "
             "time: they run one after another (with a Milvus server URI they run together)"

@@ -70,11 +70,13 @@ from situate.tasks.sources.base import is_source
 @task(task_run_name="scan-corpus", persist_result=False, cache_policy=NO_CACHE)
 def scan_corpus_task(path: str, chunk_size: int, chunk_overlap: int,
                      code_chunks: str | None = None,
-                     follow_links: bool | None = None, cache_dir: str | None = None) -> CorpusScan:
+                     follow_links: bool | None = None, cache_dir: str | None = None,
+                     credentials_block: str | None = None) -> CorpusScan:
     """The checking pass over the corpus (a source synced first), as a task of the run (seen in
-    the UI)."""
+    the UI). Its parameters hold a credentials block's name, never what the block holds."""
     return scan_corpus(path, chunk_size, chunk_overlap, code_chunks=code_chunks,
-                       follow_links=follow_links, cache_dir=cache_dir)
+                       follow_links=follow_links, cache_dir=cache_dir,
+                       credentials_block=credentials_block)
 
 
 def make_task_runner(options: IngestOptions) -> TaskRunner[Any]:
@@ -225,7 +227,8 @@ def ingest_flow(options: IngestOptions) -> IngestSummary | IngestPlan:
         if resources.scan is None:
             resources.scan = scan_corpus_task(options.corpus, options.chunk_size,
                                               options.chunk_overlap, options.code_chunks,
-                                              options.follow_links, options.cache_dir)
+                                              options.follow_links, options.cache_dir,
+                                              options.credentials_block)
         warn_skipped(resources.scan)
         if options.dry_run:
             return _dry_run(options, resources)

@@ -92,8 +92,16 @@ def launch_ingest(options: IngestOptions) -> IngestSummary | IngestPlan:
     A dry run is planned here, without a flow run (`plan.plan_run`): no Prefect server, no
     model, no store or cache created; it returns the plan (and writes it to `json_out`).
     """
+    from situate.tasks.sources.base import is_source
+
     resources = Resources()
+    server: TemporaryServerStart | None = None
     try:
+        if options.credentials_block and is_source(options.corpus):
+            # The block is read from the Prefect API: the temporary server's (PREFECT_HOME's
+            # database) unless PREFECT_API_URL names one, so it starts first.
+            server = TemporaryServerStart()
+            server.started.wait()
         if options.dry_run:
             from situate.pipeline.plan import plan_run
 
@@ -106,14 +114,15 @@ def launch_ingest(options: IngestOptions) -> IngestSummary | IngestPlan:
 
         resources.scan = scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
                                  code_chunks=options.code_chunks,
-                                 follow_links=options.follow_links, cache_dir=options.cache_dir)
+                                 follow_links=options.follow_links, cache_dir=options.cache_dir,
+                                 credentials_block=options.credentials_block)
         if resources.scan.sync is not None:
             # A source, synced: the flow reads its mirror, so its run (parameters, UI, logs)
             # never holds the URL's credentials.
             from situate.tasks.sources.base import without_credentials
 
             options = options.model_copy(update={"corpus": without_credentials(options.corpus)})
-        server = TemporaryServerStart()  # the input is good: the slowest step starts first
+        server = server or TemporaryServerStart()  # the input is good: the slowest step next
         server.imported.wait()
         from situate.flows.ingest import ingest_flow  # the rest of Prefect comes with it
 

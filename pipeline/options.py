@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     Field,
     PrivateAttr,
     ValidationError,
@@ -38,6 +39,7 @@ from situate.core.errors import InputError, SituateError
 from situate.core.fields import Flag, FromSetting, Settled, from_settings, meta
 from situate.core.settings import Settings, get_settings
 from situate.core.uri import credentials, shown
+from situate.tasks.sources.base import block_name
 
 DEFAULT_KS = (5, 10, 20)
 TASK_RUNNERS = ("threads", "dask")
@@ -128,6 +130,15 @@ FollowLinks = Annotated[bool, Flag(("--follow-links",), default_text="false"),
 
 
 
+CredentialsBlock = Annotated[
+    str | None, Flag(("--credentials-block",), metavar="BLOCK"),
+    AfterValidator(lambda v: v if v is None else block_name(v)),
+    Field(description="Prefect block the source's credentials are read from where the run "
+                      "runs (TYPE/NAME as `prefect block ls` shows it, e.g. aws-credentials/prod, "
+                      "or NAME of a Secret block): the run's parameters hold its name, never a "
+                      "secret")]
+
+
 class IngestOptions(Options):
     """`situate ingest`, and the ingest flow's parameter."""
 
@@ -164,6 +175,7 @@ class IngestOptions(Options):
     chunk_overlap: ChunkOverlap = from_settings()
     code_chunks: CodeChunks = from_settings()
     follow_links: FollowLinks = from_settings()
+    credentials_block: CredentialsBlock = None
     prune: Annotated[bool, Flag(("--prune",))] = Field(
         False, description="delete documents no longer in the corpus")
     force: Annotated[bool, Flag(("--force",))] = Field(
@@ -289,6 +301,7 @@ class ServeOptions(Options):
                                                         "URL, synced on every run)")
     collection: Collection = Field(description="Milvus collection name")
     milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
+    credentials_block: CredentialsBlock = None
     eval_set: Annotated[str | None, Flag(("--eval-set",))] = Field(
         None, description="evaluation JSONL; without it only ingest is served")
     context: Annotated[str | None, Flag(("--context",), choices=_context_names)] = Field(

@@ -201,11 +201,13 @@ def gather_inputs(options: IngestOptions, resources: Resources, dry_run: bool = 
     scan, preview = resources.scan, None
     if scan is None and dry_run and is_source(options.corpus):  # listed only, nothing fetched
         scan, preview = preview_scan(options.corpus, options.chunk_size, options.chunk_overlap,
-                                     options.code_chunks, options.cache_dir)
+                                     options.code_chunks, options.cache_dir,
+                                     options.credentials_block)
     scan = scan or scan_corpus(options.corpus, options.chunk_size, options.chunk_overlap,
                                          code_chunks=options.code_chunks,
                                          follow_links=options.follow_links,
-                                         cache_dir=options.cache_dir)
+                                         cache_dir=options.cache_dir,
+                                         credentials_block=options.credentials_block)
     resources.scan = None  # taken once
     name, model, _ = check_embedder(options.embedder)
     embedder_id = f"{name}:{model}"

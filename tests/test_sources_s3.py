@@ -115,32 +115,31 @@ def test_wrong_key_is_one_line_without_the_key(s3, tmp_path, monkeypatch, caplog
 @pytest.mark.slow
 def test_ingest_from_s3(prefect_harness, state, s3, counting):
     """First run indexes every object; a re-run downloads none and writes nothing; 1 edit + 1 add
-    + 1 delete touch exactly those and give a fresh ingest's rows."""
-    from tests.fakes.milvus_server import snapshot
-    from tests.helpers import ingest
+    + 1 delete touch exactly those and give a fresh ingest's rows (the rounds every bucket goes
+    through: tests/test_sources_cloud.py)."""
+    from tests.fakes.object_stores import ingest_rounds, publish
 
-    s3.create_bucket(Bucket="docs")
-    for n in range(5):
-        put(s3, f"reports/r{n}.md", page(n))
-    params = {"corpus": "s3://docs/reports/", "collection": "reports", "context": "structural",
-              "embedder": "counting", "prune": True}
-    first = ingest(**params)
-    assert (first.new, first.source["fetched"]) == (5, 5)
-    before = snapshot(state["milvus_uri"], "reports")
-    counting.texts = 0
-    again = ingest(**params)
-    assert (again.source["fetched"], again.chunks_written, counting.texts) == (0, 0, 0)
-    assert snapshot(state["milvus_uri"], "reports") == before
+    bucket = Bucket(s3)
+    publish(bucket)
+    ingest_rounds(bucket, state, counting)
 
-    put(s3, "reports/r1.md", page(1, "Edited."))
-    put(s3, "reports/r7.md", page(7))
-    s3.delete_object(Bucket="docs", Key="reports/r2.md")
-    synced = ingest(**params)
-    assert synced.source["fetched"] == 2
-    assert (synced.new, synced.changed, synced.deleted_documents, synced.unchanged) == (1, 1, 1, 3)
-    fresh = ingest(**{**params, "collection": "reportsfresh", "cache_dir": state["cache_dir"] + "2"})
-    assert fresh.new == 5
-    assert snapshot(state["milvus_uri"], "reports") == snapshot(state["milvus_uri"], "reportsfresh")
+
+class Bucket:
+    """The moto server's S3, as tests/test_sources_cloud.py writes a bucket."""
+
+    scheme = "s3"
+
+    def __init__(self, client) -> None:
+        self.client = client
+
+    def create(self, bucket: str) -> None:
+        self.client.create_bucket(Bucket=bucket)
+
+    def put(self, key: str, text: str, bucket: str = "docs") -> None:
+        put(self.client, key, text, bucket)
+
+    def delete(self, key: str, bucket: str = "docs") -> None:
+        self.client.delete_object(Bucket=bucket, Key=key)
 
 
 def test_dry_run_lists_without_downloading(s3, tmp_path, monkeypatch):

@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 from situate.core.errors import InputError
 from situate.core.records import Document, Indexes, index_key
+from situate.core.secrets import block_credentials
 from situate.core.settings import get_settings
 from situate.tasks.corpus.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, make_chunks
 from situate.tasks.corpus.clean import (
@@ -157,7 +158,8 @@ KEEP_BYTES = 64 * 2**20
 def scan_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
                 max_file_bytes: int | None = None, code_chunks: str | None = None,
-                follow_links: bool | None = None, cache_dir: str | None = None) -> CorpusScan:
+                follow_links: bool | None = None, cache_dir: str | None = None,
+                credentials_block: str | None = None) -> CorpusScan:
     """Check a whole corpus as `load_corpus` does (the same errors, the same log lines) while
     keeping, per document, only what a plan needs (`ScannedDocument`): memory grows with the
     number of documents, not their text.
@@ -170,10 +172,12 @@ def scan_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
 
     A source's URL (`situate.tasks.sources`) is synced first into its mirror in `cache_dir`
     (default: the setting): only documents whose change marker moved are fetched; the mirror is
-    then scanned as a folder is, and the scan carries the sync's report."""
+    then scanned as a folder is, and the scan carries the sync's report. `credentials_block`:
+    the Prefect block the source's credentials are read from (`--credentials-block`)."""
     if isinstance(path, str) and is_source(path):
         report = sync(path, cache_dir or get_settings().cache_dir,
-                      max(get_settings().max_document_bytes, get_settings().max_file_bytes))
+                      max(get_settings().max_document_bytes, get_settings().max_file_bytes),
+                      credentials=block_credentials(credentials_block))
         try:
             scan = scan_corpus(report.root, chunk_size, chunk_overlap, max_file_bytes, code_chunks,
                                follow_links=False)

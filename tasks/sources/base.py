@@ -13,10 +13,12 @@ context providers are by name; a package adds one the same way.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import inspect
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from situate.core.errors import InputError
@@ -79,15 +81,23 @@ class TooLarge(Exception):
 # scheme -> a function of the URL and a private working folder (the source's own cache: a git
 # object store) giving its Source ("module:attr", imported on first use). Another package's
 # sources are the `situate.sources` entry points (situate.core.plugins), by scheme.
-SOURCES: Registry[Callable[[str, Path], Source]] = Registry(
+SOURCES: Registry[Callable[..., Source]] = Registry(
     "source", " (a URL: git+https://host/org/repo@main, git+file:///path/to/repo.git, "
-              "https://docs.example.com/)", group="situate.sources")
+              "https://docs.example.com/, s3://bucket/prefix/, gs://bucket/prefix/, "
+              "az://container/prefix/)", group="situate.sources")
 SOURCES.register("git+file", "situate.tasks.sources.git:GitSource")
 SOURCES.register("git+https", "situate.tasks.sources.git:GitSource")
 SOURCES.register("git+http", "situate.tasks.sources.git:GitSource")
 SOURCES.register("http", "situate.tasks.sources.web:WebSource")
 SOURCES.register("https", "situate.tasks.sources.web:WebSource")
 SOURCES.register("s3", "situate.tasks.sources.objects:S3Source")
+SOURCES.register("gs", "situate.tasks.sources.objects:GCSSource")
+SOURCES.register("az", "situate.tasks.sources.objects:AzureSource")
+
+# A Prefect block's name as `--credentials-block` takes it: TYPE/NAME as Prefect shows it
+# (`prefect block ls`: aws-credentials/prod), or NAME alone for a Secret block (secret/NAME).
+# Prefect's own rule for both parts: lowercase letters, digits and dashes.
+BLOCK_NAME = re.compile(r"(?:[a-z0-9][a-z0-9-]{0,62}/)?[a-z0-9][a-z0-9-]{0,99}")
 
 
 def scheme_of(corpus: str) -> str | None:
@@ -122,16 +132,32 @@ def without_credentials(url: str) -> str:
     return f"{scheme}://{authority.rpartition('@')[2]}{slash}{tail}"
 
 
-def open_source(url: str, workdir: Path) -> Source:
+def block_name(name: str) -> str:
+    """`name` when it is a Prefect block's name (`BLOCK_NAME`), else ValueError: the one check of
+    `--credentials-block` for the CLI, the Python API and a deployment's parameters."""
+    if BLOCK_NAME.fullmatch(name):
+        return name
+    raise ValueError("not a Prefect block name: give TYPE/NAME as `prefect block ls` shows it "
+                     "(aws-credentials/prod), or the NAME of a Secret block; lowercase letters, "
+                     "digits and dashes")
+
+
+def open_source(url: str, workdir: Path, credentials: Mapping[str, Any] | None = None) -> Source:
     """The source `url` names, by its scheme, working in `workdir`; InputError (one line) for an
-    unknown scheme or a URL the source refuses."""
+    unknown scheme or a URL the source refuses. `credentials`: the fields of a Prefect block
+    (`--credentials-block`) for a source that takes them (a `credentials` parameter)."""
     scheme = scheme_of(url)
     if scheme is None:
         raise InputError(f"{shown(url)}: not a URL")
     if scheme not in SOURCES:
         raise InputError(f"{shown(url)}: unknown source scheme {scheme!r}: use one of "
                          f"{', '.join(SOURCES.names())}")
-    return SOURCES.get(scheme)(url, workdir)
+    factory = SOURCES.get(scheme)
+    if credentials is None:
+        return factory(url, workdir)
+    if "credentials" not in inspect.signature(factory).parameters:
+        raise InputError(f"{shown(url)}: a {scheme}:// source takes no --credentials-block")
+    return factory(url, workdir, credentials=credentials)
 
 
 def host_of(url: str) -> str:

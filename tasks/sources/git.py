@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import logging
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from stat import S_ISREG
 from typing import Any, cast
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from situate.core.errors import InputError
+from situate.core.secrets import remember
 from situate.tasks.sources.base import Entry, FetchFailed, Previous, TooLarge, shown
 
 log = logging.getLogger("situate.sources")
@@ -38,10 +39,26 @@ def split_ref(url: str) -> tuple[str, str]:
     return f"{scheme}://{authority}{slash}{path}", ref
 
 
+def _with_token(transport: str, credentials: Mapping[str, Any], where: str) -> str:
+    """The HTTP(S) transport URL with a block's token as its user information (a Secret block's
+    value, or a `token` field, with `username` or x-access-token: GitHub's name for a token; any
+    name does for GitLab and most servers)."""
+    token = str(credentials.get("token") or credentials.get("secret") or "")
+    parts = urlsplit(transport)
+    if parts.scheme not in ("http", "https") or not token:
+        raise InputError(f"{where}: --credentials-block gives a git source a token over "
+                         "git+https:// (a Secret block holding it)")
+    remember(quote(token, safe=""))
+    user = quote(str(credentials.get("username") or "x-access-token"), safe="")
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{user}:{quote(token, safe='')}@{host}").geturl()
+
+
 class GitSource:
     """A repository's files at a ref (see the module's docstring)."""
 
-    def __init__(self, url: str, workdir: Path) -> None:
+    def __init__(self, url: str, workdir: Path,
+                 credentials: Mapping[str, Any] | None = None) -> None:
         self.url = url
         self.shown = shown(url)
         self.complete = True
@@ -49,6 +66,8 @@ class GitSource:
         if not urlsplit(self.transport).path.strip("/"):
             raise InputError(f"{self.shown}: no repository path; give git+https://host/org/repo"
                              "[@ref] or git+file:///path/to/repo[@ref]")
+        if credentials:
+            self.transport = _with_token(self.transport, credentials, self.shown)
         self.workdir = workdir
         self.repo: Any = None  # dulwich's Repo, opened by the listing
         self.commit = ""

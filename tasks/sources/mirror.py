@@ -21,10 +21,11 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from situate.core.errors import InputError
@@ -199,18 +200,20 @@ def _remove(tree: Path, doc_id: str) -> None:
         parent = parent.parent
 
 
-def sync(url: str, cache_dir: str | Path, limit: int, source: Source | None = None) -> SyncReport:
+def sync(url: str, cache_dir: str | Path, limit: int, source: Source | None = None,
+         credentials: Mapping[str, Any] | None = None) -> SyncReport:
     """Bring the mirror of `url` up to date (see the module's docstring) and say what it did.
 
     `limit`: the most bytes one document may have (a larger one is left out, as a folder's
-    file over its limit is). InputError (one line) when the source cannot be listed at all."""
+    file over its limit is). `credentials`: a Prefect block's fields for the source
+    (`--credentials-block`). InputError (one line) when the source cannot be listed at all."""
     started = time.perf_counter()
     root = mirror_root(url, cache_dir)
     tree = root / "tree"
     tree.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(root, 0o700)
     (root / "work").mkdir(mode=0o700, exist_ok=True)
-    source = source or open_source(url, root / "work")
+    source = source or open_source(url, root / "work", credentials)
     report = SyncReport(shown(url), str(tree))
     state = _State(root)
     try:

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
+from situate.core.secrets import block_credentials
 from situate.core.settings import get_settings
 from situate.tasks.corpus.load import CorpusScan, scan_corpus
 from situate.tasks.sources.base import Entry, open_source, shown
@@ -71,7 +74,8 @@ class SourcePreview:
                 + (f", {self.sizes_unknown} of unknown size" if self.sizes_unknown else "") + ")")
 
 
-def preview(url: str, cache_dir: str | Path, limit: int) -> SourcePreview:
+def preview(url: str, cache_dir: str | Path, limit: int,
+            credentials: Mapping[str, Any] | None = None) -> SourcePreview:
     """The listing of `url` against the markers of its mirror (see the module's docstring)."""
     root = mirror_root(url, cache_dir)
     state_file = root / "state.sqlite"
@@ -86,7 +90,7 @@ def preview(url: str, cache_dir: str | Path, limit: int) -> SourcePreview:
     result = SourcePreview(shown(url))
     with tempfile.TemporaryDirectory(prefix="situate-preview-") as scratch:
         workdir = root / "work" if (root / "work").is_dir() else Path(scratch)
-        source = open_source(url, workdir)
+        source = open_source(url, workdir, credentials)
         held = _Previous(_Markers(db), tree)  # type: ignore[arg-type]
         try:
             listing = getattr(source, "listing", None)
@@ -147,11 +151,13 @@ class _Markers:
 
 
 def preview_scan(url: str, chunk_size: int, chunk_overlap: int, code_chunks: str | None,
-                 cache_dir: str) -> tuple[CorpusScan, SourcePreview]:
+                 cache_dir: str, credentials_block: str | None = None
+                 ) -> tuple[CorpusScan, SourcePreview]:
     """The dry run's scan of a source: its mirror as it stands (read as a folder; an empty scan
     when there is none yet), and the preview of its sync (a document's limit: a sync's)."""
     settings = get_settings()
-    seen = preview(url, cache_dir, max(settings.max_document_bytes, settings.max_file_bytes))
+    seen = preview(url, cache_dir, max(settings.max_document_bytes, settings.max_file_bytes),
+                   block_credentials(credentials_block))
     tree = mirror_root(url, cache_dir) / "tree"
     if tree.is_dir() and any(tree.iterdir()):
         scan = scan_corpus(str(tree), chunk_size, chunk_overlap, None, code_chunks,
