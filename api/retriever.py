@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,9 @@ WARM_UP_QUERY = "warm up"
 # Threads that run the second leg of hybrid searches (each search runs its other leg itself): a
 # server answers at most this many hybrid searches with both legs at once; more wait their turn.
 LEG_THREADS = 16
+# Queries `search_many` searches at once by default, and at most.
+BATCH = 64
+MAX_BATCH = 256
 
 
 class CollectionDescription(BaseModel):
@@ -264,6 +268,25 @@ class Retriever:
         (StoreUnreachable when it does not answer)."""
         return self.run(SearchRequest.of({"query": query, "k": k, "mode": mode,
                                           "collection": collection}))
+
+    def search_many(self, queries: Sequence[str], k: int = 10, mode: str | None = None, *,
+                    batch: int = BATCH) -> list[list[Hit]]:
+        """Each query's `search`, in order, `batch` (1 to MAX_BATCH) of them searched at once, each
+        in a thread of its own: searches under way together share the store's calls where the
+        store can (on Milvus Lite one dense search call carries many query vectors, and its cost
+        is mostly a pass over the collection per call: `situate.storage.coalesce`), and the
+        model embeds their queries together where that changes no vector. Each query still
+        ranks exactly as `search` ranks it alone. The first error raised is raised once every
+        search has ended. What an evaluation uses (`situate evaluate --query-batch`)."""
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+            raise InputError(f"batch={batch!r} is not a number of queries: give a whole number "
+                             f"from 1 to {MAX_BATCH}")
+        if batch == 1 or len(queries) < 2:
+            return [self.search(q, k, mode) for q in queries]
+        with ThreadPoolExecutor(min(batch, len(queries)),
+                                thread_name_prefix="situate-batch") as pool:
+            futures = [pool.submit(self.search, q, k, mode) for q in queries]
+            return [f.result() for f in futures]
 
     async def asearch(self, query: str, k: int = 10, mode: str | None = None, *,
                       collection: str | None = None) -> list[Hit]:

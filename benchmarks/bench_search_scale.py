@@ -12,10 +12,15 @@ query is embedded by the real model). Each size then runs in processes of their 
   start, the model and the index loaded), then per query, one thread: hybrid, dense and BM25
   through `Retriever.search` (k 10), and the parts of a hybrid query called directly: the
   query's embedding, the index's own BM25 top 116 (`Bm25.top`: a hybrid's 100 candidates and
-  the store's 16 for ties) and Lite's dense top 116; the ratio is hybrid's p50 over the sum of
-  the parts' p50s. Lite's own BM25 (`native_bm25`) on a few queries for comparison;
+  the store's 16 for ties) and Lite's dense top 116 (ids and scores, as Lite answers it); the
+  ratio is hybrid's p50 over the sum of the parts' p50s. Where a hybrid query's time goes: each
+  of its steps timed inside it (BM25's leg and the read of its candidates' rows run while the
+  query is embedded and searched by the dense leg). Lite's own BM25 (`native_bm25`) on a few
+  queries for comparison;
 - search time of QUERIES x 3 modes (the codebase set's 248 x 3 by default, with generated
-  queries);
+  queries) as `situate evaluate` searches them (`retrieve_task`: 64 at a time, each ranked as
+  alone), and the first ALONE of them x 3 modes one at a time, as before, for comparison in
+  the same run;
 - the index: built from the rows at the end of the write (what an ingest's end does), its size
   on disk, and caught up after 1% of the documents are rewritten by another process (the
   ingest's end again: the manifest says which changed).
@@ -43,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 C = "scale"
+EVALUATE_BATCH = 64  # situate evaluate's default --query-batch
 EMBEDDER = "minilm:all-MiniLM-L6-v2"
 DEPTH = 116
 
@@ -129,7 +135,7 @@ def pct(values: list[float], q: float) -> float:
     return round(values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))], 2)
 
 
-def serve(uri: str, corpus: Path, cache: str, n: int, evaluate: int) -> dict:
+def serve(uri: str, corpus: Path, cache: str, n: int, evaluate: int, each_alone: int) -> dict:
     """The serving process: time to first answer, latencies, parts, evaluation time."""
     from benchmarks.bench_scale import write_eval_set
     from situate.api import Retriever
@@ -151,7 +157,8 @@ def serve(uri: str, corpus: Path, cache: str, n: int, evaluate: int) -> dict:
     sample = queries[:n]
     encoder = retriever._embedder_loaded()
     timings: dict[str, list[float]] = {k: [] for k in (
-        "hybrid", "dense", "bm25", "embed", "engine_bm25", "lite_dense")}
+        "hybrid", "dense", "bm25", "embed", "engine_bm25", "lite_dense", "store_dense")}
+    params = store._search_params("COSINE", DEPTH)
     for q in sample[:3]:  # warm
         retriever.search(q, 10)
     for q in sample:
@@ -167,10 +174,15 @@ def serve(uri: str, corpus: Path, cache: str, n: int, evaluate: int) -> dict:
         index.top(q, DEPTH)
         timings["engine_bm25"].append((time.perf_counter() - t) * 1000)
         t = time.perf_counter()
-        store.ranking(C, "dense", q, vector, DEPTH)
+        store.client.search(C, data=[vector], anns_field="dense", limit=DEPTH,
+                            output_fields=["id"], search_params=params)
         timings["lite_dense"].append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        store.ranking(C, "dense", q, vector, DEPTH)
+        timings["store_dense"].append((time.perf_counter() - t) * 1000)
     p50 = {k: pct(v, 0.5) for k, v in timings.items()}
     parts = p50["embed"] + p50["engine_bm25"] + p50["lite_dense"]
+    steps = hybrid_steps(retriever, sample)
     native = MilvusStore(uri, native_bm25=True)
     lite_bm25 = []
     for q in sample[:5]:
@@ -178,19 +190,87 @@ def serve(uri: str, corpus: Path, cache: str, n: int, evaluate: int) -> dict:
         native.ranking(C, "bm25", q, None, DEPTH)
         lite_bm25.append((time.perf_counter() - t) * 1000)
     native.close()
-    t = time.perf_counter()
-    for q in queries[:evaluate]:
+    alone = time.perf_counter()
+    for q in queries[:each_alone]:
         for mode in ("dense", "bm25", "hybrid"):
             retriever.search(q, 20, mode)
-    evaluation = time.perf_counter() - t
+    alone = time.perf_counter() - alone
     retriever.close()
+    evaluation = evaluation_seconds(uri, queries[:evaluate])
     return {"first_answer_s": round(first, 2), "index_was": how,
             "rss_after_open_mib": round(opened, 1), "rss_before_mib": round(before, 1),
             "p50_ms": p50, "p95_ms": {k: pct(v, 0.95) for k, v in timings.items()},
             "sum_of_parts_p50_ms": round(parts, 2),
             "hybrid_over_parts": round(p50["hybrid"] / parts, 2),
+            "hybrid_steps_p50_ms": steps,
             "lite_native_bm25_p50_ms": pct(lite_bm25, 0.5),
-            "evaluation_queries": evaluate, "evaluation_search_s": round(evaluation, 1)}
+            "evaluation_queries": evaluate, "evaluation_batch": EVALUATE_BATCH,
+            "evaluation_search_s": {m: round(s, 1) for m, s in evaluation.items()},
+            "evaluation_alone_queries": each_alone,
+            "evaluation_alone_s": round(alone, 1),
+            "evaluation_alone_s_scaled": round(alone * evaluate / max(1, each_alone), 1)}
+
+
+def evaluation_seconds(uri: str, queries: list[str]) -> dict[str, float]:
+    """Seconds to search `queries` in each mode (k 20) as `situate evaluate` does
+    (`retrieve_task`, EVALUATE_BATCH at a time, the model in a process of its own, as the
+    flow's), its retriever warmed first; "total" the three."""
+    from situate.api import Retriever
+    from situate.flows.evaluate import retrieve_task
+
+    seconds: dict[str, float] = {}
+    with Retriever(C, uri, model_process=True) as retriever:
+        retriever.warm("dense", "bm25", "hybrid")
+        for mode in ("dense", "bm25", "hybrid"):
+            t = time.perf_counter()
+            retrieve_task.fn(retriever, C, queries, mode, 20, batch=EVALUATE_BATCH)
+            seconds[mode] = time.perf_counter() - t
+    seconds["total"] = sum(seconds.values())
+    return seconds
+
+
+def hybrid_steps(retriever, queries: list[str]) -> dict[str, float]:
+    """Where a hybrid query (k 10) of `retriever` spends its time: p50 ms of each step, timed
+    inside the query (BM25's leg and the read of its candidates' rows run beside the embedding
+    and the dense leg: the steps overlap), and of the whole query."""
+    import threading
+
+    store = retriever._store
+    encoder = retriever._embedder_loaded()
+    lock = threading.Lock()
+    steps: dict[str, float] = {}  # this query's: one query at a time, its steps in two threads
+    wrapped = {
+        "embed": (encoder, "embed_queries"), "ranking": (store, "ranking"),
+        "prefetch_rows": (store, "prefetch"), "leg_scores": (store, "leg_scores"),
+        "hits": (store, "hits")}
+    originals = {name: getattr(obj, attr) for name, (obj, attr) in wrapped.items()}
+
+    def timed(name, call):
+        def run(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return call(*a, **kw)
+            finally:
+                key = f"{name}_{a[1]}" if name in ("ranking", "leg_scores") else name
+                with lock:
+                    steps[key] = steps.get(key, 0.0) + (time.perf_counter() - t) * 1000
+        return run
+
+    times: dict[str, list[float]] = {}
+    for name, (obj, attr) in wrapped.items():
+        setattr(obj, attr, timed(name, originals[name]))
+    try:
+        for q in queries:
+            steps.clear()
+            t = time.perf_counter()
+            retriever.search(q, 10, "hybrid")
+            steps["query"] = (time.perf_counter() - t) * 1000
+            for k, v in steps.items():
+                times.setdefault(k, []).append(v)
+    finally:
+        for _, (obj, attr) in wrapped.items():
+            delattr(obj, attr)  # the class's own method again
+    return {k: pct(v, 0.5) for k, v in sorted(times.items())}
 
 
 def main() -> None:
@@ -198,6 +278,11 @@ def main() -> None:
     p.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000])
     p.add_argument("--queries", type=int, default=40)
     p.add_argument("--evaluate", type=int, default=248)
+    p.add_argument("--alone", type=int, default=40,
+                   help="queries also searched one at a time in each mode, for comparison")
+    p.add_argument("--reuse", nargs="+", metavar="WORKDIR",
+                   help="one work directory per size, left by an earlier run (its corpus.jsonl, "
+                        "milvus/ and cache/): its collection is served as it is, not written again")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "search-scale.json"))
     p.add_argument("--step", nargs=4, help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -208,7 +293,7 @@ def main() -> None:
         elif step == "update":
             out = update(uri, Path(corpus), cache, sum(1 for _ in open(corpus)))
         else:
-            out = serve(uri, Path(corpus), cache, a.queries, a.evaluate)
+            out = serve(uri, Path(corpus), cache, a.queries, a.evaluate, a.alone)
         print(json.dumps(out))
         return
     from benchmarks.bench_scale import write_corpus
@@ -217,20 +302,26 @@ def main() -> None:
     def step(name: str, uri: str, corpus: Path, cache: Path) -> dict:
         proc = subprocess.run([sys.executable, __file__, "--step", name, uri, str(corpus),
                                str(cache), "--queries", str(a.queries), "--evaluate",
-                               str(a.evaluate)], capture_output=True, text=True)
+                               str(a.evaluate), "--alone", str(a.alone)],
+                              capture_output=True, text=True)
         if proc.returncode:
             sys.exit(f"{name} failed:\n{proc.stderr[-3000:]}")
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
     results = []
-    for size in a.sizes:
-        work = Path(tempfile.mkdtemp(prefix=f"search-scale-{size}-"))
+    if a.reuse and len(a.reuse) != len(a.sizes):
+        sys.exit("--reuse: give one work directory per size")
+    for n, size in enumerate(a.sizes):
+        reused = Path(a.reuse[n]) if a.reuse else None
+        work = reused or Path(tempfile.mkdtemp(prefix=f"search-scale-{size}-"))
         corpus = work / "corpus.jsonl"
-        write_corpus(corpus, size)
+        if reused is None:
+            write_corpus(corpus, size)
         server = MilvusServer(work / "milvus", timeout=180)
         server.start()
         try:
-            row = {"chunks": size, "write": step("write", server.uri, corpus, work / "cache")}
+            row = {"chunks": size, "write": step("write", server.uri, corpus, work / "cache")
+                   if reused is None else {"reused": str(reused)}}
             print(json.dumps(row), flush=True)
             row["serve"] = step("serve", server.uri, corpus, work / "cache")
             print(json.dumps(row["serve"]), flush=True)

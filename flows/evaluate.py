@@ -55,22 +55,26 @@ from situate.tasks.retrieval.stats import compare, intervals_of, mode_pairs
 def retrieve_task(retriever: Retriever, collection: str, queries: list[str], mode: str, limit: int,
                   advance: Callable[[int], None] | None = None,
                   keep: Callable[[int, list[Hit]], list[Hit]] | None = None,
-                  ) -> tuple[list[list[Hit]], list[float]]:
-    """One mode's hits for every query, each searched alone through `retriever` as an app's
-    query is (`Retriever.search`), and each query's seconds; `advance(1)` as each query finishes
-    (the terminal's progress bar). With `keep`, what it returns of query i's hits is kept instead
-    of all of them (memory bounded by what the caller keeps, not by the set). A query's seconds
-    are what a user of a warm retriever waits: its embedding and search, not the model's load
-    (`Retriever.warm`, before)."""
+                  batch: int = 1) -> tuple[list[list[Hit]], list[float]]:
+    """One mode's hits for every query through `retriever`, `batch` queries at a time
+    (`Retriever.search_many`: each ranks as `Retriever.search` ranks it alone, as an app's query
+    is), and each query's seconds; `advance(n)` as each batch of n finishes (the terminal's
+    progress bar). With `keep`, what it returns of query i's hits is kept instead of all of them
+    (memory bounded by the batch and what the caller keeps, not by the set). A query's seconds
+    are its batch's wall time shared among its queries: with `batch` 1, what a user of a warm
+    retriever waits (its embedding and search, not the model's load: `Retriever.warm`, before)."""
     seconds: list[float] = []
     hits: list[list[Hit]] = []
-    for i, query in enumerate(queries):
+    for start in range(0, len(queries), batch):
+        some = queries[start:start + batch]
         started = time.perf_counter()
-        found = retriever.search(query, limit, mode)
-        seconds.append(time.perf_counter() - started)
-        hits.append(keep(i, found) if keep is not None else found)
+        found = retriever.search_many(some, limit, mode, batch=batch)
+        each = (time.perf_counter() - started) / len(some)
+        for i, one in enumerate(found, start):
+            seconds.append(each)
+            hits.append(keep(i, one) if keep is not None else one)
         if advance is not None:
-            advance(1)
+            advance(len(some))
     return hits, seconds
 
 
@@ -152,7 +156,8 @@ def _evaluate_collection(options: EvaluateOptions, collection: str, queries: lis
             mode_ids.append([h.id for h in hs])
             return hs[:1]
 
-        hits, seconds = retrieve_task(retriever, collection, texts, mode, limit, advance, keep)
+        hits, seconds = retrieve_task(retriever, collection, texts, mode, limit, advance, keep,
+                                      options.query_batch)
         ranks[mode] = mode_ranks
         scores[mode] = {str(k): round(pass_at_k_of_ranks(ranks[mode], k), 2) for k in options.k}
         latency[mode] = Latency(**latency_ms(seconds))

@@ -254,6 +254,11 @@ class EvaluateOptions(Options):
     device: Device = from_settings(description="where the queries' embedder runs: auto, cpu, "
                                    "cuda, cuda:N or mps")
     json_out: JsonOut = Field(None, description="write the results as JSON")
+    query_batch: Annotated[int, Flag(("--query-batch",), metavar="N")] = Field(
+        64, ge=1, le=256, description="queries searched at once (they share the store's calls; "
+                                      "each ranks as it does alone); latency is then each "
+                                      "batch's time per query: 1 searches one at a time, and "
+                                      "measures what one user waits")
     trec_dir: Annotated[str | None, Flag(("--trec",), metavar="DIR")] = Field(
         None, description="also write the run (one file per collection and mode) and the qrels in "
                           "TREC format into DIR, for trec_eval, ir-measures or ranx")

@@ -9,9 +9,11 @@ together in the next call. Nothing waits for company: a lone search goes straigh
 
 Only searches that would be answered the same alone are put together (same collection, field,
 limit and output fields: the limit sets the HNSW search's breadth), and each gets its own row of
-the batch's answer: the chunks it would get alone, each cosine equal within a float32's last
-bits (Lite scores a segment without an index, and its unsealed rows, with a matrix product for a
-batch and a matrix-vector product for one query).
+the batch's answer: the chunks it would get alone, each cosine of Lite's equal within a
+float32's last bits (Lite scores a segment without an index, and its unsealed rows, with a
+matrix product for a batch and a matrix-vector product for one query). The store ranks them by
+cosines it computes itself from the hits' vectors (`MilvusStore.search`), the same to the bit
+either way, so a shared call ranks as a lone one.
 """
 
 from __future__ import annotations

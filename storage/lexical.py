@@ -359,10 +359,19 @@ class Bm25:
         return ranked[:limit]
 
     def scores_of(self, query: str, ids: Iterable[str]) -> dict[str, float]:
-        """Each of `ids`' score for `query`: 0 for a chunk sharing no term with it (or unknown)."""
+        """Each of `ids`' score for `query`: 0 for a chunk sharing no term with it (or unknown).
+        Looked up in the query's matches (row positions in order) by binary search: a common
+        term matches tens of thousands of rows, too many to make a dict of per query."""
         found, scores = self.scores(query)
-        by_position = dict(zip(found.tolist(), scores.tolist(), strict=True))
-        return {i: by_position.get(self.position.get(i, -1), 0.0) for i in ids}
+        ids = list(ids)
+        if not found.size:
+            return dict.fromkeys(ids, 0.0)
+        positions = np.fromiter((self.position.get(i, -1) for i in ids), dtype=np.int64,
+                                count=len(ids))
+        at = np.minimum(np.searchsorted(found, positions), found.size - 1)
+        matched = found[at] == positions
+        return {i: float(scores[a]) if m else 0.0
+                for i, a, m in zip(ids, at.tolist(), matched.tolist(), strict=True)}
 
     # --- catching up and saving --------------------------------------------------------------
 

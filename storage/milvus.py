@@ -430,11 +430,16 @@ class MilvusStore(Connection):
 
         On Milvus Lite, BM25 is the lexical index's (`situate.storage.lexical`): its ranking is
         exact (every chunk tying with the last one kept is weighed), and the hits are read from
-        the collection by id."""
+        the collection by id. Its dense hits come with their vectors, and are ranked by cosines
+        computed here (`cosines`), not by Lite's: Lite scores a call holding several queries with
+        other kernels than a call holding one (`situate.storage.coalesce`), so its scores of the
+        same chunk could differ in a float32's last bits between an evaluation's shared calls and
+        an app's lone one, and a near tie could fall the other way."""
         if leg == "bm25" and self._lexical_for(f"{leg} search in {collection!r}"):
             return self.hits(collection, self.ranking(collection, leg, query_text, None, limit))
         res = self._leg_search(collection, leg, query_text, query_vector, limit, HIT_FIELDS)
-        hits = sorted(self._hits(res, leg), key=lambda h: (-h.score, h.id))
+        hits = sorted(self._hits(res, leg, self._rescoring(leg, query_vector)),
+                      key=lambda h: (-h.score, h.id))
         return hits[:limit]
 
     def ranking(self, collection: str, leg: str, query_text: str,
@@ -446,15 +451,30 @@ class MilvusStore(Connection):
         if leg == "bm25" and self._lexical_for(f"{leg} search in {collection!r}"):
             return self._lexical_leg(collection).current().top(query_text, limit)
         res = self._leg_search(collection, leg, query_text, query_vector, limit, ["id"])
-        ranked = sorted(((_hit_id(h), _hit_score(h, leg)) for h in (res[0] if res else [])),
+        found = res[0] if res else []
+        rescore = self._rescoring(leg, query_vector)
+        scores = (_rescored(found, rescore) if rescore is not None
+                  else [_hit_score(h, leg) for h in found])
+        ranked = sorted(((_hit_id(h), s) for h, s in zip(found, scores, strict=True)),
                         key=lambda p: (-p[1], p[0]))
         return ranked[:limit]
+
+    def _rescoring(self, leg: str, query_vector: Sequence[float] | None
+                   ) -> Sequence[float] | None:
+        """The query vector whose cosines rank a dense search here (`search`): on Milvus Lite
+        (asked once), else None (a server's scores stand)."""
+        if leg != "dense" or query_vector is None or not self._on_lite("dense search"):
+            return None
+        return query_vector
 
     def _leg_search(self, collection: str, leg: str, query_text: str,
                     query_vector: Sequence[float] | None, limit: int,
                     fields: list[str]) -> Any:
         data, field, metric = self._leg(leg, query_text, query_vector)
         asked = min(limit + TIE_MARGIN, MAX_TOPK)
+        lite = leg == "dense" and self._on_lite(f"{leg} search in {collection!r}")
+        if lite:  # each hit's vector, to score it here (`search`)
+            fields = [*fields, "dense"]
 
         def call(queries: list[Any]) -> Any:
             return self._read(f"{leg} search in {collection!r}", collection,
@@ -463,7 +483,7 @@ class MilvusStore(Connection):
                                   output_fields=fields,
                                   search_params=self._search_params(metric, asked)))
 
-        if leg == "dense" and (self.is_local or self._lite_engine):
+        if lite:
             # Milvus Lite: concurrent dense searches share one call (`situate.storage.coalesce`)
             with _LEGS_LOCK:
                 if self._coalescer is None:
@@ -589,6 +609,25 @@ class MilvusStore(Connection):
             return None
         return self._lexical_leg(collection)
 
+    def prefetch(self, collection: str, ids: Sequence[str]) -> None:
+        """The rows of `ids` read now, with their vectors and a hit's fields, and kept
+        FETCHED_SECONDS for this query's dense scores (`leg_scores`) and `hits`: on Milvus Lite,
+        where a hybrid search reads its BM25 candidates' rows to score them, it reads them while
+        the query is embedded (`situate.tasks.retrieval.search.hybrid`), for they do not depend
+        on its vector. Elsewhere nothing (a server scores them itself)."""
+        if not ids or not self._on_lite(f"reading rows of {collection!r}"):
+            return
+        self._keep_fetched(collection, self._read_scored(collection, ids))
+
+    def _read_scored(self, collection: str, ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The rows of `ids` (those still stored) with their vectors and a hit's fields."""
+        rows: list[dict[str, Any]] = self._read(
+            f"dense scores in {collection!r}", collection, lambda: self.client.get(
+                collection, ids=list(ids), output_fields=["id", "dense", *HIT_FIELDS]))
+        for r in rows:
+            r["dense"] = np.asarray(r["dense"], dtype=np.float32)
+        return rows
+
     def _keep_fetched(self, collection: str, rows: Iterable[dict[str, Any]]) -> None:
         """Rows just read by id, kept FETCHED_SECONDS for this query's `hits`."""
         now = time.monotonic()
@@ -600,15 +639,17 @@ class MilvusStore(Connection):
                 del kept[key]
             kept.update(((collection, str(r["id"])), (now, r)) for r in rows)
 
-    def _take_fetched(self, collection: str, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """The rows of `ids` that `_keep_fetched` holds and are still fresh, taken out."""
+    def _take_fetched(self, collection: str, ids: Iterable[str],
+                      keep: bool = False) -> dict[str, dict[str, Any]]:
+        """The rows of `ids` that `_keep_fetched` holds and are still fresh, taken out (left
+        there with `keep`)."""
         if not self._fetched:
             return {}
         now = time.monotonic()
         found: dict[str, dict[str, Any]] = {}
         with _FETCHED_LOCK:
             for i in ids:
-                kept = self._fetched.pop((collection, i), None)
+                kept = (self._fetched.get if keep else self._fetched.pop)((collection, i), None)
                 if kept is not None and now - kept[0] < FETCHED_SECONDS:
                     found[i] = kept[1]
         return found
@@ -677,26 +718,33 @@ class MilvusStore(Connection):
     def _dense_scores(self, collection: str, query_vector: Sequence[float],
                       ids: Sequence[str]) -> dict[str, float]:
         """`leg_scores`' cosines on Milvus Lite: the rows read by id (with the fields of a hit,
-        kept for `hits`: one call for both) and scored here as Lite scores them (`cosines`).
-        Lite's own restricted search pays a pass over every row of the collection in Python
-        (about 260 ms at 100,000 chunks, against 15 ms to read 100 rows by id), and with its
-        HNSW index an id filter this narrow may miss some of the chunks asked for."""
-        rows = self._read(f"dense scores in {collection!r}", collection, lambda: self.client.get(
-            collection, ids=list(ids), output_fields=["id", "dense", *HIT_FIELDS]))
-        if not rows:
-            return {}
-        scores = cosines(query_vector, [r.pop("dense") for r in rows])
-        self._keep_fetched(collection, rows)
-        return {str(r["id"]): s for r, s in zip(rows, scores, strict=True)}
+        kept for `hits`: one call for both), unless `prefetch` read them already, and scored
+        here as Lite scores them (`cosines`). Lite's own restricted search pays a pass over
+        every row of the collection in Python (about 260 ms at 100,000 chunks, against 15 ms to
+        read 100 rows by id), and with its HNSW index an id filter this narrow may miss some of
+        the chunks asked for."""
+        by_id = self._take_fetched(collection, ids, keep=True)
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            rows = self._read_scored(collection, missing)
+            self._keep_fetched(collection, rows)
+            by_id.update((str(r["id"]), r) for r in rows)
+        found = [i for i in ids if i in by_id]
+        scores = cosines(query_vector, [by_id[i]["dense"] for i in found])
+        return dict(zip(found, scores, strict=True))
 
     @staticmethod
-    def _hits(res: Any, mode: str) -> list[Hit]:
+    def _hits(res: Any, mode: str, rescore: Sequence[float] | None = None) -> list[Hit]:
+        """A search's hits, scored by the store, or with `rescore` by their cosines with it."""
+        found = res[0] if res else []
+        scores = (_rescored(found, rescore) if rescore is not None
+                  else [_hit_score(h, mode) for h in found])
         hits: list[Hit] = []
-        for h in res[0] if res else []:
+        for h, score in zip(found, scores, strict=True):
             entity = h.get("entity", h)
             hits.append(Hit(id=_hit_id(h), doc_id=entity["doc_id"],
                             index=int(entity["chunk_index"]), text=entity["text"],
-                            context=entity["context"], score=_hit_score(h, mode),
+                            context=entity["context"], score=score,
                             metadata=entity.get("metadata") or {}))
         return hits
 
@@ -717,10 +765,21 @@ def cosines(query: Sequence[float], vectors: Sequence[Sequence[float]]) -> list[
     """The cosine of `query` with each of `vectors` as Milvus Lite reports it: both normalized
     in float32 as Lite normalizes them, their dot product in float32, returned as the score
     `1 - (1 - dot)` in doubles, sent as a float32 (equal to Lite's within a float32's last
-    bits: its HNSW kernel may sum the dot product in another order)."""
+    bits: its HNSW kernel may sum the dot product in another order).
+
+    Each vector's cosine is the same to the bit whatever other vectors come with it: every
+    sum runs along one row (NumPy's pairwise sum of that row), where a matrix product's
+    kernel may change with the number of rows."""
+    if not len(vectors):
+        return []
     q = _unit(np.asarray([query], dtype=np.float32))[0]
-    dots = _unit(np.asarray(vectors, dtype=np.float32)) @ q
+    dots = np.add.reduce(_unit(np.asarray(vectors, dtype=np.float32)) * q, axis=1)
     return [float(np.float32(1.0 - (1.0 - float(d)))) for d in dots]
+
+
+def _rescored(found: Sequence[Any], query: Sequence[float]) -> list[float]:
+    """Each search hit's cosine with `query`, from the vector it came with (taken out of it)."""
+    return cosines(query, [h.get("entity", h).pop("dense") for h in found])
 
 
 def _hit_id(h: Any) -> str:

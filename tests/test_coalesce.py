@@ -75,10 +75,11 @@ def test_an_error_reaches_every_search_of_its_call_and_the_next_ones_still_run()
 
 
 def test_concurrent_dense_searches_on_lite_answer_as_alone(tmp_path):
-    """Eight threads searching a Lite file at once: each ranking is the one it gets alone (the
-    same chunks in the same order, each cosine within a float32's last bits: Lite computes a
-    batch's with a matrix product, one query's with a matrix-vector one), and the searches that
-    waited went in one call."""
+    """Eight threads searching a Lite file at once: each ranking is the one it gets alone, the
+    same chunks in the same order with the same scores to the bit (Lite's own cosines of a batch,
+    a matrix product, differ in the last bits from one query's, a matrix-vector product: the
+    store scores the hits from their vectors itself), and the searches that waited went in one
+    call; the hits of a dense search too."""
     store = fresh(str(tmp_path / "a.db"), documents(60, 21))
     rng = np.random.default_rng(5)
     vectors = [list(map(float, v)) for v in rng.standard_normal((8, 8))]
@@ -95,8 +96,26 @@ def test_concurrent_dense_searches_on_lite_answer_as_alone(tmp_path):
     store.client.search = slow_first
     with ThreadPoolExecutor(8) as pool:
         together = list(pool.map(lambda v: store.ranking(C, "dense", "", v, 20), vectors))
-    assert [[i for i, _ in r] for r in together] == [[i for i, _ in r] for r in alone]
-    assert max(abs(a[1] - b[1]) for x, y in zip(together, alone, strict=True)
-               for a, b in zip(x, y, strict=True)) < 1e-6
+    assert together == alone
+    assert max(store._coalescer.batches[-8:]) > 1
+    hits_alone = [store.search(C, "dense", "", v, 20) for v in vectors]
+    gate.clear()
+    with ThreadPoolExecutor(8) as pool:
+        hits_together = list(pool.map(lambda v: store.search(C, "dense", "", v, 20), vectors))
+    assert hits_together == hits_alone
+    assert [[(h.id, h.score) for h in hs] for hs in hits_alone] == alone
     assert max(store._coalescer.batches[-8:]) > 1
     store.close()
+
+
+def test_cosines_of_a_vector_do_not_depend_on_the_others_scored_with_it():
+    """`cosines` sums each row on its own: a matrix product's kernel changes with the number of
+    rows, and its cosines with it."""
+    from situate.storage.milvus import cosines
+
+    rng = np.random.default_rng(9)
+    query = rng.standard_normal(384).astype(np.float32).tolist()
+    rows = rng.standard_normal((117, 384)).astype(np.float32)
+    together = cosines(query, rows)
+    assert together == [cosines(query, [row])[0] for row in rows]
+    assert together[:5] == cosines(query, rows[:5])

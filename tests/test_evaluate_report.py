@@ -341,7 +341,7 @@ class _RecordingStore:
 
     def ranking(self, collection, leg, query, vector, limit):
         found = self.search(collection, leg, query, vector, limit)
-        self.found = {h.id: h for h in found}
+        self.found = {**getattr(self, "found", {}), **{h.id: h for h in found}}
         return [(h.id, h.score) for h in found]
 
     def hits(self, collection, ranked):
@@ -350,10 +350,12 @@ class _RecordingStore:
         return [dataclasses.replace(self.found[i], score=s) for i, s in ranked]
 
 
+@pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
-def test_evaluation_handles_and_times_each_query_alone(mode, embedders):
-    """The evaluate flow's retrieval: each query searched alone through the Retriever (as an
-    app's), timed, after the retriever's warm-up (which searches no user query)."""
+def test_evaluation_handles_and_times_each_query_alone(mode, batch, embedders):
+    """The evaluate flow's retrieval: each query searched through the Retriever as an app's is
+    (`batch` at a time: 2 makes a batch of two and one of one), each query's hits in its place,
+    timed, after the retriever's warm-up (which searches no user query)."""
     from situate.api.retriever import WARM_UP_QUERY, Retriever
     from situate.flows.evaluate import retrieve_task
     from tests.fakes.hash_embedding import HashEmbedding
@@ -364,18 +366,20 @@ def test_evaluation_handles_and_times_each_query_alone(mode, embedders):
     assert {q for _, q, _, _ in store.searches} == {WARM_UP_QUERY}
     store.searches.clear()
     queries = ["alpha beta", "gamma", "delta epsilon zeta"]
-    hits, seconds = retrieve_task.fn(retriever, "c", queries, mode, 7)
+    advanced: list[int] = []
+    hits, seconds = retrieve_task.fn(retriever, "c", queries, mode, 7, advanced.append,
+                                     batch=batch)
     assert [[h.doc_id for h in hs] for hs in hits] == [[f"doc-{q}"] for q in queries]
     assert len(seconds) == 3 and all(0 < s < 60 for s in seconds)
-    # hybrid: each leg searched to the fusion's depth, per query (its two legs at the same time,
-    # so in either order)
+    assert advanced == ([1, 1, 1] if batch == 1 else [2, 1])
+    # hybrid: each leg searched to the fusion's depth, per query (queries of a batch, and a
+    # query's two legs, at the same time: in any order)
     legs = [("dense", 100), ("bm25", 100)] if mode == "hybrid" else [(mode, 7)]
-    searched = [(m, q, limit) for m, q, _, limit in store.searches]
-    assert [sorted(searched[i:i + len(legs)]) for i in range(0, len(searched), len(legs))] == [
-        sorted((m, q, limit) for m, limit in legs) for q in queries]
-    # Each query searched with its own vector (none needed by BM25), embedded as a query on its own.
+    assert sorted((m, q, limit) for m, q, _, limit in store.searches) == sorted(
+        (m, q, limit) for q in queries for m, limit in legs)
+    # Each dense search with its query's own vector, embedded as a query on its own; BM25 none.
     assert [v for _, _, v, _ in store.searches] == [
-        None if mode == "bm25" else HashEmbedding()._one(q) for _, q, _, _ in store.searches]
+        None if m == "bm25" else HashEmbedding()._one(q) for m, q, _, _ in store.searches]
 
 
 @pytest.mark.slow

@@ -758,6 +758,16 @@ def bench_lexical() -> list[str]:
     return out
 
 
+def _evaluation_seconds(serve: dict) -> str:
+    """The search time of the evaluation's queries x 3 modes, as `situate evaluate` searches them
+    (batched; with the one-at-a-time reference of the same run, scaled to as many queries)."""
+    searched = serve["evaluation_search_s"]
+    if not isinstance(searched, dict):
+        return f"{_f(searched, 0)} s"
+    return (f"{_f(searched['total'], 1)} s, {serve['evaluation_batch']} at a time "
+            f"({_f(serve['evaluation_alone_s_scaled'], 0)} s one at a time)")
+
+
 def bench_search_scale() -> list[str]:
     d = _load("search-scale.json")
     out = ["## Search by collection size, BM25 from the lexical index", "",
@@ -765,11 +775,13 @@ def bench_search_scale() -> list[str]:
            "store with random unit vectors (384-d, recorded as MiniLM on OpenVINO: only "
            "search is measured, the query embedded by the real model), searched through "
            f"`Retriever`, one query at a time, k 10, {d['queries']} queries. *parts*: the "
-           "query's embedding, the lexical index's own top 116 and Lite's dense top 116, each "
-           "called directly; hybrid is over the sum of their p50s.", "",
+           "query's embedding, the lexical index's own top 116 and Lite's dense top 116 (ids "
+           "and scores, as Lite answers it), each called directly; hybrid is over the sum of "
+           "their p50s. The store's own dense top 116 also reads each hit's vector, to score it "
+           "itself (the same to the bit in a shared call as alone).", "",
            "| chunks | hybrid p50 / p95 | dense p50 / p95 | BM25 p50 / p95 | embedding | index "
-           "top 116 | Lite dense top 116 | hybrid / parts | Lite's own BM25 p50 |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "top 116 | Lite dense top 116 | the store's | hybrid / parts | Lite's own BM25 p50 |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in d["results"]:
         s = r["serve"]
         p50, p95 = s["p50_ms"], s["p95_ms"]
@@ -777,7 +789,23 @@ def bench_search_scale() -> list[str]:
                    f"{_f(p50['dense'], 0)} / {_f(p95['dense'], 0)} ms | "
                    f"{_f(p50['bm25'], 0)} / {_f(p95['bm25'], 0)} ms | {_f(p50['embed'], 0)} ms | "
                    f"{_f(p50['engine_bm25'], 1)} ms | {_f(p50['lite_dense'], 0)} ms | "
+                   f"{_f(p50['store_dense'], 0) + ' ms' if 'store_dense' in p50 else '—'} | "
                    f"{_f(s['hybrid_over_parts'], 2)}x | {_f(s['lite_native_bm25_p50_ms'], 0)} ms |")
+    steps = [(r["chunks"], r["serve"].get("hybrid_steps_p50_ms")) for r in d["results"]]
+    if all(st for _, st in steps):
+        names = [("query", "whole query"), ("embed", "embedding"),
+                 ("ranking_dense", "dense top 116 (Lite)"), ("ranking_bm25", "BM25 top 116 (index)"),
+                 ("prefetch_rows", "BM25 candidates' rows read (Lite)"),
+                 ("leg_scores_dense", "their cosines"), ("leg_scores_bm25", "dense candidates' BM25"),
+                 ("hits", "hits read (Lite)")]
+        out += ["", "Where a hybrid query's time goes (p50 of each step, timed inside the query; "
+                "BM25's leg and the read of its candidates' rows run in another thread while the "
+                "query is embedded and the dense leg searched, so steps overlap):", "",
+                "| step | " + " | ".join(f"{c:,} chunks" for c, _ in steps) + " |",
+                "|---|" + "---:|" * len(steps)]
+        for key, label in names:
+            out.append(f"| {label} | " + " | ".join(
+                f"{_f(st[key], 1)} ms" if key in st else "—" for _, st in steps) + " |")
     out += ["", "| chunks | write (rows, and the index as they go) | index at the write's end | on "
             "disk | 1% of "
             "documents rewritten: caught up | server restarted: first answer | "
@@ -790,7 +818,7 @@ def bench_search_scale() -> list[str]:
                    f"({u['rows']:,} rows, {u['how']}) | "
                    f"{_f(r['after_update_and_restart']['first_answer_s'], 1)} s (index "
                    f"{r['after_update_and_restart']['index_was']}) | "
-                   f"{_f(r['serve']['evaluation_search_s'], 0)} s |")
+                   f"{_evaluation_seconds(r['serve'])} |")
     out += ["", "A hybrid query makes at most three calls to Lite and none for BM25: the dense "
             "top 100; the rows of BM25's candidates the dense leg did not return, read by id "
             "with their vectors and a hit's fields, their cosines computed here as Lite computes "

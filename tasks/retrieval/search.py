@@ -153,30 +153,44 @@ def concurrently(calls: Sequence[Callable[[], T]], pool: Executor | None) -> lis
 
 
 def hybrid(store: SearchStore, collection: str, query_text: str,
-           query_vector: Sequence[float] | None, limit: int, fusion: str = "cdbsf",
-           pool: Executor | None = None) -> list[Hit]:
+           query_vector: Sequence[float] | Callable[[], Sequence[float] | None] | None,
+           limit: int, fusion: str = "cdbsf", pool: Executor | None = None) -> list[Hit]:
     """Dense and BM25 fused: each leg's top FUSION_DEPTH candidates, and (for the score-based
     fusions) each leg's own scores of the other leg's candidates it did not return, fused by
     `fusion`; each hit's score becomes its fused score. With `pool`, the two legs' searches run
-    at the same time, then their two `leg_scores`."""
+    at the same time, then their two `leg_scores`.
+
+    `query_vector` may be a function that embeds the query: BM25's leg, which needs no vector,
+    then runs while it does, and with `pool`, on a store that reads its candidates' rows to score
+    them (`prefetch`: Milvus Lite), reads those rows too, so that the query's dense scores of
+    them and its hits find them read."""
     fuse = FUSIONS[fusion]
     depth = max(limit, FUSION_DEPTH)
-    legs = concurrently([_leg_ranking(store, collection, leg, query_text, query_vector, depth)
-                         for leg in LEGS], pool)
+    prefetch = getattr(store, "prefetch", None) if pool is not None and fusion in SCORED else None
+
+    def lexical() -> list[tuple[str, float]]:
+        ranked = store.ranking(collection, "bm25", query_text, None, depth)
+        if prefetch is not None:
+            prefetch(collection, [i for i, _ in ranked])
+        return ranked
+
+    vectors: list[Sequence[float] | None] = []  # the query's, once embedded
+
+    def dense() -> list[tuple[str, float]]:
+        vectors.append(query_vector() if callable(query_vector) else query_vector)
+        return store.ranking(collection, "dense", query_text, vectors[0], depth)
+
+    assert LEGS == ("dense", "bm25"), "the legs as fused: dense, then BM25"
+    bm25_leg, dense_leg = concurrently([lexical, dense], pool)
+    legs = [dense_leg, bm25_leg]
     extras = None
     if fusion in SCORED:
         candidates = list(dict.fromkeys(i for leg in reversed(legs) for i, _ in leg))
         returned = [{i for i, _ in leg} for leg in legs]
-        extras = concurrently([_leg_scores(store, collection, leg, query_text, query_vector,
+        extras = concurrently([_leg_scores(store, collection, leg, query_text, vectors[0],
                                            [i for i in candidates if i not in ids])
                                for leg, ids in zip(LEGS, returned, strict=True)], pool)
     return store.hits(collection, fuse(legs, extras)[:limit])
-
-
-def _leg_ranking(store: SearchStore, collection: str, leg: str, query_text: str,
-                 query_vector: Sequence[float] | None, limit: int
-                 ) -> Callable[[], list[tuple[str, float]]]:
-    return lambda: store.ranking(collection, leg, query_text, query_vector, limit)
 
 
 def _leg_scores(store: SearchStore, collection: str, leg: str, query_text: str,
@@ -201,10 +215,16 @@ def answer(store: SearchStore, collection: str, query: str, mode: str, limit: in
     through here, by `Retriever.run`, which has checked the query, the mode and the fusion.
     The query is searched up to its MAX_QUERY_TERMS-th term (`searched_query`)."""
     query = searched_query(query)
-    vector = encoder.embed_queries([query])[0] if encoder is not None and mode != "bm25" else None
+
+    def vector() -> Sequence[float] | None:
+        return encoder.embed_queries([query])[0] if encoder is not None else None
+
     if mode == "rerank":
         assert reranker is not None, "the rerank mode is asked for with a reranker"
         candidates = hybrid(store, collection, query, vector, max(limit, RERANK_DEPTH), fusion,
                             pool)
         return reranker.rerank(query, candidates, limit)
-    return search(store, collection, mode, query, vector, limit, fusion, pool)
+    if mode == "hybrid":  # BM25's leg goes on while the query is embedded
+        return hybrid(store, collection, query, vector, limit, fusion, pool)
+    return search(store, collection, mode, query, vector() if mode != "bm25" else None, limit,
+                  fusion, pool)
