@@ -26,7 +26,7 @@ import time
 from collections.abc import Collection, Iterable, Iterator, KeysView, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from situate.core.errors import InputError
 from situate.core.records import Document, Indexes, index_key
@@ -54,13 +54,11 @@ from situate.tasks.sources.base import is_source
 from situate.tasks.sources.mirror import SyncReport, check_mirror, sync, with_versions
 
 
-@dataclass(frozen=True)
-class Corpus:
-    """What a loader returns: the documents, the form it read, and what it skipped."""
+@dataclass(frozen=True, kw_only=True)
+class CorpusCounts:
+    """What a read of a corpus skipped and cleaned, by kind: the counters a loaded corpus
+    (`Corpus`) and a checking pass (`CorpusScan`) both report (`counted`)."""
 
-    path: str
-    form: str
-    documents: tuple[Document, ...]
     skipped_empty: int = 0
     skipped_files: int = 0
     # Files over `max_file_bytes` (directory form), never read.
@@ -73,6 +71,25 @@ class Corpus:
     formats: tuple[tuple[str, int], ...] = ()
     units: tuple[tuple[str, int], ...] = ()
     skipped: tuple[tuple[str, int], ...] = ()
+
+
+def counted(tally: Tally) -> dict[str, Any]:
+    """A read's `CorpusCounts`, from what its `Tally` counted."""
+    formats, units, skipped = (tuple(sorted(c.items()))
+                               for c in (tally.formats, tally.units, tally.reasons))
+    return {"skipped_empty": tally.empty, "skipped_files": tally.skipped_files,
+            "skipped_large_files": tally.large_files, "skipped_chunks": tally.skipped_chunks,
+            "cleaned_chars": tally.cleaned_chars, "formats": formats, "units": units,
+            "skipped": skipped}
+
+
+@dataclass(frozen=True)
+class Corpus(CorpusCounts):
+    """What a loader returns: the documents, the form it read, and what it skipped."""
+
+    path: str
+    form: str
+    documents: tuple[Document, ...]
 
     @property
     def chunk_count(self) -> int:
@@ -90,7 +107,7 @@ class ScannedDocument(NamedTuple):
 
 
 @dataclass(frozen=True)
-class CorpusScan:
+class CorpusScan(CorpusCounts):
     """What a checking pass over a corpus found, without its texts: counts, each document's
     `ScannedDocument` (in corpus order: the order a run writes them), and what it skipped. The
     ingest flow plans with it, then reads again only the documents its plan processes."""
@@ -100,14 +117,6 @@ class CorpusScan:
     documents: int
     chunks: int
     scanned: Mapping[str, ScannedDocument]
-    skipped_empty: int = 0
-    skipped_files: int = 0
-    skipped_large_files: int = 0
-    skipped_chunks: int = 0
-    cleaned_chars: int = 0
-    formats: tuple[tuple[str, int], ...] = ()
-    units: tuple[tuple[str, int], ...] = ()
-    skipped: tuple[tuple[str, int], ...] = ()
     seconds: float = 0.0  # how long the pass took
     # Documents whose read was slow, kept whole (KEEP_SLOWER_THAN, KEEP_BYTES) for the run.
     kept: Mapping[str, Document] = field(default_factory=dict, repr=False)
@@ -142,8 +151,7 @@ def load_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                    follow_links=follow_links)
     documents = tuple(iter_corpus(path, chunk_size, chunk_overlap, tally))
     tally.summarize()
-    return Corpus(str(path), tally.form, documents, tally.empty, tally.skipped_files,
-                  tally.large_files, tally.skipped_chunks, tally.cleaned_chars, *_counts(tally))
+    return Corpus(str(path), tally.form, documents, **counted(tally))
 
 
 # A document whose read (reading, cleaning, cutting) took this long is kept whole by the checking
@@ -205,10 +213,7 @@ def scan_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 kept[doc.id] = doc
                 kept_bytes += size
     tally.summarize()
-    formats, units, skipped = _counts(tally)
-    return CorpusScan(str(path), tally.form, len(scanned), chunks, scanned, tally.empty,
-                      tally.skipped_files, tally.large_files, tally.skipped_chunks,
-                      tally.cleaned_chars, formats, units, skipped,
+    return CorpusScan(str(path), tally.form, len(scanned), chunks, scanned, **counted(tally),
                       seconds=time.perf_counter() - started, kept=kept)
 
 
@@ -270,10 +275,6 @@ def _tally(path: str | Path, max_file_bytes: int | None, quiet: bool,
         follow_links=settings.follow_links if follow_links is None else follow_links,
         read_seconds=settings.read_seconds, read_memory=int(settings.read_memory),
         max_pages=settings.max_pdf_pages, quiet=quiet, wanted=wanted))
-
-
-def _counts(tally: Tally) -> tuple[tuple[tuple[str, int], ...], ...]:
-    return tuple(tuple(sorted(c.items())) for c in (tally.formats, tally.units, tally.reasons))
 
 
 def iter_corpus(path: str | Path, chunk_size: int, chunk_overlap: int,
