@@ -145,8 +145,9 @@ class IngestOptions(Options):
     corpus: Annotated[str, Flag()] = Field(
         description="the corpus: a pre-chunked .json, a .jsonl of documents, a directory (or "
                     "file) of text, Markdown and source files, or where documents live: a git "
-                    "repository (git+https://host/org/repo@main, git+file:///path/repo.git) or a "
-                    "website (https://docs.example.com/guide/)")
+                    "repository (git+https://host/org/repo@main, git+file:///path/repo.git), a "
+                    "website (https://docs.example.com/guide/) or a bucket's prefix "
+                    "(s3://bucket/prefix/, gs://bucket/prefix/, az://container/prefix/)")
     collection: Collection = Field(description="Milvus collection name")
     milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
     context: Annotated[str, Flag(("--context",), choices=_context_names),
@@ -302,8 +303,8 @@ class ServeOptions(Options):
     left empty are resolved by each run from the settings where it runs."""
 
     corpus: Annotated[str, Flag()] = Field(description="corpus the ingest deployment re-reads on "
-                                                        "every run (a path, or a git or website "
-                                                        "URL, synced on every run)")
+                                                        "every run (a path, or a git, website or "
+                                                        "bucket URL, synced on every run)")
     collection: Collection = Field(description="Milvus collection name")
     milvus_uri: MilvusUri = from_settings(description="Milvus Lite file, or http(s)://host:port")
     credentials_block: CredentialsBlock = None

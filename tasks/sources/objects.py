@@ -31,6 +31,7 @@ credential in it), and the sync then deletes nothing.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -179,7 +180,11 @@ class GCSSource(_Bucket):
     where = "GOOGLE_APPLICATION_CREDENTIALS or gcloud's application-default credentials"
 
     def _connect(self, credentials: dict[str, Any]) -> Any:
-        from gcsfs.core import GCSFileSystem
+        with warnings.catch_warnings():
+            # google-api-core's notice that grpcio < 1.83 lacks post-quantum TLS (grpcio is held
+            # below 1.80: pyproject.toml says why), printed at import; its gRPC is not used here.
+            warnings.filterwarnings("ignore", category=FutureWarning, message=".*grpcio")
+            from gcsfs.core import GCSFileSystem
 
         info = credentials.get("service_account_info") or credentials.get("secret")
         if "private_key" in credentials:  # a Secret block holding the key file's JSON
@@ -203,8 +208,10 @@ class GCSSource(_Bucket):
         elif os.environ.get("STORAGE_EMULATOR_HOST") and not os.environ.get(
                 "GOOGLE_APPLICATION_CREDENTIALS"):
             token = "anon"  # an emulator takes no credentials (as google-cloud-storage does)
-        fs = GCSFileSystem(token=token, project=credentials.get("project") or None,
-                           skip_instance_cache=True, use_listings_cache=False)
+        with warnings.catch_warnings():  # "project not set": only listing buckets needs one
+            warnings.filterwarnings("ignore", message="GCS project not set")
+            fs = GCSFileSystem(token=token, project=credentials.get("project") or None,
+                               skip_instance_cache=True, use_listings_cache=False)
         # Credentials refused are said now, once: inside a request gcsfs would retry the refusal
         # with backoff for half a minute, then log it with a traceback.
         fs.credentials.maybe_refresh()
