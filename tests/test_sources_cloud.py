@@ -86,7 +86,12 @@ def azure_server():
         yield connection
 
 
-@pytest.fixture(params=["gs", "az"])
+# Azurite is an npm install (about 45 s, once) and a Node process (6 s to start): its tests are in
+# the soak tier (`make test-soak`), the GCS emulator's (in process, milliseconds) in `make test`.
+AZURE = pytest.param("az", marks=pytest.mark.soak)
+
+
+@pytest.fixture(params=["gs", AZURE])
 def store(request, monkeypatch):
     """Each provider's emulator, cleared after the test, and the environment a source reads."""
     if request.param == "gs":
@@ -164,6 +169,7 @@ def test_a_wrong_gcs_key_is_one_line_without_the_key(gcs_server, tmp_path, monke
     assert body not in said and body not in caplog.text and "Traceback" not in caplog.text
 
 
+@pytest.mark.soak
 def test_a_wrong_azure_key_is_one_line_without_the_key(azure_server, tmp_path, monkeypatch,
                                                        caplog):
     """A connection string whose account key Azurite refuses: one line, no key in it or the log."""
