@@ -168,3 +168,36 @@ def test_dry_run_lists_without_downloading(s3, tmp_path, monkeypatch):
     assert (seen.listed, seen.new, seen.changed, seen.unchanged, seen.gone) == (5, 1, 1, 3, 1)
     assert seen.bytes_to_fetch == len(page(1, "Edited.")) + len(page(7))
     assert (mirror_root(url, cache) / "state.sqlite").read_bytes() == state
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_an_emptied_prefix_is_pruned_and_a_failed_listing_prunes_nothing(prefect_harness, state,
+                                                                        s3, monkeypatch):
+    """Every object of the prefix deleted: the listing, whole and empty, is an empty corpus, and
+    --prune deletes the collection's documents (a folder says 'no documents' instead); without
+    --prune they stay. A listing that fails (a missing bucket) deletes nothing."""
+    from tests.fakes.milvus_server import snapshot
+    from tests.helpers import ingest
+
+    s3.create_bucket(Bucket="docs")
+    for n in range(3):
+        put(s3, f"reports/r{n}.md", page(n))
+    params = {"corpus": "s3://docs/reports/", "collection": "emptied", "context": "structural",
+              "embedder": "hash", "prune": True}
+    assert ingest(**params).new == 3
+    for n in range(3):
+        s3.delete_object(Bucket="docs", Key=f"reports/r{n}.md")
+    kept = ingest(**{**params, "prune": False})
+    assert (kept.source["gone"], kept.deleted_documents) == (3, 0)
+    assert len(snapshot(state["milvus_uri"], "emptied")) > 0
+
+    s3.delete_bucket(Bucket="docs")
+    with pytest.raises(InputError, match="bucket 'docs' not found"):
+        ingest(**params)
+    assert len(snapshot(state["milvus_uri"], "emptied")) > 0
+
+    s3.create_bucket(Bucket="docs")
+    emptied = ingest(**params)
+    assert (emptied.new, emptied.deleted_documents) == (0, 3)
+    assert len(snapshot(state["milvus_uri"], "emptied")) == 0

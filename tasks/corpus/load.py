@@ -22,6 +22,7 @@ streamed for a run.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Collection, Iterable, Iterator, KeysView, Mapping
 from dataclasses import dataclass, field, replace
@@ -186,6 +187,13 @@ def scan_corpus(path: str | Path, chunk_size: int = DEFAULT_CHUNK_SIZE,
         report = sync(path, cache_dir or get_settings().cache_dir,
                       max(get_settings().max_document_bytes, get_settings().max_file_bytes),
                       credentials=block_credentials(credentials_block))
+        if report.complete and not any(f.is_file() for f in Path(report.root).rglob("*")):
+            # The source's whole listing holds nothing: an empty corpus, so that --prune removes
+            # what it held (a folder found empty says "no documents": an unmounted disk looks
+            # like that; a listing that failed raised above and deletes nothing).
+            logging.getLogger("situate.sources").warning(f"{report.url}: the source lists no "
+                                                          "documents")
+            return CorpusScan(report.url, "directory", 0, 0, {}, sync=report)
         try:
             scan = scan_corpus(report.root, chunk_size, chunk_overlap, max_file_bytes, code_chunks,
                                follow_links=False)
