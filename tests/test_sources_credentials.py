@@ -189,9 +189,10 @@ def test_the_name_is_checked_alike_on_every_face(tmp_path):
 @pytest.mark.soak
 def test_the_cli_with_a_block_leaves_the_key_nowhere(reader, tmp_path):
     """`situate ingest s3://... --credentials-block NAME` in a process of its own, the block in
-    its PREFECT_HOME's database (read through its temporary server): the key is in none of the
-    command's output, its JSON summary, the cache directory or the Prefect database's bytes (the
-    block's own fields are stored encrypted there)."""
+    its PREFECT_HOME's database (read through its temporary server), first priced (--dry-run:
+    the listing, made with the block's key), then run: the key is in none of the commands'
+    output, its JSON summary, the cache directory or the Prefect database's bytes (the block's
+    own fields are stored encrypted there)."""
     key_id, secret = reader
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PREFECT_API_URL", "SITUATE_", "ANTHROPIC_"))}
@@ -202,10 +203,14 @@ def test_the_cli_with_a_block_leaves_the_key_nowhere(reader, tmp_path):
          "sys.argv[2]})).save('s3-reader')", key_id, secret],
         env=env, capture_output=True, text=True, timeout=300)
     assert saved.returncode == 0, saved.stderr[-2000:]
-    out = subprocess.run([str(SITUATE), "ingest", "s3://docs/reports/", "--collection", "blk",
-                          "--milvus-uri", str(tmp_path / "m.db"), "--context", "structural",
-                          "--cache-dir", str(tmp_path / "cache"), "--credentials-block",
-                          "s3-reader", "--json", str(tmp_path / "s.json")],
+    args = ["--collection", "blk", "--milvus-uri", str(tmp_path / "m.db"), "--context",
+            "structural", "--cache-dir", str(tmp_path / "cache"), "--credentials-block", "s3-reader"]
+    priced = subprocess.run([str(SITUATE), "ingest", "s3://docs/reports/", *args, "--dry-run"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert priced.returncode == 0, priced.stderr[-3000:]
+    assert "the sync would fetch 3 document(s)" in priced.stdout + priced.stderr
+    out = subprocess.run([str(SITUATE), "ingest", "s3://docs/reports/", *args, "--json",
+                          str(tmp_path / "s.json")],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads((tmp_path / "s.json").read_text())["new"] == 3
@@ -213,7 +218,26 @@ def test_the_cli_with_a_block_leaves_the_key_nowhere(reader, tmp_path):
     seen += [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
     assert any(p.name.startswith("prefect.db") for p in seen)
     for part in (secret, key_id):
-        for text in (out.stdout, out.stderr, (tmp_path / "s.json").read_text()):
+        for text in (priced.stdout, priced.stderr, out.stdout, out.stderr,
+                     (tmp_path / "s.json").read_text()):
             assert part not in text
         for path in seen:
             assert part.encode() not in path.read_bytes(), path
+
+
+def test_a_git_source_takes_its_token_from_a_block(tmp_path):
+    """A Secret block's value is the password of an HTTPS git URL (x-access-token, GitHub's user
+    name for a token), masked in what the source shows; a git+file:// source takes none."""
+    from situate.core.secrets import redact
+    from situate.tasks.sources.base import open_source
+
+    token = "ghp_0123456789abcdefTOKEN"
+    source = open_source("git+https://git.example.com/org/handbook.git@main", tmp_path,
+                         {"secret": token, "_block": "handbook-token"})
+    assert source.transport == f"https://x-access-token:{token}@git.example.com/org/handbook.git"
+    assert token not in redact(source.transport) and token not in source.shown
+    named = open_source("git+https://git.example.com/org/handbook.git", tmp_path,
+                        {"token": "glpat-0123456789", "username": "oauth2"})
+    assert named.transport == "https://oauth2:glpat-0123456789@git.example.com/org/handbook.git"
+    with pytest.raises(InputError, match="a token over git\\+https://"):
+        open_source(f"git+file://{tmp_path}/repo.git", tmp_path, {"secret": token})
