@@ -241,3 +241,24 @@ def test_a_git_source_takes_its_token_from_a_block(tmp_path):
     assert named.transport == "https://oauth2:glpat-0123456789@git.example.com/org/handbook.git"
     with pytest.raises(InputError, match="a token over git\\+https://"):
         open_source(f"git+file://{tmp_path}/repo.git", tmp_path, {"secret": token})
+
+
+def test_an_azure_block_s_fields_reach_adlfs(tmp_path, monkeypatch):
+    """prefect-azure's block fields as adlfs takes them (no request made: adlfs connects lazily):
+    a connection string, a Secret block's value, an account URL alone (Azure's default
+    credential); the key is remembered, so every message masks it."""
+    pytest.importorskip("adlfs")
+    from situate.core.secrets import redact
+    from situate.tasks.sources.objects import AzureSource
+
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)
+    key = "QmxvY2tLZXlCbG9ja0tleUJsb2NrS2V5QmxvY2tLZXk="
+    connection = (f"DefaultEndpointsProtocol=https;AccountName=reports;AccountKey={key};"
+                  "EndpointSuffix=core.windows.net")
+    for fields in ({"connection_string": connection}, {"secret": connection}):
+        source = AzureSource("az://docs/2026/", tmp_path, fields)
+        assert source.fs.connection_string == connection
+        assert key not in redact(f"refused with {key}")
+    by_url = AzureSource("az://docs/2026/", tmp_path,
+                         {"account_url": "https://reports.blob.core.windows.net"})
+    assert (by_url.fs.account_name, by_url.fs.anon) == ("reports", False)

@@ -18,7 +18,8 @@ block (`--credentials-block`, `situate.tasks.sources.base.SourceCredentials`):
   `AZURE_STORAGE_ACCOUNT_KEY` or `AZURE_STORAGE_SAS_TOKEN`, or a service principal
   (`AZURE_STORAGE_CLIENT_ID`, `..._CLIENT_SECRET`, `..._TENANT_ID`). A block's
   `connection_string` (prefect-azure's `AzureBlobStorageCredentials`, or a Secret block holding
-  it), `account_name`, `account_key`, `sas_token`.
+  it), `account_name`, `account_key`, `sas_token`; its `account_url` alone: the account, read
+  with Azure's default credential chain (azure-identity's `DefaultAzureCredential`).
 
 The listing is read a page (1,000 keys; Azure's 5,000) at a time and streamed into the mirror's
 SQLite, so a prefix of a million keys is never held in memory. Each object's change marker is
@@ -256,9 +257,13 @@ class AzureSource(_Bucket):
 
         fields = ("connection_string", "account_name", "account_key", "sas_token", "client_id",
                   "client_secret", "tenant_id")
-        kwargs = {k: str(credentials[k]) for k in fields if credentials.get(k)}
+        kwargs: dict[str, Any] = {k: str(credentials[k]) for k in fields if credentials.get(k)}
         if credentials.get("secret"):  # a Secret block holding a connection string
             kwargs["connection_string"] = str(credentials["secret"])
+        url = str(credentials.get("account_url") or "")
+        if url and not kwargs:  # prefect-azure's account URL alone: Azure's default credential
+            kwargs = {"account_name": (urlsplit(url).hostname or "").split(".")[0],
+                      "anon": False}
         remember(*(kwargs.get(k, "") for k in ("account_key", "sas_token", "client_secret")),
                  *_connection_string_secrets(kwargs.get("connection_string", "")))
         if credentials:
