@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ByteSize, Field, SecretStr, ValidationError
@@ -156,18 +155,6 @@ class Settings(BaseSettings):
         if self.context:
             return self.context
         return "anthropic" if has_key("anthropic") else "structural"
-
-
-def model_cache_dir(value: str = "") -> Path:
-    """The machine-level cache of exported models: `value` (SITUATE_MODEL_CACHE) when given, else
-    the user's cache directory as the platform names it (platformdirs). One per user, not per
-    folder: a script in one folder and an MCP server an agent starts in another share one export
-    (written atomically, under a lock: `situate.tasks.embedders.exported`)."""
-    if value:
-        return Path(value).expanduser().resolve()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("situate", appauthor=False))
 
 
 def default(name: str) -> Any:

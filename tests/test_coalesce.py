@@ -119,3 +119,34 @@ def test_cosines_of_a_vector_do_not_depend_on_the_others_scored_with_it():
     together = cosines(query, rows)
     assert together == [cosines(query, [row])[0] for row in rows]
     assert together[:5] == cosines(query, rows[:5])
+
+
+def test_vectors_as_python_floats_or_float32_arrays_score_the_same():
+    """pymilvus gives a vector as a list of Python floats (a search's hits) or, read by id with
+    `strict_float32`, as a float32 array: `float32` reads either as NumPy's own float32
+    conversion does, to the bit, and their cosines are the same."""
+    from situate.storage.milvus import cosines, float32
+
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((50, 384)).tolist()  # doubles: each rounds to a float32
+    assert np.array_equal(float32(rows), np.asarray(rows, dtype=np.float32))
+    assert float32(rows).dtype == np.float32
+    query = rng.standard_normal(384).tolist()
+    assert cosines(query, rows) == cosines(query, [np.asarray(r, dtype=np.float32) for r in rows])
+
+
+def test_rows_read_for_their_dense_scores_carry_float32_vectors(tmp_path):
+    """The rows a hybrid search reads by id come with each vector as a float32 array (pymilvus's
+    `strict_float32`: one array for the answer, not a list of Python floats a row), the
+    vector stored."""
+    store = fresh(str(tmp_path / "a.db"), documents(10, 7))
+    stored = {r["id"]: r["dense"] for r in store.client.query(C, filter="", limit=100,
+                                                                output_fields=["id", "dense"])}
+    rows = store._read_scored(C, sorted(stored)[:5])
+    assert len(rows) == 5
+    answer = rows[0]["dense"].base  # the one array of the answer's vectors
+    assert answer is not None and all(r["dense"].base is answer for r in rows)
+    for r in rows:
+        assert isinstance(r["dense"], np.ndarray) and r["dense"].dtype == np.float32
+        assert np.array_equal(r["dense"], np.asarray(stored[r["id"]], dtype=np.float32))
+    store.close()

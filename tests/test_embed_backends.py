@@ -434,9 +434,10 @@ def test_the_model_cache_is_the_users_unless_moved(monkeypatch, tmp_path):
     cache (contexts, manifests) stays ./data/cache."""
     import platformdirs
 
-    from situate.core.settings import get_settings, model_cache_dir
+    from situate.core.settings import get_settings
     from situate.tasks.embedders.base import default_runtime
     from situate.tasks.embedders.exported import export_dir
+    from situate.tasks.embedders.runtime import model_cache_dir
 
     monkeypatch.delenv("SITUATE_MODEL_CACHE", raising=False)
     monkeypatch.delenv("SITUATE_CACHE_DIR", raising=False)

@@ -13,7 +13,7 @@ makes its own fusions), runs it with the model's own tokenizer. Vectors match to
 1e-6 (fp32; tests/test_embed_backends.py).
 
 The export is kept in the user's model cache (`models/` under SITUATE_MODEL_CACHE, by default the
-user's cache directory: `situate.core.settings.model_cache_dir`), one for every process and
+user's cache directory: `situate.tasks.embedders.runtime.model_cache_dir`), one for every process and
 project of the user, named by the weights' sha256, the
 backend's settings and the exporter's versions, so a change in any of them makes a new one. It is
 prepared in a private temporary directory and renamed into place (atomic); runs that start

@@ -38,7 +38,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from situate.tasks.embedders.runtime import BACKENDS, Runtime, batch_size, resolve
+from situate.tasks.embedders.runtime import (
+    BACKENDS,
+    Runtime,
+    batch_size,
+    model_cache_dir,
+    resolve,
+)
 
 
 def quiet_transformers() -> None:
@@ -71,7 +77,6 @@ def build_minilm(model: str, api_key: str, runtime: Runtime | None = None) -> ob
     batch = batch_size(chosen.device, chosen.backend, runtime.batch)
     note = None
     if BACKENDS[chosen.backend].engine != "torch":
-        from situate.core.settings import model_cache_dir
         from situate.tasks.embedders import exported
 
         inner, note = exported.load(path, model, BACKENDS[chosen.backend],

@@ -20,6 +20,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from situate.core.errors import InputError
 
@@ -94,6 +95,19 @@ def cpu_backend() -> str:
     return CPU_BACKEND if openvino_installed() else "onnx"
 
 
+def model_cache_dir(value: str = "") -> Path:
+    """The machine-level cache of exported models: `value` (SITUATE_MODEL_CACHE) when given, else
+    the user's cache directory as the platform names it (platformdirs). One per user, not per
+    folder: a script in one folder and an MCP server an agent starts in another share one export
+    (written atomically, under a lock: `situate.tasks.embedders.exported`). Here, not with the
+    settings: the model's process needs it, and not pydantic's settings (0.14 s of its start)."""
+    if value:
+        return Path(value).expanduser().resolve()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("situate", appauthor=False))
+
+
 def backend_names() -> list[str]:
     return ["auto", *BACKENDS]
 
@@ -102,7 +116,7 @@ def backend_names() -> list[str]:
 class Runtime:
     """What the model process is told: backend (or `auto`), device (or `auto`), and where exports
     are cached (`cache_dir`: SITUATE_MODEL_CACHE; empty, the user's cache directory:
-    `situate.core.settings.model_cache_dir`)."""
+    `model_cache_dir`)."""
 
     backend: str = DEFAULT_BACKEND
     device: str = "auto"
