@@ -37,6 +37,7 @@ from situate.api.config import (
 )
 from situate.core.errors import InputError, SituateError
 from situate.core.fields import Flag, FromSetting, Settled, from_settings, meta
+from situate.core.secrets import redact
 from situate.core.settings import Settings, get_settings
 from situate.core.uri import credentials, shown
 from situate.tasks.sources.base import block_name
@@ -94,7 +95,8 @@ def _one_line(model: type[Options], error: ValidationError) -> str:
     field = model.model_fields.get(name)
     flag = _meta(field, Flag) if field is not None else None
     label = (flag.names[0] if flag and flag.names else name) or model.__name__
-    return f"{label} {first.get('input')!r}: {first['msg'].removeprefix('Value error, ')}"
+    # A value may carry a secret (a URL's user information): masked, as every message is.
+    return redact(f"{label} {first.get('input')!r}: {first['msg'].removeprefix('Value error, ')}")
 
 
 # --- the commands' options ------------------------------------------------------------------------
@@ -333,6 +335,15 @@ class ServeOptions(Options):
             raise ValueError("a deployment's parameters are kept in Prefect's database: give "
                              "the URI without user:password@ and the credentials as "
                              "SITUATE_MILVUS_TOKEN (user:password) where the runs run")
+        return value
+
+    @field_validator("corpus")
+    @classmethod
+    def _no_token(cls, value: str) -> str:
+        if "://" in value and credentials(value):
+            raise ValueError("a deployment's parameters are kept in Prefect's database: give "
+                             "the URL without user:token@ and the token in a Prefect Secret "
+                             "block named by --credentials-block, read where the runs run")
         return value
 
 

@@ -163,7 +163,7 @@ BAD_NAME = ("--credentials-block 'Prod Keys': not a Prefect block name: give TYP
 
 def test_the_name_is_checked_alike_on_every_face(tmp_path):
     """The CLI flag, the Python API's options and `situate serve`'s: one check, one line; a
-    deployment's parameters hold the name."""
+    deployment's parameters hold the name, and `serve` refuses a token in the corpus URL."""
     from situate.flows.deploy import build_deployments
     from situate.pipeline.options import IngestOptions, ServeOptions
 
@@ -177,6 +177,13 @@ def test_the_name_is_checked_alike_on_every_face(tmp_path):
     assert out.returncode != 0 and out.stderr.strip().splitlines()[-1].endswith(BAD_NAME)
     assert "Traceback" not in out.stderr
 
+    with pytest.raises(InputError) as e:
+        ServeOptions.build(corpus="git+https://user:ghp_TOKEN0123456789@git.example.com/org/r.git",
+                           collection="c")
+    said = str(e.value)
+    assert "ghp_TOKEN0123456789" not in said and said.endswith(
+        "give the URL without user:token@ and the token in a Prefect Secret block named by "
+        "--credentials-block, read where the runs run")
     serve = ServeOptions.build(corpus="s3://docs/reports/", collection="c",
                                milvus_uri=str(tmp_path / "m.db"),
                                credentials_block="aws-credentials/prod")
