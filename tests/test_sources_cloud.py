@@ -202,3 +202,20 @@ def test_ingest_from_a_bucket(prefect_harness, state, store, counting):
     az://."""
     publish(store)
     object_stores.ingest_rounds(store, state, counting)
+
+
+def test_a_gcs_listing_is_read_page_by_page(tmp_path, monkeypatch):
+    """The listing follows nextPageToken a page at a time (2 objects a page here), and yields
+    each object under the prefix with its generation as its marker."""
+    from situate.tasks.sources import objects
+
+    names = {f"reports/r{n}.md": 100 + n for n in range(5)} | {"reports/": 1, "other/x.md": 9}
+    with object_stores.PagingGCS(names) as fake:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake.base_url)
+        monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+        monkeypatch.setattr(objects.GCSSource, "page", 2)
+        source = objects.GCSSource("gs://docs/reports/", tmp_path)
+        listed = [(e.id, e.marker) for e in source.entries(None)]  # type: ignore[arg-type]
+    assert listed == [(f"r{n}.md", f"generation:{100 + n}") for n in range(5)]
+    assert [r.get("pageToken") for r in fake.requests] == [None, "2", "4"]
+    assert {r["maxResults"] for r in fake.requests} == {"2"}

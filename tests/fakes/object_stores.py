@@ -86,6 +86,47 @@ class RefusingTokenEndpoint(LoopbackServer):
         return f"{self.base_url}/token"
 
 
+class _Listing(BaseHTTPRequestHandler):
+    """GCS's JSON API object listing, `maxResults` a page, continued by `pageToken`."""
+
+    fake: PagingGCS
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        from urllib.parse import parse_qs, urlsplit
+
+        query = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
+        self.fake.requests.append(query)
+        names = sorted(n for n in self.fake.objects if n.startswith(query.get("prefix", "")))
+        start = int(query.get("pageToken", 0))
+        size = int(query.get("maxResults", 1000))
+        page = {"kind": "storage#objects",
+                "items": [{"name": n, "generation": str(self.fake.objects[n]), "size": "10"}
+                          for n in names[start:start + size]]}
+        if start + size < len(names):
+            page["nextPageToken"] = str(start + size)
+        body = json.dumps(page).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class PagingGCS(LoopbackServer):
+    """A GCS listing on 127.0.0.1 that pages as GCS does (the emulator returns every object in
+    one page whatever `maxResults` says): `objects` maps names to generations, `requests` holds
+    each listing request's query."""
+
+    handler_class = _Listing
+
+    def __init__(self, objects: dict[str, int]) -> None:
+        self.objects = objects
+        self.requests: list[dict[str, str]] = []
+
+
 def service_account(token_uri: str) -> dict[str, str]:
     """A service account key file's JSON with a fresh RSA key, its tokens asked of `token_uri`."""
     from cryptography.hazmat.primitives import serialization
