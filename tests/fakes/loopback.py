@@ -50,3 +50,16 @@ class LoopbackServer:
         assert self._server is not None, "start() the fake first"
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, value: object,
+              content_type: str = "application/json") -> None:
+    """Answer `handler`'s request with `value` as JSON."""
+    import json
+
+    data = json.dumps(value).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", content_type)
+    handler.send_header("content-length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

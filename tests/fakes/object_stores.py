@@ -13,7 +13,6 @@ Then the rounds every bucket goes through, whichever its store (`publish`, `chan
 from __future__ import annotations
 
 import fcntl
-import json
 import re
 import shutil
 import socket
@@ -29,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.loopback import LoopbackServer
+from tests.fakes.loopback import LoopbackServer, send_json
 
 AZURITE = "azurite@3.37.0"
 AZURITE_HOME = Path(sys.prefix) / "azurite"
@@ -64,13 +63,8 @@ class _Refusing(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        body = json.dumps({"error": "invalid_grant",
-                           "error_description": "Invalid JWT Signature."}).encode()
-        self.send_response(400)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, 400, {"error": "invalid_grant",
+                            "error_description": "Invalid JWT Signature."})
 
     def log_message(self, *args: object) -> None:
         pass
@@ -104,12 +98,7 @@ class _Listing(BaseHTTPRequestHandler):
                           for n in names[start:start + size]]}
         if start + size < len(names):
             page["nextPageToken"] = str(start + size)
-        body = json.dumps(page).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, 200, page)
 
     def log_message(self, *args: object) -> None:
         pass

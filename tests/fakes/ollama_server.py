@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fakes.loopback import LoopbackServer
+from tests.fakes.loopback import LoopbackServer, send_json
 from tests.fakes.openai_chat_server import CHARS_PER_TOKEN, answer_for, count_tokens
 
 DEFAULT_NUM_CTX = 2048
@@ -120,12 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, body: dict[str, Any]) -> None:
         with self.fake.lock:
             self.fake.responses[status] += 1
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json; charset=utf-8")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, status, body, "application/json; charset=utf-8")
 
 
 FakeOllama.handler_class = _Handler
