@@ -819,19 +819,31 @@ def bench_search_scale() -> list[str]:
                    f"{_f(r['after_update_and_restart']['first_answer_s'], 1)} s (index "
                    f"{r['after_update_and_restart']['index_was']}) | "
                    f"{_evaluation_seconds(r['serve'])} |")
-    out += ["", "A hybrid query makes at most three calls to Lite and none for BM25: the dense "
-            "top 100; the rows of BM25's candidates the dense leg did not return, read by id "
-            "with their vectors and a hit's fields, their cosines computed here as Lite computes "
-            "them; and the hits not read yet. Lite's own scores of those candidates, a dense "
-            "search filtered to their ids, cost it a pass over the collection in Python, and "
-            "through its HNSW index they missed about half of the ids asked for. What is left "
-            "above the parts is that read by id and the hits. Lite's dense search itself grows "
-            "with the collection: it walks every row's primary key in Python on each search. "
-            "The index follows the rows as the ingest writes them: its end saves it (and reads "
-            "only documents the manifest says changed that this process did not write). "
+    out += ["", "A hybrid query makes three calls to Lite and none for BM25: the rows of BM25's "
+            "candidates, read by id with their vectors and a hit's fields while the query is "
+            "embedded (they do not depend on its vector); the dense top 116 with each hit's "
+            "vector; and the hits not read yet. Every dense score is computed here from the "
+            "vectors: Lite's own cosines of a call carrying several queries differ in the last "
+            "bits from a call carrying one (a matrix product against a matrix-vector one), so "
+            "an evaluation's shared calls could otherwise rank a near tie otherwise than an "
+            "app's lone query. Lite's cost is per row more than per call: reading 100 rows by "
+            "id took 7 ms with their ids alone, 9.5 ms with their vectors, 12 ms with a hit's "
+            "fields too (a call 0.8 ms; 10,000 chunks), because Lite builds every field of each "
+            "row in Python whatever is asked for and encodes vectors float by float; its dense "
+            "top 116 took 14 ms, 23 ms with the vectors. So reading only what fusion needs saves "
+            "little, and the rows of about 200 candidates a query are what is left above the "
+            "parts where the collection is small. Lite's dense search itself grows with the "
+            "collection: it walks every row's primary key in Python on each call, whatever the "
+            "number of query vectors in it, which the evaluation's batches share. The index "
+            "follows the rows as the ingest writes them: its end saves it (and reads only "
+            "documents the manifest says changed that this process did not write). "
             "1M chunks was not measured.", "",
             *_source("search-scale.json", ".venv/bin/python " + d["command"], d["date"],
                      d["machine"])]
+    if d.get("written_by"):  # a run that served collections an earlier run wrote (--reuse)
+        out.insert(-1, "- The collections, and the write column, from the run just before that "
+                       f"wrote them: `.venv/bin/python {d['written_by']['command']}` (its own "
+                       "figures under `written_by`)")
     return out
 
 
