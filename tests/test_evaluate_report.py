@@ -380,6 +380,11 @@ def test_evaluation_handles_and_times_each_query_alone(mode, batch, embedders):
     # Each dense search with its query's own vector, embedded as a query on its own; BM25 none.
     assert [v for _, _, v, _ in store.searches] == [
         None if m == "bm25" else HashEmbedding()._one(q) for m, q, _, _ in store.searches]
+    from situate.core.errors import InputError
+
+    for bad in (0, 257, True, "8"):
+        with pytest.raises(InputError, match="not a number of queries"):
+            retriever.search_many(queries, 7, mode, batch=bad)
 
 
 @pytest.mark.slow
