@@ -453,11 +453,15 @@ class MilvusStore(Connection):
         res = self._leg_search(collection, leg, query_text, query_vector, limit, ["id"])
         found = res[0] if res else []
         rescore = self._rescoring(leg, query_vector)
-        scores = (_rescored(found, rescore) if rescore is not None
-                  else [_hit_score(h, leg) for h in found])
-        ranked = sorted(((_hit_id(h), s) for h, s in zip(found, scores, strict=True)),
-                        key=lambda p: (-p[1], p[0]))
-        return ranked[:limit]
+        columns = _search_columns(found) if rescore is not None else None
+        if columns is not None:  # ids and vectors only: no hit is made
+            ids, vectors = columns
+            scored = list(zip(ids, cosines(rescore, vectors), strict=True))
+        else:
+            scores = (_rescored(found, rescore) if rescore is not None
+                      else [_hit_score(h, leg) for h in found])
+            scored = [(_hit_id(h), s) for h, s in zip(found, scores, strict=True)]
+        return sorted(scored, key=lambda p: (-p[1], p[0]))[:limit]
 
     def _rescoring(self, leg: str, query_vector: Sequence[float] | None
                    ) -> Sequence[float] | None:
@@ -788,6 +792,26 @@ def cosines(query: Sequence[float], vectors: Sequence[Sequence[float]]) -> list[
     q = _unit(float32([query]))[0]
     dots = np.add.reduce(_unit(float32(vectors)) * q, axis=1)
     return [float(np.float32(1.0 - (1.0 - float(d)))) for d in dots]
+
+
+def _search_columns(found: Any) -> tuple[list[str], np.ndarray] | None:
+    """A search's hits' ids and vectors (a float32 row a hit), read from the columns of
+    pymilvus's answer without making its hits: pymilvus makes each hit's vector a list of
+    Python floats, one hit at a time (100 hits: about 3 ms of a hybrid query's CPU here). None
+    where the answer is not pymilvus's lazy hits as 3.0 makes them, or a vector may be missing:
+    the hits are then read one by one."""
+    ids, start = getattr(found, "ids", None), getattr(found, "start", None)
+    columns = getattr(found, "lazy_field_data", None)
+    if ids is None or not isinstance(start, int) or columns is None or found.has_materialized:
+        return None
+    dense = [c for c in columns if c.field_name == "dense"]
+    if len(dense) != 1 or len(dense[0].valid_data):
+        return None
+    dim, data = dense[0].vectors.dim, dense[0].vectors.float_vector.data
+    if not dim or len(data) < (start + len(ids)) * dim:
+        return None
+    vectors = float32(data[start * dim:(start + len(ids)) * dim]).reshape(len(ids), dim)
+    return [str(i) for i in ids], vectors
 
 
 def _rescored(found: Sequence[Any], query: Sequence[float]) -> list[float]:

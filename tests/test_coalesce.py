@@ -150,3 +150,23 @@ def test_rows_read_for_their_dense_scores_carry_float32_vectors(tmp_path):
         assert isinstance(r["dense"], np.ndarray) and r["dense"].dtype == np.float32
         assert np.array_equal(r["dense"], np.asarray(stored[r["id"]], dtype=np.float32))
     store.close()
+
+
+def test_a_dense_rankings_ids_and_vectors_are_read_from_the_answers_columns(tmp_path):
+    """A dense ranking on Lite reads its hits' ids and vectors from the columns of pymilvus's
+    answer (`_search_columns`): the same ids in the same order, the same vectors to the bit, as
+    the hits pymilvus makes one by one; and the ranking is `search`'s."""
+    from situate.storage.milvus import _hit_id, _search_columns, float32
+
+    store = fresh(str(tmp_path / "a.db"), documents(30, 9))
+    query = np.random.default_rng(2).standard_normal(8).tolist()
+    found = store._leg_search(C, "dense", "", query, 20, ["id"])[0]
+    columns = _search_columns(found)
+    assert columns is not None
+    ids, vectors = columns
+    assert ids == [_hit_id(h) for h in found]
+    assert np.array_equal(vectors, float32([h["entity"]["dense"] for h in found]))
+    assert _search_columns(found) is None  # made into hits now: read one by one
+    assert store.ranking(C, "dense", "", query, 20) == [
+        (h.id, h.score) for h in store.search(C, "dense", "", query, 20)]
+    store.close()
