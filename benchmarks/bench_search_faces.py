@@ -145,10 +145,11 @@ def start_api(cmd: list[str], collection: str, uri: str, env: dict[str, str], lo
 def run_evaluate(cmd: list[str], eval_set: Path, collection: str, uri: str, env: dict[str, str],
                  work: Path) -> dict[str, Any]:
     out = work / f"evaluate-{time.monotonic_ns()}.json"
+    # --query-batch 1: one query at a time, so that its latency is a lone query's, as each face's
     done = subprocess.run([*cmd, "evaluate", str(eval_set), "--collection", collection,
                            "--milvus-uri", uri, "--modes", ",".join(MODES), "--k", str(K),
-                           "--json", str(out)], env=env, cwd=work, capture_output=True, text=True,
-                          timeout=7200)
+                           "--query-batch", "1", "--json", str(out)], env=env, cwd=work,
+                          capture_output=True, text=True, timeout=7200)
     if done.returncode != 0:
         sys.exit(f"situate evaluate failed: {done.stderr[-3000:]}")
     result = json.loads(out.read_text())
