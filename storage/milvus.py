@@ -454,7 +454,7 @@ class MilvusStore(Connection):
         found = res[0] if res else []
         rescore = self._rescoring(leg, query_vector)
         columns = _search_columns(found) if rescore is not None else None
-        if columns is not None:  # ids and vectors only: no hit is made
+        if rescore is not None and columns is not None:  # ids and vectors only: no hit is made
             ids, vectors = columns
             scored = list(zip(ids, cosines(rescore, vectors), strict=True))
         else:
@@ -778,7 +778,7 @@ def _unit(vectors: np.ndarray) -> np.ndarray:
     return unit
 
 
-def cosines(query: Sequence[float], vectors: Sequence[Sequence[float]]) -> list[float]:
+def cosines(query: Sequence[float], vectors: Sequence[Sequence[float]] | np.ndarray) -> list[float]:
     """The cosine of `query` with each of `vectors` as Milvus Lite reports it: both normalized
     in float32 as Lite normalizes them, their dot product in float32, returned as the score
     `1 - (1 - dot)` in doubles, sent as a float32 (equal to Lite's within a float32's last
