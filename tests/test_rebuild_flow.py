@@ -129,6 +129,7 @@ def test_without_the_rebuild_a_kept_collection_searches_like_fresh_on_lite(
     assert lists["kept"] != fresh_lists
 
 
+@pytest.mark.soak  # the soak tier (`make test-soak`), with the other real-process kill tests
 def test_a_kill_during_the_rebuild_then_the_same_command(tmp_path):
     """`situate ingest` against a Milvus server, killed (SIGKILL to its process group) while its
     rebuild is copying rows, then run again: the collection complete and exact, and every search
