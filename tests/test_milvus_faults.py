@@ -9,6 +9,7 @@ a restart finishes the job: exact rows, every chunk id once, nothing paid again.
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 
@@ -145,8 +146,10 @@ def test_a_restart_between_a_load_and_the_read_after_it_loads_again(server, stor
     `load` and the read itself (as the kill above once did, inside a write's read of stored ids)
     is met by loading again and reading, never a "call load() first" StoreError: counting,
     reading rows, and a write (its read of stored ids) each meet one. The restart is a clean
-    stop (SIGTERM): a SIGKILL just after a load can leave Lite's own files short ("File is too
-    small: 0" at the next load, once in CI), which is Lite's crash safety, not this test's subject."""
+    stop (SIGINT: `milvus-lite server` drains its calls and closes its database; SIGTERM ends it
+    at once, as SIGKILL does): killed just after a load, Lite can leave its index file empty
+    ("File is too small: 0" at the next load, once in CI), which is Lite's crash safety, not
+    this test's subject."""
     store = store_for()
     full_budget(store)
     store.ensure_collection(C, EMB.dim, EMBEDDER)
@@ -158,7 +161,7 @@ def test_a_restart_between_a_load_and_the_read_after_it_loads_again(server, stor
 
     def load_then_restart(collection: str) -> None:
         real(collection)
-        server.stop()
+        server.stop(signal.SIGINT)
         server.start()
         restarts.append(collection)
 
