@@ -46,6 +46,21 @@ from situate.tasks.embedders.runtime import (
     resolve,
 )
 
+# The manager threads of pools let go without waiting (`close` without `kill`): joined at exit
+# before concurrent.futures' own exit hook runs (threading's exit hooks run last registered first,
+# and that one was registered when ProcessPoolExecutor was imported above). On Python 3.11 that
+# hook can write to the wake-up pipe such a thread is closing, and print an OSError traceback
+# (EBADF) after a command's last line: a search that closes its Retriever and exits at once.
+_LEAVING: list[threading.Thread] = []
+
+
+def _join_leaving() -> None:
+    while _LEAVING:
+        _LEAVING.pop().join(timeout=5)
+
+
+threading._register_atexit(_join_leaving)  # type: ignore[attr-defined]
+
 
 def quiet_transformers() -> None:
     """No weight-loading progress bars or deprecation chatter in a batch job's log."""
@@ -344,4 +359,7 @@ class ModelProcess:
             # traceback (EBADF) after the command's last line.
             self._pool.shutdown(wait=True, cancel_futures=True)
             return
+        manager = getattr(self._pool, "_executor_manager_thread", None)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if manager is not None:
+            _LEAVING.append(manager)
