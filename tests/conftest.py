@@ -62,6 +62,30 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
+def pytest_testnodedown(node, error):
+    """A worker that died (no Python traceback: a signal, the OOM killer, `os._exit`): what the
+    machine's memory looked like then, and the kernel's last word on it where it can be read, so
+    a crash on a machine no one can log into says why."""
+    if error is None:
+        return
+    lines = [f"worker {node.gateway.id} died: {error}"]
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        lines.append("memory: " + ", ".join(f"{k} {info[k].strip()}" for k in
+                                            ("MemTotal", "MemAvailable", "SwapFree") if k in info))
+    except OSError:
+        pass
+    try:
+        import subprocess
+
+        kernel = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout
+        lines += [line for line in kernel.splitlines()[-400:]
+                  if "oom" in line.lower() or "killed process" in line.lower()][-5:]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    print("\n" + "\n".join(lines), file=sys.stderr)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """`make test-fast` runs no Prefect server: none of its tests may have started one, in
     process (the fixtures above are slow) or in a `situate` subprocess, whose temporary server
