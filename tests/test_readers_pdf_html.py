@@ -243,7 +243,7 @@ def test_pdf_truncated_and_not_a_pdf(tmp_path: Path) -> None:
 
 
 def test_pdf_pages_read_one_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`read` looks at the first pages only (the window); the rest are loaded as sections are
+    """`read` looks at the first pages only (LOOKAHEAD of them); the rest are loaded as sections are
     taken, one page each, and none is kept."""
     from reportlab.pdfgen import canvas
 
@@ -257,11 +257,11 @@ def test_pdf_pages_read_one_at_a_time(tmp_path: Path, monkeypatch: pytest.Monkey
     real = pdf_reader._extract
     monkeypatch.setattr(pdf_reader, "_extract", lambda pdf, i: (loaded.append(i), real(pdf, i))[1])
     reading = pdf_reader.read(path, max_bytes=LIMIT)
-    assert loaded == list(range(pdf_reader.WINDOW))
-    taken = [next(reading.sections) for _ in range(pdf_reader.WINDOW + 2)]
+    assert loaded == list(range(pdf_reader.LOOKAHEAD))
+    taken = [next(reading.sections) for _ in range(pdf_reader.LOOKAHEAD + 2)]
     # A page's last section waits for the next page (a word hyphenated across the break).
-    assert loaded == list(range(pdf_reader.WINDOW + 3))
-    assert [s.where["page"] for s in taken] == list(range(1, pdf_reader.WINDOW + 3))
+    assert loaded == list(range(pdf_reader.LOOKAHEAD + 3))
+    assert [s.where["page"] for s in taken] == list(range(1, pdf_reader.LOOKAHEAD + 3))
     rest = list(reading.sections)
     assert [s.text for s in rest][-1] == "page 30 says hello" and loaded == list(range(30))
 

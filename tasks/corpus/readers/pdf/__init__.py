@@ -15,7 +15,7 @@ A tagged PDF (what browsers, Word and LibreOffice export; PDF/UA requires it) sa
 text is: lines tagged H1-H6 in its structure tree are the headings, at those levels, and content
 marked as an artifact (running headers and footers, page numbers) is not the document's text.
 An untagged PDF is read by its look: running headers and footers are learnt from the first pages
-(a small window, kept in memory as extracted text only) and dropped on every page, and lines set
+(a few pages read ahead, kept in memory as extracted text only) and dropped on every page, and lines set
 notably larger than the body text are headings. Either way, chunks get a heading path. The
 document is opened once and each page is loaded, read and closed before the next, so a 2,000-page
 PDF is held one page at a time.
@@ -54,7 +54,7 @@ from situate.tasks.corpus.readers.pdf.pdfium import (
 MAX_PAGES: int = Settings.model_fields["max_pdf_pages"].default
 
 
-WINDOW = 8  # pages read ahead to learn headers, footers and the body's font size
+LOOKAHEAD = 8  # pages read ahead to learn headers, footers and the body's font size
 
 
 def read(path: Path, *, fmt: str = "pdf", max_bytes: int, max_pages: int = MAX_PAGES) -> Reading:
@@ -91,25 +91,25 @@ def read(path: Path, *, fmt: str = "pdf", max_bytes: int, max_pages: int = MAX_P
             raise Unreadable("too many pages", f"{count} pages, over the limit of {max_pages} "
                                                "(SITUATE_MAX_PDF_PAGES)")
         title = _title(pdf)
-        window = [_extract(pdf, i) for i in range(min(WINDOW, count))]
-        _refuse_scan(pdf, window, count)
-        style = _learn(window)
+        ahead = [_extract(pdf, i) for i in range(min(LOOKAHEAD, count))]
+        _refuse_scan(pdf, ahead, count)
+        style = _learn(ahead)
     except BaseException:
         pdf.close()
         raise
-    return Reading(format=fmt, sections=_sections(pdf, window, count, style), title=title,
+    return Reading(format=fmt, sections=_sections(pdf, ahead, count, style), title=title,
                    unit="pages", units=count)
 
 
-def _sections(pdf: Any, window: list[_Page], count: int, style: _Style) -> Iterator[Section]:
-    """Every page's sections: the window's pages first (already read), then each further page
+def _sections(pdf: Any, ahead: list[_Page], count: int, style: _Style) -> Iterator[Section]:
+    """Every page's sections: the pages read ahead first (already read), then each further page
     loaded, read and closed in turn. Closes the document at the end."""
     held: Section | None = None  # a page's last section, held until the next page's first is known
     end: _End | None = None  # how the held section's last line ends
     absorbed = False  # whether the held section took in the whole of the next page already
     try:
         for i in range(count):
-            page = window.pop(0) if window else _extract(pdf, i)
+            page = ahead.pop(0) if ahead else _extract(pdf, i)
             sections, page_end = _page_sections(page, style)
             if held is not None:
                 if sections:

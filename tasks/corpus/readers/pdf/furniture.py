@@ -57,19 +57,19 @@ class _Style:
         return min(3, larger + 1)
 
 
-def _refuse_scan(pdf: Any, window: list[_Page], count: int) -> None:
+def _refuse_scan(pdf: Any, ahead: list[_Page], count: int) -> None:
     """A scan: the first pages (5, or all when fewer) have images and no text at all, and neither
     have a few pages sampled through the rest of the document. Blank pages alone are no scan."""
-    first = window[:SCAN_PAGES]
+    first = ahead[:SCAN_PAGES]
     if any(p.frags for p in first) or not any(p.images for p in first):
         return
-    rest = range(len(window), count)
+    rest = range(len(ahead), count)
     if rest:
         step = max(1, len(rest) // 5)
         for i in list(rest[::step])[:5] + [count - 1]:
             if _extract(pdf, i).frags:
                 return
-    if any(p.frags for p in window):
+    if any(p.frags for p in ahead):
         return
     raise Unreadable("scanned PDF", "no text layer; OCR is not included: run OCR first (e.g. ocrmypdf) and "
                                     "ingest the result")
@@ -91,12 +91,12 @@ def _band_lines(page: _Page) -> list[tuple[str, float, list[_Frag]]]:
     return out
 
 
-def _learn(window: list[_Page]) -> _Style:
+def _learn(ahead: list[_Page]) -> _Style:
     """The body's font size (the size most characters have), the heading sizes (notably larger),
     and the running header and footer lines: in the top or bottom band, the same text with digits
-    masked on at least 40% of the window's pages (and 3), not set larger than the body."""
+    masked on at least 40% of the pages read ahead (and 3), not set larger than the body."""
     style = _Style()
-    texted = [p for p in window if p.frags]
+    texted = [p for p in ahead if p.frags]
     style.tagged = any(f.tag.startswith("H") for p in texted for f in p.frags)
     sizes: Counter[float] = Counter()
     for page in texted:
