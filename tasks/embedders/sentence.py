@@ -141,7 +141,7 @@ def build_sentence_embedding(model: str, api_key: str, runtime: Any = None) -> o
     quiet()
     from sentence_transformers import SentenceTransformer
 
-    from situate.tasks.embedders.windows import Windowed
+    from situate.tasks.embedders.spans import SpanPooled
 
     runtime = runtime or Runtime()
     chosen = resolve(runtime, "st")
@@ -155,7 +155,7 @@ def build_sentence_embedding(model: str, api_key: str, runtime: Any = None) -> o
     # What `encode_query` puts in front of a query: the "query" prompt, else the default one.
     query_prompt = named.get("query", named.get(getattr(st, "default_prompt_name", None) or "", ""))
     batch = batch_size(chosen.device, asked=runtime.batch)
-    wrapped = Windowed(SentenceEmbedding(st, batch), st, reserve=reserve,
+    wrapped = SpanPooled(SentenceEmbedding(st, batch), st, reserve=reserve,
                        query_prompt=query_prompt or "")
     wrapped.info = chosen.report(batch)
     return wrapped

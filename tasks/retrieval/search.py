@@ -39,7 +39,7 @@ MAX_K = 1_000
 # embedder reads (MiniLM reads 256 word pieces); a longer query is cut, not refused.
 MAX_QUERY_CHARS = 8_192
 # Terms of a query that are searched (`searched_query`): what BM25 looks up and the embedder
-# reads. An embedder reads one window of a query (MiniLM: 256 word pieces; 64 words of prose
+# reads. An embedder reads one span of a query (MiniLM: 256 word pieces; 64 words of prose
 # take about 80), and BM25's cost grows with every term: without the cut an 8,192-character
 # query cost as much as forty short ones.
 MAX_QUERY_TERMS = 64

