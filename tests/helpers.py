@@ -76,7 +76,7 @@ def write_bad_inputs(folder: Path, with_zip_bomb: bool = True) -> None:
 
 
 def huge_and_small(folder: Path) -> None:
-    """A Markdown corpus in `folder`: one document over a 3,000-token window (sorted first, so a
+    """A Markdown corpus in `folder`: one document over a 3,000-token context window (sorted first, so a
     run meets it while the others are in flight) and 12 small ones."""
     folder.mkdir(exist_ok=True)
     (folder / "a_huge.md").write_text("# Huge\n\n" + "\n\n".join(

@@ -208,14 +208,14 @@ class RunExit(Exit):
     setup: Setup | None = None
 
 
-def _anthropic(window: int | None = None, **fake: object) -> Setup:
-    """FakeAnthropic; with `window`, Haiku 4.5 reads no more than `window` tokens."""
+def _anthropic(context_window: int | None = None, **fake: object) -> Setup:
+    """FakeAnthropic; with `context_window`, Haiku 4.5 reads no more than that many tokens."""
     def setup(stack: ExitStack, tmp: Path) -> dict[str, str]:
         from tests.fakes.anthropic_server import DEFAULT_MODELS, FakeAnthropic, ModelSpec
 
-        if window is not None:
+        if context_window is not None:
             fake["models"] = {**DEFAULT_MODELS, "claude-haiku-4-5": ModelSpec(
-                4096, context_window=window)}
+                4096, context_window=context_window)}
         server = stack.enter_context(FakeAnthropic(api_key=KEY, **fake))  # type: ignore[arg-type]
         return {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.base_url}
     return setup
@@ -278,7 +278,7 @@ WITH_PREFECT = [
     RunExit("anthropic-document-refused", ["ingest", "{tmp}/huge", "--collection", "kept",
                                            "--context", "anthropic", "--concurrency", "4"],
             "Anthropic refused the request for document a_huge.md",
-            setup=_anthropic(window=3000, latency=0.3)),
+            setup=_anthropic(context_window=3000, latency=0.3)),
     RunExit("ollama-model-missing", _kept("--context", "ollama:missing"), "ollama pull missing",
             setup=_ollama()),
     RunExit("ollama-window-too-small", _kept("--context", "ollama:short"),

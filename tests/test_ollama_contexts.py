@@ -1,6 +1,6 @@
 """`--context ollama`: Ollama's native /api/chat over plain HTTP against the loopback fake, which
 cuts a prompt longer than num_ctx silently, as Ollama does. Nothing may be cut: num_ctx follows
-each prompt, prompt_eval_count is checked, and a document over the window is situated in windows.
+each prompt, prompt_eval_count is checked, and a document over the context window is situated in spans of it.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_the_codebase_set_is_situated_with_no_prompt_cut(fake: FakeOllama) -> No
     assert sum(r.usage.cost_usd for r in results) == 0
 
 
-def test_a_document_over_the_window_is_situated_in_windows(fake: FakeOllama) -> None:
+def test_a_document_over_the_context_window_is_situated_in_spans(fake: FakeOllama) -> None:
     fake.models["small-window"] = 4096
     doc = _doc("long", 12_000)
     cz = _make(fake, "ollama:small-window", extra={"context_window": 4096})
@@ -80,8 +80,8 @@ def test_a_document_over_the_window_is_situated_in_windows(fake: FakeOllama) -> 
 
 def test_a_cut_prompt_is_asked_again_with_more_room_never_kept() -> None:
     """A tokenizer denser than situate's estimate (2 characters a token): a prompt that leaves
-    the answer less than its room filled the window (it may have been cut), so it is asked again
-    with a larger num_ctx; at the model's window, an error, never a context from a cut prompt."""
+    the answer less than its room filled num_ctx (it may have been cut), so it is asked again
+    with a larger num_ctx; at the model's context window, an error, never a context from a cut prompt."""
     doc = _doc("dense", 3000)
     with FakeOllama(chars_per_token=2) as fake:
         result = _make(fake, extra={"context_window": 8192}).situate(doc, doc.chunks[:1])
@@ -106,8 +106,8 @@ def test_grouped_requests_use_the_format_schema(fake: FakeOllama) -> None:
     ("ollama:short", {"short": 4096}, r"context window of short .* is 4096 tokens.*"
                                       r"SITUATE_LLM_CONTEXT_WINDOW=4096"),
 ])
-def test_unknown_model_and_window_too_small_are_one_line(spec: str, models: dict | None,
-                                                         words: str) -> None:
+def test_unknown_model_and_context_window_too_small_are_one_line(
+        spec: str, models: dict | None, words: str) -> None:
     with FakeOllama(models=models) as fake:
         cz = _make(fake, spec)
         docs = [_doc(f"d{i}", 300) for i in range(3)]

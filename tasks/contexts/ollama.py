@@ -4,12 +4,12 @@ Ollama cuts a prompt longer than its `num_ctx` (2,048 tokens by default) without
 keeping its end, and its OpenAI-compatible route cannot raise `num_ctx` per request: a whole
 document would be situated from its last few pages. So this provider speaks `/api/chat` (plain
 HTTP), sets `options.num_ctx` from each prompt's length (a high estimate plus the answer's room,
-within the model's window), checks the `prompt_eval_count` Ollama reports against the room it was
-given (a prompt that filled it was cut: asked again with a larger window, else an error, never a
-silent cut), and situates a document longer than the window in windows of it around its chunks,
-as the Claude path does (the engine's planner). The model's own window is read once from
-`/api/show`: a model Ollama does not have is one line (`ollama pull MODEL`), and so is a window
-too small for the configured one.
+within the model's context window), checks the `prompt_eval_count` Ollama reports against the room
+it was given (a prompt that filled it was cut: asked again with a larger `num_ctx`, else an error,
+never a silent cut), and situates a document longer than the context window in spans of it around
+its chunks, as the Claude path does (the engine's planner). The model's own context window is read
+once from `/api/show`: a model Ollama does not have is one line (`ollama pull MODEL`), and so is a
+context window too small for the configured one.
 
 Everything else (planning, the document's first request before the rest so Ollama's KV cache
 reuses the document prefix, retries, the disk cache, fencing, grouped requests with Ollama's
@@ -46,7 +46,7 @@ DEFAULT_MODEL = "llama3.2"
 SEPARATOR = "\n\n"
 NUM_CTX_STEP = 256  # num_ctx rounded up to this, so that similar prompts share a runner
 MIN_NUM_CTX = 2048
-# A model Ollama serves: free, cached by prefix without a floor (the KV cache), the window
+# A model Ollama serves: free, cached by prefix without a floor (the KV cache), the context window
 # situate asks for unless told (SITUATE_LLM_CONTEXT_WINDOW), a modest output cap.
 LOCAL_MODEL = ModelInfo("local", FREE, 0, context_window=8192, max_output=4096)
 CATALOG = Catalog("ollama", DEFAULT_MODEL, {}, LOCAL_MODEL)
@@ -69,25 +69,25 @@ def base_url_of(extra: dict[str, Any]) -> str:
     return url.replace("://0.0.0.0", "://127.0.0.1")
 
 
-def num_ctx_for(prompt: str, max_tokens: int, window: int) -> int:
-    """The window to ask for: the prompt's high token estimate and the answer's room, rounded up
-    to a step, at least Ollama's default and at most the model's window."""
+def num_ctx_for(prompt: str, max_tokens: int, context_window: int) -> int:
+    """The `num_ctx` to ask for: the prompt's high token estimate and the answer's room, rounded
+    up to a step, at least Ollama's default and at most the model's context window."""
     need = estimate_tokens(prompt) + max_tokens + 64
-    return max(MIN_NUM_CTX, min(window, math.ceil(need / NUM_CTX_STEP) * NUM_CTX_STEP))
+    return max(MIN_NUM_CTX, min(context_window, math.ceil(need / NUM_CTX_STEP) * NUM_CTX_STEP))
 
 
 class OllamaWire(Wire):
-    """Ollama's `/api/chat` and `/api/show` over httpx, the window of each request and its check."""
+    """Ollama's `/api/chat` and `/api/show` over httpx, the `num_ctx` of each request and its check."""
 
     label = "Ollama"
     reports_writes = False
     key_hint = "Ollama takes no key: check --llm-base-url"
     url_hint = "--llm-base-url (SITUATE_LLM_BASE_URL) or OLLAMA_HOST, and that `ollama serve` runs"
 
-    def __init__(self, url: str, model: str, window: int, timeout: float) -> None:
+    def __init__(self, url: str, model: str, context_window: int, timeout: float) -> None:
         self.base_url = url
         self.model = model
-        self.window = window
+        self.context_window = context_window
         self.http = httpx.Client(base_url=url, timeout=timeout)
         self._checked = False
         self._check_lock = threading.Lock()
@@ -104,26 +104,26 @@ class OllamaWire(Wire):
         return data if isinstance(data, dict) else {}
 
     def check_model(self) -> None:
-        """Once per run: the model exists, and its window holds the window situate will ask for
-        (a model trained on less would answer from a cut prompt)."""
+        """Once per run: the model exists, and its context window holds the one situate will ask
+        for (a model trained on less would answer from a cut prompt)."""
         with self._check_lock:
             if self._checked:
                 return
             info = self._post("/api/show", {"model": self.model}).get("model_info") or {}
             trained = next((int(v) for k, v in info.items() if k.endswith(".context_length")
                             and isinstance(v, int | float)), None)
-            if trained is not None and trained < self.window:
+            if trained is not None and trained < self.context_window:
                 raise ProviderError(
                     f"the context window of {self.model} at {self.base_url} is {trained} tokens, "
-                    f"smaller than the {self.window} situate would use: set "
+                    f"smaller than the {self.context_window} situate would use: set "
                     f"SITUATE_LLM_CONTEXT_WINDOW={trained} (longer documents are then situated "
-                    "in windows)")
+                    "in spans of them)")
             self._checked = True
 
     def send(self, job: Job, cache: bool) -> Reply:
         self.check_model()
         prompt = job.doc_block + SEPARATOR + job.suffix
-        num_ctx = num_ctx_for(prompt, job.max_tokens, self.window)
+        num_ctx = num_ctx_for(prompt, job.max_tokens, self.context_window)
         start = time.monotonic()
         while True:
             body: dict[str, Any] = {
@@ -135,17 +135,17 @@ class OllamaWire(Wire):
                 body["format"] = job.schema
             data = self._post("/api/chat", body)
             evaluated = data.get("prompt_eval_count")
-            # A prompt that left the answer less than its room filled the window: it was cut.
+            # A prompt that left the answer less than its room filled `num_ctx`: it was cut.
             if evaluated is None or int(evaluated) + job.max_tokens <= num_ctx:
                 break
-            if num_ctx >= self.window:
+            if num_ctx >= self.context_window:
                 raise ProviderError(
                     f"Ollama cut the prompt of document {job.doc.id} to {evaluated} tokens (the "
-                    f"{num_ctx}-token window of {self.model} is full): set a larger "
+                    f"{num_ctx}-token context window of {self.model} is full): set a larger "
                     "SITUATE_LLM_CONTEXT_WINDOW (the model's own) or use smaller chunks")
-            log.info("document %s: Ollama filled a window of %d tokens; asking again with %d",
-                     job.doc.id, num_ctx, min(self.window, num_ctx * 2))
-            num_ctx = min(self.window, num_ctx * 2)
+            log.info("document %s: Ollama filled a num_ctx of %d tokens; asking again with %d",
+                     job.doc.id, num_ctx, min(self.context_window, num_ctx * 2))
+            num_ctx = min(self.context_window, num_ctx * 2)
         text = str((data.get("message") or {}).get("content") or "")
         usage = Usage(requests=1, input_tokens=int(evaluated or 0),
                       output_tokens=int(data.get("eval_count") or 0))

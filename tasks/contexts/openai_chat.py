@@ -2,7 +2,7 @@
 llama.cpp's server, LM Studio, OpenRouter, through the official `openai` SDK.
 
 What is OpenAI's here, and nothing else (planning, scheduling, retries, the disk cache, fencing,
-grouping and windows are the engine's, as for Claude):
+grouping and spans of a long document are the engine's, as for Claude):
 
 - the wire: one user message, the instructions and the whole document first, byte-identical for
   every chunk of that document, the chunk last. OpenAI caches prompt prefixes of 1,024 tokens and
@@ -52,9 +52,9 @@ SEPARATOR = "\n\n"
 
 
 def _m(family: str, input: float, cached: float, output: float,  # noqa: A002
-       window: int, max_output: int) -> ModelInfo:
+       context_window: int, max_output: int) -> ModelInfo:
     return ModelInfo(family, Pricing.automatic(input, cached, output), MIN_CACHE_TOKENS,
-                     context_window=window, max_output=max_output)
+                     context_window=context_window, max_output=max_output)
 
 
 # OpenAI's published prices (dollars per million tokens: input, cached input, output), context
@@ -69,7 +69,7 @@ MODELS: dict[str, ModelInfo] = {
     "gpt-5-mini": _m("GPT-5 mini", 0.25, 0.025, 2.00, 400_000, 128_000),
     "gpt-5-nano": _m("GPT-5 nano", 0.05, 0.005, 0.40, 400_000, 128_000),
 }
-# A model the table does not know (a self-hosted one): no price, a window most servers hold
+# A model the table does not know (a self-hosted one): no price, a context window most servers hold
 # (SITUATE_LLM_CONTEXT_WINDOW says the server's own), a modest output cap.
 UNKNOWN_MODEL = ModelInfo("unknown", FREE, MIN_CACHE_TOKENS, context_window=8192, max_output=4096)
 CATALOG = Catalog("openai", DEFAULT_MODEL, MODELS, UNKNOWN_MODEL)
@@ -227,8 +227,8 @@ class OpenAIWire(Wire):
         if status == 400 and ("context length" in lowered or "context window" in lowered
                               or "maximum context" in lowered or "too long" in lowered):
             return (f"{where} refused {what}: the prompt is longer than the model's context "
-                    f"window ({detail}); set SITUATE_LLM_CONTEXT_WINDOW to the server's window "
-                    "(longer documents are then situated in windows)")
+                    f"window ({detail}); set SITUATE_LLM_CONTEXT_WINDOW to the server's context "
+                    "window (longer documents are then situated in spans of them)")
         if status == 400 and ("response_format" in lowered or "json_schema" in lowered):
             return (f"{where} does not take JSON-schema output ({detail}): run without "
                     "--group-chunks (one request per chunk)")

@@ -4,7 +4,7 @@ answers, and the quote of the chunk that answers it. This is how the published c
 made.
 
 Everything paid goes through the contexts' engine (`situate.tasks.contexts.engine`): the same
-provider wires, the same fencing of document and chunk (`fence_of`), the same windows for a long
+provider wires, the same fencing of document and chunk (`fence_of`), the same spans for a long
 document, the document block as the cached prefix shared by the questions of one document (its
 first request alone, the rest after it), the one retry policy, and the same cost model for the
 plan (`LLMCost`, with this prompt's requests). Each answer is kept in the disk cache the moment it
@@ -72,8 +72,8 @@ def synth_prompt(chunk_text: str, fence: str) -> str:
 
 @dataclass(frozen=True)
 class SynthPlanner:
-    """The engine's planner with this prompt: a document (or its window around the chunk) as
-    the cached block, the question prompt after it; one unit per window, shared by the sampled
+    """The engine's planner with this prompt: a document (or its span around the chunk) as
+    the cached block, the question prompt after it; one unit per span, shared by the sampled
     chunks of that document. Same interface as `planning.Planner`, so `LLMCost` prices it."""
 
     base: Planner
@@ -81,9 +81,9 @@ class SynthPlanner:
     def plan(self, doc: Document, chunks: Sequence[Chunk], group: bool = False
              ) -> tuple[list[Unit], list[str]]:
         fence = fence_of(doc)
-        windows, notes = self.base.windows(doc, list(chunks), False)
+        spans, notes = self.base.spans(doc, list(chunks), False)
         units = []
-        for text, _, _, wanted in windows:
+        for text, _, _, wanted in spans:
             block = document_block(text, fence)
             jobs = [Job(doc, [c], block, synth_prompt(c.text, fence), MAX_TOKENS, SCHEMA)
                     for c in wanted]
@@ -171,7 +171,7 @@ def base_cost(config: ContextConfig, assumptions: Assumptions) -> LLMCost:
 
 def config_identity(config: ContextConfig, base: LLMCost | None = None) -> dict[str, str | int]:
     """Every input that changes an answer: the provider's own identity (provider, model, server,
-    output cap, window) with this prompt's version in place of the contexts' prompt."""
+    output cap, context window) with this prompt's version in place of the contexts' prompt."""
     model = base or base_cost(config, Assumptions())
     identity = dict(model.cache_identity() or {})
     identity.update(prompt=SYNTH_PROMPT_VERSION, max_tokens=MAX_TOKENS)

@@ -507,6 +507,6 @@ def test_a_document_longer_than_the_context_window_is_windowed_not_crashed(
     assert len(result.situated) == len(long_doc.chunks)
     assert any("exceeds the 12000-token context window" in n for n in result.notes)
     assert fake.responses[400] == 0
-    # Chunks of one window share its cached prefix: one write per window, the rest reads.
-    windows = len(fake.writes())
-    assert 2 <= windows < len(long_doc.chunks) // 4 and fake.duplicate_writes() == 0
+    # Chunks of one span share its cached prefix: one write per span, the rest reads.
+    spans = len(fake.writes())
+    assert 2 <= spans < len(long_doc.chunks) // 4 and fake.duplicate_writes() == 0

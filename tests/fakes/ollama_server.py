@@ -3,8 +3,8 @@ Ollama provider speaking plain HTTP.
 
 What it keeps of Ollama is what makes a context wrong without an error: a prompt longer than
 `options.num_ctx` (2,048 tokens when not given) is cut silently, keeping its end, and
-`prompt_eval_count` reports the tokens evaluated (the window's worth when cut); `truncated`
-counts the requests it cut. `/api/show` reports each model's trained window
+`prompt_eval_count` reports the tokens evaluated (the `num_ctx`'s worth when cut); `truncated`
+counts the requests it cut. `/api/show` reports each model's trained context window
 (`<arch>.context_length`); an unknown model is a 404 `model "x" not found`. One token per
 started group of 4 characters (`chars_per_token`). Answers as the OpenAI fake's: the context of
 the fenced chunk (found in what is left of the prompt), or the JSON of the `format` schema.

@@ -12,7 +12,7 @@ prompt caching as OpenAI documents it, for the real `openai` SDK pointed at it w
   Writing costs nothing extra, as on OpenAI. Entries live `ttl` seconds after their last use.
 - Faults: a script of "429" (with `retry-after`), "500", "drop" (connection closed without an
   answer) or "ok", one per request; a wrong key is a 401 `invalid_api_key`; an unknown model a
-  404 `model_not_found`; a prompt over the model's window a 400 `context_length_exceeded`.
+  404 `model_not_found`; a prompt over the model's context window a 400 `context_length_exceeded`.
 - Answers: a context naming the chunk it situates (`[ctx <sha256 of the chunk text>]`), exactly
   `output_tokens` tokens (cut at `max_tokens`: `finish_reason` "length"); with a JSON schema, the
   JSON it asks for (one entry per chunk id asked), some entries dropped at `group_omit_rate`.

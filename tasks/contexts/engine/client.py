@@ -79,7 +79,7 @@ class Wire:
         return type(e).__name__ if e is not None else "error"
 
     def explain(self, status: int, detail: str, what: str, model: str) -> str | None:
-        """A provider's own words for an error status (a missing model, a full window); None:
+        """A provider's own words for an error status (a missing model, a full context window); None:
         the engine's."""
         return None
 

@@ -81,7 +81,7 @@ def estimate_tokens(text: str) -> int:
 
     ASCII at 3 characters per token (code tokenizes denser than prose's ~4), anything else at one
     token per character. Too high only costs a serialized first request on a document that turns
-    out uncacheable, or a larger `num_ctx`; too low would skip the cache or overflow the window.
+    out uncacheable, or a larger `num_ctx`; too low would skip the cache or overflow the context window.
     """
     ascii_chars = len(text.encode("ascii", "ignore"))
     return math.ceil(ascii_chars / 3) + (len(text) - ascii_chars)

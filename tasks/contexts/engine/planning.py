@@ -1,5 +1,5 @@
 """Which requests situate a document's chunks, for any provider: one per chunk or one per group,
-the document whole or in windows when it exceeds the model's context window, grouped into units
+the document whole or in spans when it exceeds the model's context window, grouped into units
 that share (and may cache) one document prefix. What a request looks like on the wire is the
 provider's (`Wire.send`); what it asks is decided here once, so the run and its dry run agree."""
 
@@ -28,7 +28,7 @@ from situate.tasks.contexts.engine.prompts import (
 log = logging.getLogger("situate.contexts")
 
 # (text, offset in the document, chunks located in it, requested chunks assigned to it)
-Window = tuple[str, int, list[Chunk], list[Chunk]]
+Span = tuple[str, int, list[Chunk], list[Chunk]]
 
 
 @dataclass
@@ -114,7 +114,7 @@ class Options:
     def identity(self, group: bool) -> dict[str, str | int]:
         """Every input that changes the generated text: the provider, the model (and the server
         that decides what the name means, for a self-hosted one), the prompt (its version), the
-        output limits, the context window (it decides how a long document is windowed) and, when
+        output limits, the context window (it decides how a long document is cut in spans) and, when
         grouping, how chunks are grouped. Not concurrency, batch or live, nor the key."""
         identity: dict[str, str | int] = {
             "provider": self.provider, "model": self.model,
@@ -143,18 +143,18 @@ class Planner:
         """The requests for `chunks` of `doc`, grouped by the document prefix they share."""
         units: list[Unit] = []
         fence = fence_of(doc)
-        windows, notes = self.windows(doc, chunks, group)
-        for text, offset, members, wanted in windows:
+        spans, notes = self.spans(doc, chunks, group)
+        for text, offset, members, wanted in spans:
             if group:
-                spans = []
+                marks = []
                 stray: list[Chunk] = []
                 for c in members:
                     start = locate(doc, c) - offset
                     if 0 <= start and start + len(c.text) <= len(text):
-                        spans.append((c.index, start, start + len(c.text)))
+                        marks.append((c.index, start, start + len(c.text)))
                     elif c in wanted:
                         stray.append(c)
-                doc_block = document_block(mark_chunks(text, spans, fence), fence)
+                doc_block = document_block(mark_chunks(text, marks, fence), fence)
                 groups = [wanted[i:i + self.group_size]
                           for i in range(0, len(wanted), self.group_size)]
                 jobs = [self._group_job(doc, doc_block, fence, g, stray,
@@ -178,13 +178,13 @@ class Planner:
         return Job(doc, list(chunks), doc_block, suffix, max_tokens,
                    group_schema(ids if enumerate_ids else None))
 
-    def windows(self, doc: Document, chunks: Sequence[Chunk], group: bool = False
-                ) -> tuple[list[Window], list[str]]:
-        """The document, or windows of it when it exceeds the context window.
+    def spans(self, doc: Document, chunks: Sequence[Chunk], group: bool = False
+              ) -> tuple[list[Span], list[str]]:
+        """The document, or spans of it when it exceeds the context window.
 
-        Returns (text, offset, chunks located in it, requested chunks assigned to it). Windows are
-        fixed and half-overlapping, so every chunk up to half a window long lies whole in one and
-        the chunks of a window still share (and cache) one prefix.
+        Returns (text, offset, chunks located in it, requested chunks assigned to it). Spans are
+        fixed and half-overlapping, so every chunk up to half a span long lies whole in one and
+        the chunks of a span still share (and cache) one prefix.
         """
         wanted = list(chunks)
         longest = max((estimate_tokens(c.text) for c in wanted), default=0)
@@ -207,19 +207,19 @@ class Planner:
         for c in wanted:
             start = locate(doc, c)
             assigned[min(max(start, 0) // stride, count - 1)].append(c)
-        windows = []
+        spans = []
         for i, members in enumerate(assigned):
             if not members:
                 continue
             lo = i * stride
             text = doc.text[lo:lo + size]
             located = [c for c in doc.chunks if lo <= locate(doc, c) < lo + size]
-            windows.append((text, lo, located, members))
+            spans.append((text, lo, located, members))
         note = (f"document {doc.id} (~{total} tokens) exceeds the {self.info.context_window}-token "
-                f"context window of {self.model}: its chunks were situated within {len(windows)} "
-                f"window(s) of ~{budget} tokens of the document around them")
+                f"context window of {self.model}: its chunks were situated within {len(spans)} "
+                f"span(s) of ~{budget} tokens of the document around them")
         log.warning(note)
-        return windows, [note]
+        return spans, [note]
 
 
 def locate(doc: Document, chunk: Chunk) -> int:

@@ -61,7 +61,7 @@ def fence_of(doc: Document) -> str:
     Derived from the document alone (the same for every request of it, so its block stays one
     cacheable prefix) and checked, not assumed, absent: the first of sha256("0␟text"),
     sha256("1␟text"), ... (␟ the unit separator) cut to FENCE_LENGTH hex digits that occurs
-    nowhere. Windows of the document are substrings of its text, so it is absent from them too.
+    nowhere. Spans of the document are substrings of its text, so it is absent from them too.
     """
     texts = [doc.text, *(c.text for c in doc.chunks)]
     for n in count():
@@ -72,7 +72,7 @@ def fence_of(doc: Document) -> str:
 
 
 def document_block(text: str, fence: str) -> str:
-    """The document block (the cacheable prefix) quoting `text`, a document or a window of it."""
+    """The document block (the cacheable prefix) quoting `text`, a document or a span of it."""
     return DOCUMENT_PROMPT.format(fence=fence, doc_content=text)
 
 
