@@ -80,7 +80,7 @@ class Settings(BaseSettings):
                                            "tokens for --context openai")
     llm_context_window: int | None = Field(None, ge=1024, description="context window (tokens) "
                                            "of a self-hosted model (openai, ollama): longer "
-                                           "documents are situated in windows; default: the "
+                                           "documents are situated in spans of them; default: the "
                                            "price table's, else 8192")
     batch_cache_ttl: Literal["1h", "5m"] = Field("1h", description="life of the prompt-cache "
                                                  "entries of Claude's Message Batches (--batch): "
