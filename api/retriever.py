@@ -40,7 +40,7 @@ from situate.tasks.embedders.runtime import (
 from situate.tasks.rerankers.base import Reranker, get_reranker
 from situate.tasks.retrieval.search import (
     MODES,
-    SEARCH_MODES,
+    MODES_WITHOUT_RERANKER,
     answer,
     can_rerank,
     check_fusion,
@@ -327,7 +327,7 @@ class Retriever:
         `st:` cross-encoder, or Cohere with COHERE_API_KEY)."""
         if self._reranker is not None or can_rerank(self._reranker_spec):
             return MODES
-        return SEARCH_MODES
+        return MODES_WITHOUT_RERANKER
 
     @property
     def uri(self) -> str:

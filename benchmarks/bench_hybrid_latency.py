@@ -77,7 +77,7 @@ def measure(path: str, queries: int) -> dict[str, float]:
         return (time.perf_counter() - t0) / queries * 1000
 
     def legs(q, v):
-        return [store.search(C, m, q, v, 100) for m in ("dense", "bm25")]
+        return [store.leg_search(C, m, q, v, 100) for m in ("dense", "bm25")]
 
     def exact(q, v):
         return hybrid(store, C, q, v, 20, fusion="cdbsf")

@@ -59,7 +59,7 @@ def dump(eval_set: str, collection: str, out: str, embedder: str) -> None:
     queries = load_eval_set(eval_set)
     vectors = model.embed_queries([q.query for q in queries])  # one batch, not one call a query
     for q, vector in zip(queries, vectors, strict=True):
-        legs = {m: store.search(collection, m, q.query, vector, 100) for m in ("dense", "bm25")}
+        legs = {m: store.leg_search(collection, m, q.query, vector, 100) for m in ("dense", "bm25")}
         hits = {h.id: h for leg in legs.values() for h in leg}
         # round 3: each leg's own scores of the other leg's candidates it did not return
         returned = {m: {h.id for h in leg} for m, leg in legs.items()}

@@ -38,8 +38,8 @@ class SearchStore(Protocol):
 
     def count(self, collection: str) -> int: ...
 
-    def search(self, collection: str, leg: str, query_text: str,
-               query_vector: Sequence[float] | None, limit: int) -> list[Hit]:
+    def leg_search(self, collection: str, leg: str, query_text: str,
+                   query_vector: Sequence[float] | None, limit: int) -> list[Hit]:
         """The top `limit` chunks of one retriever (`leg` in LEGS): dense cosine of
         `query_vector`, or BM25 of `query_text`; best first, scores higher-is-better."""
         ...
@@ -47,12 +47,12 @@ class SearchStore(Protocol):
     def leg_scores(self, collection: str, leg: str, query_text: str,
                    query_vector: Sequence[float] | None, ids: Sequence[str]) -> dict[str, float]:
         """One retriever's own scores of the chunks `ids` (a search restricted to them), on the
-        same scale as `search`'s; BM25 gives 0 to a chunk sharing no term with the query."""
+        same scale as `leg_search`'s; BM25 gives 0 to a chunk sharing no term with the query."""
         ...
 
     def ranking(self, collection: str, leg: str, query_text: str,
                 query_vector: Sequence[float] | None, limit: int) -> list[tuple[str, float]]:
-        """`search`'s ids and scores alone, in its order: what a fusion needs of its legs."""
+        """`leg_search`'s ids and scores alone, in its order: what a fusion needs of its legs."""
         ...
 
     def hits(self, collection: str, ranked: Sequence[tuple[str, float]]) -> list[Hit]:

@@ -265,8 +265,8 @@ class MemoryStore:
     def stored_documents(self, collection: str) -> dict[str, StoredDocument]:
         return from_rows(self.rows(collection, fields=STORED_FIELDS))
 
-    def search(self, collection: str, leg: str, query_text: str,
-               query_vector: Sequence[float] | None, limit: int) -> list[Hit]:
+    def leg_search(self, collection: str, leg: str, query_text: str,
+                   query_vector: Sequence[float] | None, limit: int) -> list[Hit]:
         return self.hits(collection, self.ranking(collection, leg, query_text, query_vector,
                                                   limit))
 

@@ -416,8 +416,8 @@ class MilvusStore(Connection):
         self._call(f"loading collection {collection!r}",
                    lambda: self.client.load_collection(collection))
 
-    def search(self, collection: str, leg: str, query_text: str,
-               query_vector: Sequence[float] | None, limit: int) -> list[Hit]:
+    def leg_search(self, collection: str, leg: str, query_text: str,
+                   query_vector: Sequence[float] | None, limit: int) -> list[Hit]:
         """The top `limit` chunks of one retriever: dense cosine of `query_vector`, or BM25 of
         `query_text` (its identifiers split as the rows' are, `rows.lexical_text`).
 
@@ -437,20 +437,20 @@ class MilvusStore(Connection):
         an app's lone one, and a near tie could fall the other way."""
         if leg == "bm25" and self._lexical_for(f"{leg} search in {collection!r}"):
             return self.hits(collection, self.ranking(collection, leg, query_text, None, limit))
-        res = self._leg_search(collection, leg, query_text, query_vector, limit, HIT_FIELDS)
+        res = self._client_search(collection, leg, query_text, query_vector, limit, HIT_FIELDS)
         hits = sorted(self._hits(res, leg, self._rescoring(leg, query_vector)),
                       key=lambda h: (-h.score, h.id))
         return hits[:limit]
 
     def ranking(self, collection: str, leg: str, query_text: str,
                 query_vector: Sequence[float] | None, limit: int) -> list[tuple[str, float]]:
-        """`search`'s ids and scores alone, cut at `limit` by the same rule. A hybrid search
+        """`leg_search`'s ids and scores alone, cut at `limit` by the same rule. A hybrid search
         fuses each leg's top 100 and keeps ten: fetching the 200 candidates' texts, contexts and
         metadata with their scores was most of the server's work on a hybrid query
         (docs/benchmarks: concurrent queries)."""
         if leg == "bm25" and self._lexical_for(f"{leg} search in {collection!r}"):
             return self._lexical_leg(collection).current().top(query_text, limit)
-        res = self._leg_search(collection, leg, query_text, query_vector, limit, ["id"])
+        res = self._client_search(collection, leg, query_text, query_vector, limit, ["id"])
         found = res[0] if res else []
         rescore = self._rescoring(leg, query_vector)
         columns = _search_columns(found) if rescore is not None else None
@@ -465,19 +465,21 @@ class MilvusStore(Connection):
 
     def _rescoring(self, leg: str, query_vector: Sequence[float] | None
                    ) -> Sequence[float] | None:
-        """The query vector whose cosines rank a dense search here (`search`): on Milvus Lite
+        """The query vector whose cosines rank a dense search here (`leg_search`): on Milvus Lite
         (asked once), else None (a server's scores stand)."""
         if leg != "dense" or query_vector is None or not self._on_lite("dense search"):
             return None
         return query_vector
 
-    def _leg_search(self, collection: str, leg: str, query_text: str,
-                    query_vector: Sequence[float] | None, limit: int,
-                    fields: list[str]) -> Any:
+    def _client_search(self, collection: str, leg: str, query_text: str,
+                       query_vector: Sequence[float] | None, limit: int,
+                       fields: list[str]) -> Any:
+        """pymilvus's search of one leg (what `leg_search` and `ranking` read): `fields` of up
+        to TIE_MARGIN more hits than `limit`."""
         data, field, metric = self._leg(leg, query_text, query_vector)
         asked = min(limit + TIE_MARGIN, MAX_TOPK)
         lite = leg == "dense" and self._on_lite(f"{leg} search in {collection!r}")
-        if lite:  # each hit's vector, to score it here (`search`)
+        if lite:  # each hit's vector, to score it here (`leg_search`, `ranking`)
             fields = [*fields, "dense"]
 
         def call(queries: list[Any]) -> Any:

@@ -43,7 +43,7 @@ from situate.core.records import (
     sha256,
 )
 from situate.storage import reopen, scheme
-from situate.tasks.retrieval.search import search
+from situate.tasks.retrieval.search import mode_search
 from situate.testing.fakes import HashEmbedding
 
 EMB = HashEmbedding()
@@ -232,9 +232,9 @@ class WriteContract(StoreFixtures):
         assert long_context.startswith(row["context"]) and 0 < len(row["context"].encode()) <= 8_192
         assert len(row["context"]) < len(long_context)
         # The BM25 text (chunk, then context) is cut too: its start is indexed, its end is not.
-        hits = loaded.search(C, "bm25", "zebrafinch", None, 3)
+        hits = loaded.leg_search(C, "bm25", "zebrafinch", None, 3)
         assert [h.doc_id for h in hits] == ["long.txt"]
-        assert loaded.search(C, "bm25", "narwhal", None, 3) == []
+        assert loaded.leg_search(C, "bm25", "narwhal", None, 3) == []
 
         too_long = embedded("huge.txt", ["short chunk", "é" * 40_000])  # 80,000 bytes
         with pytest.raises(StoreError, match=r"huge.txt', chunk 1 is 80000 bytes.*split it"):
@@ -275,7 +275,7 @@ class SearchContract(StoreFixtures):
     @pytest.mark.parametrize("mode", [*LEGS, "hybrid"])
     def test_each_mode_finds_the_chunk_sharing_the_query_words(self, loaded: ChunkStore, mode: str) -> None:
         query = "how is a job deleted after success"
-        hits = search(loaded, C, mode, query, EMB._one(query), 3)
+        hits = mode_search(loaded, C, mode, query, EMB._one(query), 3)
         assert all(isinstance(h, Hit) for h in hits)
         top = hits[0]
         assert (top.id, top.doc_id, top.index) == (chunk_id("a.py", 1), "a.py", 1)
@@ -285,11 +285,11 @@ class SearchContract(StoreFixtures):
         assert len(hits) == (2 if mode == "bm25" else 3)
 
     @pytest.mark.parametrize("leg", LEGS)
-    def test_a_ranking_is_the_searchs_ids_and_scores_and_hits_fill_it_in(
+    def test_a_ranking_is_the_leg_searchs_ids_and_scores_and_hits_fill_it_in(
             self, loaded: ChunkStore, leg: str) -> None:
         query = "how is a job deleted after success"
         vector = EMB._one(query)
-        hits = loaded.search(C, leg, query, vector, 4)
+        hits = loaded.leg_search(C, leg, query, vector, 4)
         ranked = loaded.ranking(C, leg, query, vector, 4)
         assert ranked == [(h.id, h.score) for h in hits] and ranked
         # In the order given, with the scores given; an id not stored is left out.
@@ -300,15 +300,15 @@ class SearchContract(StoreFixtures):
         assert loaded.hits(C, []) == []
 
     def test_bm25_matches_the_parts_of_compound_identifiers_and_the_context(self, loaded: ChunkStore) -> None:
-        assert loaded.search(C, "bm25", "diff executor", None, 1)[0].doc_id == "c.rs"
-        assert loaded.search(C, "bm25", "next delay", None, 1)[0].doc_id == "c.rs"
+        assert loaded.leg_search(C, "bm25", "diff executor", None, 1)[0].doc_id == "c.rs"
+        assert loaded.leg_search(C, "bm25", "next delay", None, 1)[0].doc_id == "c.rs"
         loaded.write(C, [embedded("e.md", ["plain words only"], context="about the walrus")])
-        assert [h.doc_id for h in loaded.search(C, "bm25", "walrus", None, 3)] == ["e.md"]
+        assert [h.doc_id for h in loaded.leg_search(C, "bm25", "walrus", None, 3)] == ["e.md"]
 
     @pytest.mark.parametrize("fusion", FUSIONS)
     def test_hybrid_returns_each_chunk_once_under_every_fusion(self, loaded: ChunkStore, fusion: str) -> None:
         query = "how is a job deleted after success"
-        hits = search(loaded, C, "hybrid", query, EMB._one(query), 10, fusion=fusion)
+        hits = mode_search(loaded, C, "hybrid", query, EMB._one(query), 10, fusion=fusion)
         assert len(hits) == ROWS == len({h.id for h in hits})
         assert hits[0].id == chunk_id("a.py", 1)
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
@@ -326,7 +326,7 @@ class SearchContract(StoreFixtures):
         store.write(C, docs[:6])
         store.write(C, docs[6:])
         query = "walrus cabbages"
-        hits = search(store, C, mode, query, EMB._one(query), 5)
+        hits = mode_search(store, C, mode, query, EMB._one(query), 5)
         assert [h.id for h in hits] == ids[:5]
         assert len({h.score for h in hits}) == 1
 
@@ -334,9 +334,9 @@ class SearchContract(StoreFixtures):
         """Modes and fusions are checked where a search is asked for (the Retriever, the
         options); below them a store still refuses a leg it does not have."""
         with pytest.raises(StoreError, match="unknown search leg 'fuzzy'"):
-            loaded.search(C, "fuzzy", "job", None, 3)
+            loaded.leg_search(C, "fuzzy", "job", None, 3)
         with pytest.raises(StoreError, match="unknown search leg 'fuzzy'"):
-            search(loaded, C, "fuzzy", "job", None, 3)
+            mode_search(loaded, C, "fuzzy", "job", None, 3)
 
 
 class SpecContract(StoreFixtures):
@@ -359,7 +359,7 @@ class SpecContract(StoreFixtures):
             assert again.count(C) == ROWS and stored(again) == stored(loaded)
             assert again.describe(C) == loaded.describe(C)
             query = "how is a job deleted after success"
-            assert search(again, C, "hybrid", query, EMB._one(query), 3)[0].id == chunk_id("a.py", 1)
+            assert mode_search(again, C, "hybrid", query, EMB._one(query), 3)[0].id == chunk_id("a.py", 1)
             # What one writes, the other reads: one store, not a copy of it.
             again.write(C, [embedded("z.md", ["written through the store opened again"])])
             assert loaded.count(C) == ROWS + 1

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.e2e
 
 def test_exported_bulk_files_read_back_to_the_same_rows(prefect_harness, state, tmp_path):
     from situate.storage.bulk import collection_schema, export_collection, input_fields, read_rows
-    from situate.tasks.retrieval.search import search
+    from situate.tasks.retrieval.search import mode_search
     from tests.helpers import ingest, open_store
 
     ingest(corpus=str(SAMPLE_CORPUS), collection="bulk_src", embedder="hash", context="structural")
@@ -46,8 +46,8 @@ def test_exported_bulk_files_read_back_to_the_same_rows(prefect_harness, state, 
                   "How is the retry delay computed?"):
         for mode in ("dense", "bm25", "hybrid"):
             vec = emb.encode_queries([query])[0]
-            src = [h.id for h in search(store, "bulk_src", mode, query, vec, 5)]
-            dst = [h.id for h in search(store, "bulk_dst", mode, query, vec, 5)]
+            src = [h.id for h in mode_search(store, "bulk_src", mode, query, vec, 5)]
+            dst = [h.id for h in mode_search(store, "bulk_dst", mode, query, vec, 5)]
             assert src == dst and src, (mode, query)
 
 

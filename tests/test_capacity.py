@@ -141,7 +141,7 @@ def test_server_collection_has_hnsw_and_search_asks_ef(tmp_path):
         index = store.client.describe_index("hnsw", "dense")
         assert index["index_type"] == "HNSW"
         assert int(index.get("M", 16)) == 16
-        hits = store.search("hnsw", "dense", "", emb.encode_queries(["lease queue"])[0], 150)
+        hits = store.leg_search("hnsw", "dense", "", emb.encode_queries(["lease queue"])[0], 150)
         assert len(hits) == 150 == len({h.id for h in hits})
 
 

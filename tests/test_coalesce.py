@@ -98,10 +98,10 @@ def test_concurrent_dense_searches_on_lite_answer_as_alone(tmp_path):
         together = list(pool.map(lambda v: store.ranking(C, "dense", "", v, 20), vectors))
     assert together == alone
     assert max(store._coalescer.batches[-8:]) > 1
-    hits_alone = [store.search(C, "dense", "", v, 20) for v in vectors]
+    hits_alone = [store.leg_search(C, "dense", "", v, 20) for v in vectors]
     gate.clear()
     with ThreadPoolExecutor(8) as pool:
-        hits_together = list(pool.map(lambda v: store.search(C, "dense", "", v, 20), vectors))
+        hits_together = list(pool.map(lambda v: store.leg_search(C, "dense", "", v, 20), vectors))
     assert hits_together == hits_alone
     assert [[(h.id, h.score) for h in hs] for hs in hits_alone] == alone
     assert max(store._coalescer.batches[-8:]) > 1
@@ -160,7 +160,7 @@ def test_a_dense_rankings_ids_and_vectors_are_read_from_the_answers_columns(tmp_
 
     store = fresh(str(tmp_path / "a.db"), documents(30, 9))
     query = np.random.default_rng(2).standard_normal(8).tolist()
-    found = store._leg_search(C, "dense", "", query, 20, ["id"])[0]
+    found = store._client_search(C, "dense", "", query, 20, ["id"])[0]
     columns = _search_columns(found)
     assert columns is not None
     ids, vectors = columns
@@ -168,5 +168,5 @@ def test_a_dense_rankings_ids_and_vectors_are_read_from_the_answers_columns(tmp_
     assert np.array_equal(vectors, float32([h["entity"]["dense"] for h in found]))
     assert _search_columns(found) is None  # made into hits now: read one by one
     assert store.ranking(C, "dense", "", query, 20) == [
-        (h.id, h.score) for h in store.search(C, "dense", "", query, 20)]
+        (h.id, h.score) for h in store.leg_search(C, "dense", "", query, 20)]
     store.close()

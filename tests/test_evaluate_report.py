@@ -332,7 +332,7 @@ class _RecordingStore:
 
         return CollectionInfo(64, "hash:bow-64")
 
-    def search(self, collection, leg, query, vector, limit):
+    def leg_search(self, collection, leg, query, vector, limit):
         self.searches.append((leg, query, vector, limit))
         return [hit(f"doc-{query}", query)]
 
@@ -340,7 +340,7 @@ class _RecordingStore:
         return {}
 
     def ranking(self, collection, leg, query, vector, limit):
-        found = self.search(collection, leg, query, vector, limit)
+        found = self.leg_search(collection, leg, query, vector, limit)
         self.found = {**getattr(self, "found", {}), **{h.id: h for h in found}}
         return [(h.id, h.score) for h in found]
 

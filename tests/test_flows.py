@@ -127,7 +127,7 @@ def test_a_runs_cache_dir_keeps_its_manifest_and_lexical_index_together(prefect_
     assert not (Path(state["cache_dir"]) / "lexical").exists()
     store = MilvusStore(state["milvus_uri"], cache_dir=str(elsewhere))
     try:
-        assert store.search("cd", "bm25", "walrus", None, 1)[0].doc_id == "a.md"
+        assert store.leg_search("cd", "bm25", "walrus", None, 1)[0].doc_id == "a.md"
         assert store._lexical_leg("cd").last == "loaded"
     finally:
         store.close()

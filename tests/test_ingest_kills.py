@@ -69,7 +69,7 @@ def _answers(uri: str, cache: Path | None) -> tuple[list, list]:
     try:
         rows = sorted((r["id"], r["doc_hash"], r["text"])
                       for r in store.rows(C, fields=("id", "doc_hash", "text")))
-        ranked = [[(h.id, h.score, h.text) for h in store.search(C, "bm25", q, None, 10)]
+        ranked = [[(h.id, h.score, h.text) for h in store.leg_search(C, "bm25", q, None, 10)]
                   for q in QUERIES]
     finally:
         store.close()
@@ -99,6 +99,6 @@ def test_a_killed_ingest_then_a_search_then_the_same_command(tmp_path, fresh, po
     _ingest(tmp_path, home, uri)
     assert _answers(uri, tmp_path / "cache") == fresh
     store = MilvusStore(uri, cache_dir=str(tmp_path / "cache"))
-    store.search(C, "bm25", QUERIES[0], None, 10)
+    store.leg_search(C, "bm25", QUERIES[0], None, 10)
     assert store._lexical_leg(C).last == "loaded"  # the command's end saved the index it serves
     store.close()

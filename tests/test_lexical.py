@@ -47,7 +47,7 @@ def fresh(uri: str, docs: list[EmbeddedDocument], collection: str = C, **kw) -> 
 
 def answers(store: MilvusStore, collection: str = C) -> list:
     return [(store.ranking(collection, "bm25", q, None, 25),
-             [(h.id, h.score, h.text) for h in store.search(collection, "bm25", q, None, 7)])
+             [(h.id, h.score, h.text) for h in store.leg_search(collection, "bm25", q, None, 7)])
             for q in QUERIES]
 
 

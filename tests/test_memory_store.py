@@ -134,5 +134,5 @@ def test_the_ingest_flow_keeps_a_store_without_upkeep_up_to_date(prefect_harness
     assert fresh.rows == changed.rows == len(kept)
     assert kept == sorted(tuple(r[f] for f in fields)
                           for r in open_store(uri + "-fresh").rows("mem", fields))
-    walruses = store.search("mem", "bm25", "walruses", None, 1)
+    walruses = store.leg_search("mem", "bm25", "walruses", None, 1)
     assert walruses[0].doc_id == files[0].relative_to(corpus).as_posix()

@@ -204,7 +204,7 @@ def test_left_down_the_write_fails_with_one_line_and_the_next_write_finishes(ser
     # nobody listens on: a second client of a live address would share the first's connection).
     with pytest.raises(StoreError, match=r"did not answer \(bm25 search in 'faults'\) after 5 .*"
                                           r"run the same command again$"):
-        store.search(C, "bm25", "document", None, 3)
+        store.leg_search(C, "bm25", "document", None, 3)
     nobody = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(StoreError, match=rf"^Milvus at {nobody} did not answer \(connecting\) "
                                          r"after 5 attempts .*run the same command again$"):
@@ -255,7 +255,7 @@ def test_killed_between_creating_the_collection_and_indexing_it(server, store_fo
     assert store.client.list_collections() == [physical]
     store.ensure_collection(C, EMB.dim, EMBEDDER)  # nothing missing: a no-op
     assert store.write(C, documents(n=2, chunks=3)) == 6
-    assert store.search(C, "bm25", "document 1 chunk 2", None, 1)[0].id == chunk_id("doc1.txt", 2)
+    assert store.leg_search(C, "bm25", "document 1 chunk 2", None, 1)[0].id == chunk_id("doc1.txt", 2)
 
 
 def corpus_file(tmp_path, docs: int = 40) -> str:

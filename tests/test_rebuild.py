@@ -76,7 +76,7 @@ def update(store: MilvusStore, name: str, corpus: list[dict], old: list[dict]) -
 
 
 def bm25(store: MilvusStore, name: str) -> list[list[tuple[str, float]]]:
-    return [[(h.id, round(h.score, 5)) for h in store.search(name, "bm25", q, None, 20)]
+    return [[(h.id, round(h.score, 5)) for h in store.leg_search(name, "bm25", q, None, 20)]
             for q in QUERIES]
 
 
@@ -154,7 +154,7 @@ def test_a_rebuild_stopped_at_any_step_loses_nothing(store, monkeypatch, at):
     monkeypatch.undo()
     # Stopped: the name still stands for a whole collection, the same rows.
     assert store.count("kept") == len(rows) and every_row(store, "kept") == rows
-    assert len(store.search("kept", "bm25", QUERIES[0], None, 5)) == 5
+    assert len(store.leg_search("kept", "bm25", QUERIES[0], None, 5)) == 5
     # The same command again: tidied, rebuilt, exact.
     store.tidy("kept")
     physical = store.generations.physical("kept")

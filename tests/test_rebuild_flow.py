@@ -30,7 +30,7 @@ def bm25_lists(uri: str, collection: str) -> list[list[str]]:
 
     store = open_store(uri)
     queries = [json.loads(line)["query"] for line in EVAL.read_text().splitlines()]
-    return [[h.id for h in store.search(collection, "bm25", q, None, 20)] for q in queries]
+    return [[h.id for h in store.leg_search(collection, "bm25", q, None, 20)] for q in queries]
 
 
 def scenario(tmp_path, counting, uri: str, **update: Any) -> dict[str, Any]:
@@ -121,7 +121,7 @@ def test_without_the_rebuild_a_kept_collection_searches_like_fresh_on_lite(
     native = MilvusStore(state["milvus_uri"], native_bm25=True)
     try:
         queries = [json.loads(line)["query"] for line in EVAL.read_text().splitlines()]
-        lists = {name: [[h.id for h in native.search(name, "bm25", q, None, 20)] for q in queries]
+        lists = {name: [[h.id for h in native.leg_search(name, "bm25", q, None, 20)] for q in queries]
                  for name in ("kept", "fresh")}
     finally:
         native.close()
@@ -176,7 +176,7 @@ def test_a_kill_during_the_rebuild_then_the_same_command(tmp_path):
                 with MilvusStore(server.uri) as reader:
                     while not stop.is_set():
                         try:
-                            answers.append((reader.count("kept"), len(reader.search(
+                            answers.append((reader.count("kept"), len(reader.leg_search(
                                 "kept", "bm25", "DiffExecutor run_target", None, 20))))
                         except Exception as e:  # noqa: BLE001 - every failure is the finding
                             errors.append(repr(e))
@@ -215,8 +215,8 @@ def test_a_kill_during_the_rebuild_then_the_same_command(tmp_path):
             assert differing == []
             queries = [json.loads(line)["query"] for line in EVAL.read_text().splitlines()]
             for q in queries[:50]:
-                assert ([h.id for h in watcher.search("kept", "bm25", q, None, 20)]
-                        == [h.id for h in watcher.search("fresh", "bm25", q, None, 20)])
+                assert ([h.id for h in watcher.leg_search("kept", "bm25", q, None, 20)]
+                        == [h.id for h in watcher.leg_search("fresh", "bm25", q, None, 20)])
     finally:
         stop.set()
         server.stop()

@@ -18,14 +18,14 @@ class _EmptyStore:
 
         return CollectionInfo(64, "hash:bow-64")
 
-    def search(self, collection, leg, query, vector, limit):
+    def leg_search(self, collection, leg, query, vector, limit):
         return []
 
     def leg_scores(self, collection, leg, query, vector, ids):
         return {}
 
     def ranking(self, collection, leg, query, vector, limit):
-        return [(h.id, h.score) for h in self.search(collection, leg, query, vector, limit)]
+        return [(h.id, h.score) for h in self.leg_search(collection, leg, query, vector, limit)]
 
     def hits(self, collection, ranked):
         import dataclasses
@@ -94,8 +94,8 @@ class _LegStore(_EmptyStore):
         self._meet()
         return [(h.id, h.score) for h in self._leg(leg)][:limit]
 
-    def search(self, collection, leg, query, vector, limit):
-        self.calls.append(("search", leg))
+    def leg_search(self, collection, leg, query, vector, limit):
+        self.calls.append(("leg_search", leg))
         self._meet()
         return self._leg(leg)[:limit]
 

@@ -35,7 +35,7 @@ def test_reopening_the_file_reads_the_same_rows(tmp_path):
     s.close()
     again = MilvusStore(str(tmp_path / "m.db"))
     assert again.count(C) == ROWS and stored(again) == rows
-    assert again.search(C, "bm25", "jitter", None, 1)[0].doc_id == "c.rs"
+    assert again.leg_search(C, "bm25", "jitter", None, 1)[0].doc_id == "c.rs"
     again.close()
 
 
@@ -105,7 +105,7 @@ def test_each_leg_scores_the_candidates_it_did_not_return_and_hybrid_fuses_those
     s.ensure_collection(C, EMB.dim, EMBEDDER)
     s.write(C, corpus())
     query, vector = "how is a job deleted after success", EMB._one("how is a job deleted after success")
-    legs = {m: s.search(C, m, query, vector, 10) for m in ("dense", "bm25")}
+    legs = {m: s.leg_search(C, m, query, vector, 10) for m in ("dense", "bm25")}
     every = [h.id for h in legs["dense"]]
     assert len(every) == ROWS and len(legs["bm25"]) == 2  # BM25 returns the chunks sharing "job"
     # a leg's own score of a chunk is the same whether it returned it or was asked for it alone

@@ -15,7 +15,7 @@ def test_an_error_milvus_raises_becomes_one_store_error(tmp_path):
     try:
         store.ensure_collection("c", 4, "fake")
         with pytest.raises(StoreError) as caught:  # no such collection: refused, not retried
-            store.search("gone", "bm25", "q", None, 5)
+            store.leg_search("gone", "bm25", "q", None, 5)
         message = str(caught.value)
         assert message.startswith(f"Milvus at {uri}: bm25 search in 'gone' failed: ")
         assert "does not exist" in message and "\n" not in message
@@ -33,7 +33,7 @@ def test_a_search_loads_a_released_collection(tmp_path):
         for leg in ("dense", "bm25"):
             store.client.release_collection("c")  # a restarted server's state
             vector = EMB.encode_queries(["alpha"])[0]
-            hits = store.search("c", leg, "alpha", vector, 5)
+            hits = store.leg_search("c", leg, "alpha", vector, 5)
             assert [h.doc_id for h in hits][:1] == ["d"]
             store.client.release_collection("c")
             assert store.leg_scores("c", leg, "alpha", vector, [hits[0].id])

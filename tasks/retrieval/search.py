@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from situate.tasks.embedders.base import Embedder
     from situate.tasks.rerankers.base import Reranker
 
-SEARCH_MODES = (*LEGS, "hybrid")
-MODES = (*SEARCH_MODES, "rerank")
+MODES_WITHOUT_RERANKER = (*LEGS, "hybrid")
+MODES = (*MODES_WITHOUT_RERANKER, "rerank")
 # Candidates each leg of a hybrid search contributes to the fusion.
 FUSION_DEPTH = 100
 # Hybrid candidates handed to the reranker: one Cohere request (one search unit) per query.
@@ -102,13 +102,13 @@ def unavailable(mode: str) -> str:
     """Why `mode` cannot run here (the rerank mode without a reranker that can run)."""
     return (f"retrieval mode {mode!r} is not available here: it needs a reranker (COHERE_API_KEY, "
             f"or SITUATE_RERANKER=st:NAME_OR_PATH for a local cross-encoder); use one of "
-            f"{', '.join(SEARCH_MODES)}")
+            f"{', '.join(MODES_WITHOUT_RERANKER)}")
 
 
 def default_modes(reranker: str = "cohere") -> str:
     """Every mode this configuration can run: `rerank` joins when the reranker is local (`st:`)
     or a Cohere key is set."""
-    return ",".join(MODES if can_rerank(reranker) else SEARCH_MODES)
+    return ",".join(MODES if can_rerank(reranker) else MODES_WITHOUT_RERANKER)
 
 
 def check_modes(modes: Sequence[str]) -> list[str]:
@@ -127,15 +127,15 @@ def check_fusion(fusion: str) -> str:
     return fusion
 
 
-def search(store: SearchStore, collection: str, mode: str, query_text: str,
-           query_vector: Sequence[float] | None, limit: int, fusion: str = "cdbsf",
-           pool: Executor | None = None) -> list[Hit]:
+def mode_search(store: SearchStore, collection: str, mode: str, query_text: str,
+                query_vector: Sequence[float] | None, limit: int, fusion: str = "cdbsf",
+                pool: Executor | None = None) -> list[Hit]:
     """The top `limit` chunks of one search mode: a leg of the store (`dense`, `bm25`) or both
     legs fused (`hybrid`, its legs at the same time in `pool`'s threads if given). `mode` and
     `fusion` were checked where the search was asked for (`Retriever`, the options)."""
     if mode == "hybrid":
         return hybrid(store, collection, query_text, query_vector, limit, fusion, pool)
-    return store.search(collection, mode, query_text, query_vector, limit)
+    return store.leg_search(collection, mode, query_text, query_vector, limit)
 
 
 def concurrently(calls: Sequence[Callable[[], T]], pool: Executor | None) -> list[T]:
@@ -226,5 +226,5 @@ def answer(store: SearchStore, collection: str, query: str, mode: str, limit: in
         return reranker.rerank(query, candidates, limit)
     if mode == "hybrid":  # BM25's leg goes on while the query is embedded
         return hybrid(store, collection, query, vector, limit, fusion, pool)
-    return search(store, collection, mode, query, vector() if mode != "bm25" else None, limit,
-                  fusion, pool)
+    return mode_search(store, collection, mode, query, vector() if mode != "bm25" else None,
+                       limit, fusion, pool)

@@ -31,7 +31,7 @@ class OneChunkStore:
     def count(self, collection: str) -> int:
         return 1
 
-    def search(self, collection: str, leg: str, query: str, vector: Any, limit: int) -> list[Hit]:
+    def leg_search(self, collection: str, leg: str, query: str, vector: Any, limit: int) -> list[Hit]:
         self.asked.append((leg, query))
         return [Hit("c1", "doc", 0, "the retry delay doubles", "", 1.0)]
 
@@ -41,7 +41,7 @@ class OneChunkStore:
 
     def ranking(self, collection: str, leg: str, query: str, vector: Any,
                 limit: int) -> list[tuple[str, float]]:
-        return [(h.id, h.score) for h in self.search(collection, leg, query, vector, limit)]
+        return [(h.id, h.score) for h in self.leg_search(collection, leg, query, vector, limit)]
 
     def hits(self, collection: str, ranked: list[tuple[str, float]]) -> list[Hit]:
         return [Hit(i, "doc", 0, "the retry delay doubles", "", s) for i, s in ranked]
