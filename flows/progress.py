@@ -198,7 +198,7 @@ def _terminal_handlers() -> list[logging.Handler]:
 
 
 class _RateColumn(ProgressColumn):
-    """Units a second: over rich's recent window (30 s) while running, the average once done."""
+    """Units a second: over rich's last 30 s while running, the average once done."""
 
     def render(self, task: Task) -> Text:
         unit = task.fields.get("unit", "")

@@ -1,7 +1,7 @@
 """A Milvus server that dies in the middle of a write: a real `milvus-lite server` process, killed
 (SIGKILL) and started again on the same data dir and port by the test.
 
-Restarted within the retry window, the write completes with exact rows. Left down, the call fails
+Restarted while the retries last, the write completes with exact rows. Left down, the call fails
 with one StoreError line within the retry budget, and the next write (or `situate ingest`) after
 a restart finishes the job: exact rows, every chunk id once, nothing paid again.
 """
