@@ -130,6 +130,12 @@ class Settings(BaseSettings):
     web_delay: float = Field(0.0, ge=0, description="seconds between two requests of a website "
                              "corpus to one host (requests go one at a time); a robots.txt "
                              "Crawl-delay, up to 60 s, is honoured when longer")
+    web_concurrency: int = Field(4, ge=1, description="requests of a website corpus in flight to "
+                                 "one host at once, when it asks for no delay (a web_delay or "
+                                 "Crawl-delay means one at a time); 4 hides most of each page's "
+                                 "latency yet stays below the 6 connections a browser opens to "
+                                 "a host; pages are read at most twice this many ahead of the "
+                                 "mirror, and listed in the same order whatever the value")
     web_timeout: float = Field(30.0, gt=0, description="seconds one request of a website corpus "
                                "may wait to connect or for the next bytes")
     web_max_seconds: float = Field(3600.0, gt=0, description="seconds a website corpus's sync "

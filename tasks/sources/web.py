@@ -3,9 +3,12 @@
 The pages are those its sitemap lists (the `Sitemap:` lines of robots.txt, else `sitemap.xml`
 under the prefix or at the root; sitemap indexes followed), or else those reached by following
 links from the start page, within the prefix, up to `web_max_depth` links away. robots.txt is
-obeyed (protego), its Crawl-delay too. Requests go one at a time, a host asked again only after
-`web_delay` seconds (or its Crawl-delay), each timed out (`web_timeout`), the whole sync bounded
-in pages and seconds; a run stopped by a limit deletes nothing.
+obeyed (protego), its Crawl-delay too. At most `web_concurrency` requests are in flight to a host
+at once, and one at a time to a host with a `web_delay` (or a Crawl-delay), whose requests start
+that many seconds apart; each is timed out (`web_timeout`), the whole sync bounded in pages and
+seconds; a run stopped by a limit deletes nothing. Pages are read by a few threads, at most twice
+`web_concurrency` ahead of the one the listing yields, and yielded in the order one thread would
+yield them: the sitemap's, or breadth first from the start page.
 
 Change markers are the ETag, else Last-Modified: the next sync asks with `If-None-Match` /
 `If-Modified-Since`, and an unchanged page costs a 304 (its links, when crawling, read from the
@@ -26,10 +29,16 @@ import ipaddress
 import logging
 import posixpath
 import socket
+import threading
 import time
+import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from queue import SimpleQueue
+from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 
 import httpx
@@ -49,6 +58,45 @@ MAX_SITEMAPS = 100
 KNOWN_SUFFIXES = (".html", ".htm", ".xhtml", ".pdf", ".md", ".markdown", ".txt", ".rst", ".epub",
                   ".docx", ".pptx", ".xlsx", ".ipynb", ".json", ".csv")
 GONE = (404, 410)
+STOP_JOIN_SECONDS = 2.0  # how long closing waits for the reading threads to end
+Page = tuple[Entry | None, list[str]]
+
+
+class _Readers:
+    """`size` daemon threads that run the jobs given them, first given first run. Daemon
+    threads, not a ThreadPoolExecutor's: one still connecting when the listing is given up (a
+    host that never accepts, for `web_timeout`) neither holds up `close` past STOP_JOIN_SECONDS
+    nor the interpreter's exit."""
+
+    def __init__(self, size: int) -> None:
+        self.jobs: SimpleQueue[tuple[Future[Page], Callable[[], Page]] | None] = SimpleQueue()
+        self.threads = [threading.Thread(target=self._run, name=f"situate-web-{i}", daemon=True)
+                        for i in range(size)]
+        for thread in self.threads:
+            thread.start()
+
+    def submit(self, job: Callable[[], Page]) -> Future[Page]:
+        future: Future[Page] = Future()
+        self.jobs.put((future, job))
+        return future
+
+    def _run(self) -> None:
+        while (item := self.jobs.get()) is not None:
+            future, job = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(job())
+            except BaseException as e:  # noqa: BLE001 - the listing's thread raises it
+                future.set_exception(e)
+            del item, future, job
+
+    def close(self) -> None:
+        for _ in self.threads:
+            self.jobs.put(None)
+        until = time.monotonic() + STOP_JOIN_SECONDS
+        for thread in self.threads:
+            thread.join(max(0.0, until - time.monotonic()))
 
 
 class WebSource:
@@ -77,7 +125,14 @@ class WebSource:
         self.checked: dict[str, str] = {parts.hostname.lower(): start_kind}
         self.timeout = settings.web_timeout
         self.delay = settings.web_delay
-        self.last: dict[str, float] = {}  # host -> when it was last asked (time.monotonic)
+        self.concurrency = settings.web_concurrency
+        self.last: dict[str, float] = {}  # host -> when its last request started (monotonic)
+        self.busy: dict[str, int] = {}  # host -> its requests in flight
+        self.turns = threading.Condition()
+        self.stopping = threading.Event()  # the listing was given up: requests end now
+        self.streams: weakref.WeakSet[Any] = weakref.WeakSet()  # the client's connections
+        self.streams_lock = threading.Lock()
+        self.readers: _Readers | None = None
         self.text_limit = settings.max_file_bytes
         self.max_pages, self.max_depth = settings.web_max_pages, settings.web_max_depth
         self.deadline = time.monotonic() + settings.web_max_seconds
@@ -170,9 +225,11 @@ class WebSource:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def _wait_turn(self, url: str) -> None:
-        """Politeness: a host is asked again only `web_delay` seconds (or its robots.txt's
-        Crawl-delay, up to MAX_CRAWL_DELAY) after its last request."""
+    @contextmanager
+    def _turn(self, url: str) -> Iterator[None]:
+        """Politeness, around one request: at most `web_concurrency` in flight to its host, and
+        with a `web_delay` (or the host's robots.txt Crawl-delay, up to MAX_CRAWL_DELAY) one at a
+        time, started that many seconds after the last one started."""
         parts = urlsplit(url)
         host = (parts.hostname or "").lower()
         delay = self.delay
@@ -180,10 +237,57 @@ class WebSource:
         crawl_delay = getattr(robots, "crawl_delay", None)
         if crawl_delay is not None:
             delay = max(delay, min(float(crawl_delay(USER_AGENT) or 0), MAX_CRAWL_DELAY))
-        last = self.last.get(host)
-        if last is not None and delay:
-            time.sleep(max(0.0, last + delay - time.monotonic()))
-        self.last[host] = time.monotonic()
+        room = 1 if delay else self.concurrency
+        with self.turns:
+            while self.busy.get(host, 0) >= room and not self.stopping.is_set():
+                self.turns.wait()
+            self._stopped()
+            self.busy[host] = self.busy.get(host, 0) + 1
+            now = time.monotonic()
+            last = self.last.get(host)
+            start = max(now, last + delay) if last is not None and delay else now
+            self.last[host] = start
+        try:
+            if self.stopping.wait(start - now):
+                self._stopped()
+            yield
+        finally:
+            with self.turns:
+                self.busy[host] -= 1
+                self.turns.notify_all()
+
+    def _stopped(self) -> None:
+        if self.stopping.is_set():
+            raise FetchFailed("the listing was stopped")
+
+    def _trace(self, event: str, info: dict[str, Any]) -> None:
+        """httpcore's trace of the client's requests: each new connection is remembered, so
+        that `_stop` can shut its socket (a thread waiting on it then returns at once)."""
+        if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+            with self.streams_lock:
+                self.streams.add(info["return_value"])
+            if self.stopping.is_set():
+                self._shut_sockets()
+
+    def _shut_sockets(self) -> None:
+        with self.streams_lock:
+            streams = list(self.streams)
+        for stream in streams:
+            sock = stream.get_extra_info("socket")
+            if sock is not None and sock.fileno() != -1:
+                with suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def _stop(self) -> None:
+        """The listing is over (done, given up, interrupted): requests in flight end now (their
+        waits are woken, their connections shut) and the reading threads are let go."""
+        self.stopping.set()
+        with self.turns:
+            self.turns.notify_all()
+        self._shut_sockets()
+        readers, self.readers = self.readers, None
+        if readers is not None:
+            readers.close()
 
     def _get(self, url: str, headers: dict[str, str], limit: int,
              ) -> tuple[int, httpx.Headers, bytes | None, str]:
@@ -196,9 +300,9 @@ class WebSource:
                 raise FetchFailed(f"not requested: {why}")
             if time.monotonic() > self.deadline:
                 raise FetchFailed("the sync's time limit (SITUATE_WEB_MAX_SECONDS) passed")
-            self._wait_turn(url)
             try:
-                with self.client.stream("GET", url, headers=headers) as r:
+                with self._turn(url), self.client.stream("GET", url, headers=headers,
+                                                         extensions={"trace": self._trace}) as r:
                     if r.has_redirect_location:
                         target = urldefrag(urljoin(url, r.headers.get("location", "")))[0]
                         if not self.within(target):
@@ -219,10 +323,13 @@ class WebSource:
                         body += piece
                         if len(body) > page_limit:
                             raise TooLarge
+                        self._stopped()
                     return 200, r.headers, bytes(body), url
             except httpx.TimeoutException:
+                self._stopped()
                 raise FetchFailed(f"timed out after {self.timeout:g} s (SITUATE_WEB_TIMEOUT)") from None
             except httpx.HTTPError as e:
+                self._stopped()
                 raise FetchFailed(f"{type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
         raise FetchFailed(f"more than {MAX_REDIRECTS} redirects")
 
@@ -238,6 +345,7 @@ class WebSource:
         return self._pages(previous, bodies=False)
 
     def _pages(self, previous: Previous, bodies: bool) -> Iterator[Entry]:
+        self.stopping.clear()
         if not self.allowed_by_robots(self.start):
             raise InputError(f"{self.shown}: robots.txt disallows it for {USER_AGENT}")
         listed = self._sitemap_urls()
@@ -245,39 +353,62 @@ class WebSource:
         queue: deque[tuple[str, int]] = deque([(self.start, 0)] if crawl else
                                               [(u, 0) for u in listed or []])
         queued = {u for u, _ in queue}
+        # The pages asked for and not yet yielded, in the order they are yielded: the queue's.
+        # A crawl's queue only grows at its end, so the pages read ahead are the ones a single
+        # thread would read next.
+        ahead: deque[tuple[Future[Page], int]] = deque()
         pages = 0
-        first = True
-        while queue:
-            url, depth = queue.popleft()
-            doc_id = self.doc_id(url)
-            if doc_id is None or not self.allowed_by_robots(url):
-                log.info(f"{self.shown}: {shown(url)[:200]} left out (robots.txt, a query "
-                         "string, or outside the prefix)")
-                continue
-            if pages >= self.max_pages or time.monotonic() > self.deadline:
+        limited = False
+        try:
+            while True:
+                while queue and not limited and len(ahead) < 2 * self.concurrency:
+                    url, depth = queue.popleft()
+                    doc_id = self.doc_id(url)
+                    if doc_id is None or not self.allowed_by_robots(url):
+                        log.info(f"{self.shown}: {shown(url)[:200]} left out (robots.txt, a query "
+                                 "string, or outside the prefix)")
+                        continue
+                    if pages >= self.max_pages or time.monotonic() > self.deadline:
+                        limited = True
+                        break
+                    pages += 1
+                    if not crawl and not bodies:
+                        ahead.append((_done((Entry(doc_id, ""), [])), depth))
+                        continue
+                    self.fetched_to_list = not bodies
+                    ahead.append((self._read(url, doc_id, previous, pages == 1), depth))
+                if not ahead:
+                    break
+                future, depth = ahead.popleft()
+                entry, links = future.result()
+                if entry is not None:
+                    yield entry
+                if crawl and depth < self.max_depth and not limited:
+                    for link in links:
+                        if link not in queued and self.within(link) and self.doc_id(link):
+                            queued.add(link)
+                            queue.append((link, depth + 1))
+            if limited:
                 self.complete = False
                 log.warning(f"{self.shown}: stopped at {pages} pages (SITUATE_WEB_MAX_PAGES, "
                             "SITUATE_WEB_MAX_SECONDS); nothing is deleted this run")
-                return
-            pages += 1
-            if not crawl and not bodies:
-                yield Entry(doc_id, "")
-                continue
-            self.fetched_to_list = not bodies
-            entry, links = self._page(url, doc_id, previous, first)
-            first = False
-            if entry is not None:
-                yield entry
-            if crawl and depth < self.max_depth:
-                for link in links:
-                    if link not in queued and self.within(link) and self.doc_id(link):
-                        queued.add(link)
-                        queue.append((link, depth + 1))
+        finally:
+            for future, _ in ahead:
+                future.cancel()
+            self._stop()
 
-    def _page(self, url: str, doc_id: str, previous: Previous,
-              first: bool) -> tuple[Entry | None, list[str]]:
-        """One page: its entry (None when gone) and the links on it."""
+    def _read(self, url: str, doc_id: str, previous: Previous, first: bool) -> Future[Page]:
+        """`_page`, run by a reading thread (the mirror's marker is read here: its database
+        belongs to this thread)."""
+        if self.readers is None:
+            self.readers = _Readers(self.concurrency)
         known = previous.marker(doc_id)
+        return self.readers.submit(lambda: self._page(url, doc_id, known, previous, first))
+
+    def _page(self, url: str, doc_id: str, known: str | None, previous: Previous,
+              first: bool) -> Page:
+        """One page: its entry (None when gone) and the links on it. `known`: the mirror's
+        marker of it."""
         headers = {}
         if known and known.startswith("etag:"):
             headers["If-None-Match"] = known[5:]
@@ -365,4 +496,11 @@ class WebSource:
         raise FetchFailed("a page is read by its listing")  # entries carry their bodies
 
     def close(self) -> None:
+        self._stop()
         self.client.close()
+
+
+def _done(page: Page) -> Future[Page]:
+    future: Future[Page] = Future()
+    future.set_result(page)
+    return future

@@ -1,6 +1,7 @@
 """A small website on 127.0.0.1 for the website source's tests: pages with ETags (304 to a
 matching If-None-Match), robots.txt, a sitemap, and pages that misbehave on purpose (a redirect
-to another host, a page of 50 MB, a page that never answers, 500s)."""
+to another host, a page of 50 MB, a page that never answers, 500s), and pages that take their
+time, with the requests in flight at once recorded."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class Site:
     """The pages (path -> (content type, body)) and how the server treats them; `log` holds
-    (method, path, status) of every request, `sent` the bytes of each big page sent."""
+    (method, path, status) of every request, `sent` the bytes of each big page sent; `latency`
+    (or `slow`, per path) the seconds a page (not robots.txt) takes to answer; `starts` the
+    (time.monotonic, path) of each page request as it arrives, `most_in_flight` the most page
+    requests waited on at once."""
 
     def __init__(self) -> None:
         self.pages: dict[str, tuple[str, bytes]] = {}
@@ -25,6 +29,12 @@ class Site:
         self.sent: dict[str, int] = {}
         self.server: ThreadingHTTPServer | None = None
         self.stop_hanging = threading.Event()
+        self.latency = 0.0
+        self.slow: dict[str, float] = {}
+        self.starts: list[tuple[float, str]] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.lock = threading.Lock()
 
     def html(self, path: str, title: str, text: str, links: tuple[str, ...] = ()) -> None:
         anchors = "".join(f'<p><a href="{link}">{link}</a></p>' for link in links)
@@ -64,6 +74,20 @@ class Site:
                 self.wfile.write(body)
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                if self.path == "/robots.txt":
+                    return self.page()
+                with site.lock:
+                    site.starts.append((time.monotonic(), self.path))
+                    site.in_flight += 1
+                    site.most_in_flight = max(site.most_in_flight, site.in_flight)
+                try:
+                    time.sleep(site.slow.get(self.path, site.latency))
+                finally:  # before the answer: its client counts the request until it is read
+                    with site.lock:
+                        site.in_flight -= 1
+                return self.page()
+
+            def page(self) -> None:
                 path = self.path
                 if path == "/robots.txt":
                     if site.robots:
