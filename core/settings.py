@@ -128,12 +128,14 @@ class Settings(BaseSettings):
     web_max_depth: int = Field(20, ge=0, description="links followed from a website corpus's "
                                "start page, at most, when it has no sitemap")
     web_delay: float = Field(0.0, ge=0, description="seconds between two requests of a website "
-                             "corpus to one host (requests go one at a time); a robots.txt "
-                             "Crawl-delay, up to 60 s, is honoured when longer")
-    web_concurrency: int = Field(4, ge=1, description="requests of a website corpus in flight to "
-                                 "one host at once, when it asks for no delay (a web_delay or "
-                                 "Crawl-delay means one at a time); 4 hides most of each page's "
-                                 "latency yet stays below the 6 connections a browser opens to "
+                             "corpus to one host, each starting this long after the last (then "
+                             "one at a time: web_concurrency applies only without a delay); a "
+                             "robots.txt Crawl-delay, up to 60 s, is honoured when longer")
+    web_concurrency: int = Field(4, ge=1, le=64, description="requests of a website corpus in "
+                                 "flight to one host at once (at most 64), when it asks for "
+                                 "no delay (a web_delay or Crawl-delay means one at a time); 4 "
+                                 "hides most of each page's latency yet stays below the 6 "
+                                 "connections a browser opens to "
                                  "a host; pages are read at most twice this many ahead of the "
                                  "mirror, and listed in the same order whatever the value")
     web_timeout: float = Field(30.0, gt=0, description="seconds one request of a website corpus "

@@ -225,7 +225,7 @@ def test_a_listing_given_up_ends_its_requests_at_once(site, tmp_path, settings_e
     assert time.perf_counter() - t < 0.5
 
 
-@pytest.mark.parametrize("value", ["0", "-2", "four"])
+@pytest.mark.parametrize("value", ["0", "-2", "65", "four"])
 def test_an_unusable_concurrency_is_one_line(tmp_path, settings_env, value):
     from situate.tasks.sources.web import WebSource
 
