@@ -55,15 +55,16 @@ def run(args: list[str], env: dict[str, str]) -> str:
 
 LATENCY_PROBE = """
 import json, statistics, sys, time
-from situate.cli.search import search
+from situate.api import Retriever
 from situate.tasks.retrieval.metrics import load_eval_set
 queries = [q.query for q in load_eval_set(sys.argv[1])][:int(sys.argv[3])]
-search(queries[0], sys.argv[2], mode="hybrid", k=20)  # the model loaded, the collection open
 times = []
-for q in queries:
-    t = time.perf_counter()
-    search(q, sys.argv[2], mode="hybrid", k=20)
-    times.append(1000 * (time.perf_counter() - t))
+with Retriever(sys.argv[2]) as retriever:  # SITUATE_MILVUS_URI's store
+    retriever.search(queries[0], k=20, mode="hybrid")  # the model loaded, the collection open
+    for q in queries:
+        t = time.perf_counter()
+        retriever.search(q, k=20, mode="hybrid")
+        times.append(1000 * (time.perf_counter() - t))
 print(json.dumps({"median": round(statistics.median(times), 1),
                   "p95": round(statistics.quantiles(times, n=20)[-1], 1)}))
 """
