@@ -111,6 +111,43 @@ def test_wrong_key_is_one_line_without_the_key(s3, tmp_path, monkeypatch, caplog
         assert secret not in said and secret not in caplog.text
 
 
+def test_the_cli_says_a_wrong_key_in_one_line_without_it(s3, tmp_path):
+    """`situate ingest s3://...` (and its --dry-run) with a wrong key: exit 2, one line on stderr,
+    nothing on stdout, and neither the key id nor the secret in its output or any file it left."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from moto import settings
+
+    s3.create_bucket(Bucket="docs")
+    put(s3, "reports/r0.md", page(0))
+    key_id, secret = "AKIAWRONGWRONGWRONG2", "wrong/secret/wrong/secret/wrong/secret02"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SITUATE_", "PREFECT_API"))}
+    env.update({"PREFECT_HOME": str(tmp_path / "prefect"), "AWS_ACCESS_KEY_ID": key_id,
+                "AWS_SECRET_ACCESS_KEY": secret})
+    settings.INITIAL_NO_AUTH_ACTION_COUNT = 0  # moto checks every request's key from now on
+    try:
+        runs = [subprocess.run([str(Path(sys.executable).with_name("situate")), "ingest",
+                                "s3://docs/reports/", "--collection", "c", "--milvus-uri",
+                                str(tmp_path / "m.db"), "--cache-dir", str(tmp_path / "cache"),
+                                *extra], cwd=tmp_path, env=env, capture_output=True, text=True,
+                               timeout=300) for extra in ([], ["--dry-run"])]
+    finally:
+        settings.INITIAL_NO_AUTH_ACTION_COUNT = float("inf")
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    for out in runs:
+        assert (out.returncode, out.stdout) == (2, ""), out.stderr[-3000:]
+        [line] = out.stderr.splitlines()
+        assert line.startswith("situate ingest: error: s3://docs/reports/: access refused (")
+        assert line.endswith("check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE")
+        for part in (key_id, secret):
+            assert part not in out.stderr
+            for path in files:
+                assert part.encode() not in path.read_bytes(), path
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_ingest_from_s3(prefect_harness, state, s3, counting):

@@ -160,6 +160,57 @@ def test_half_the_pages_failing_deletes_nothing_and_names_them(site, tmp_path):
     assert good.complete and good.deleted == 1 and good.failed == []
 
 
+def test_forbidden_and_throttled_pages_fail_by_name_and_a_refused_start_is_one_line(site,
+                                                                                 tmp_path):
+    """The how-to's failures: a page answering 403, 401 or 429 fails with that reason and the
+    run deletes nothing (a page gone at the same time stays); a start URL where nothing listens
+    is one line."""
+    import socket
+
+    from situate.tasks.sources.mirror import sync
+
+    with_sitemap(site, list(range(4)))
+    url, cache = f"{site.base}/docs/", tmp_path / "cache"
+    assert sync(url, cache, 10**7).fetched == 4
+    site.statuses.update({"/docs/p0.html": 403, "/docs/p1.html": 401, "/docs/p2.html": 429})
+    del site.pages["/docs/p3.html"]
+    bad = sync(url, cache, 10**7)
+    assert not bad.complete and bad.deleted == 0
+    assert bad.failed == [("p0.html", "403 forbidden"), ("p1.html", "401 unauthorized"),
+                          ("p2.html", "429 throttled")]
+
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(InputError) as e:
+        sync(f"http://127.0.0.1:{port}/docs/", tmp_path / "cache", 10**7)
+    said = str(e.value)
+    assert said.startswith(f"http://127.0.0.1:{port}/docs/: cannot be read (ConnectError")
+    assert "\n" not in said
+
+
+def test_the_cli_refuses_a_link_local_start_in_one_line(tmp_path):
+    """`situate ingest http://169.254.169.254/...`: exit 2, the refusal alone on stderr (no
+    traceback), nothing on stdout and no collection file."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    url = "http://169.254.169.254/latest/"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SITUATE_", "PREFECT_API"))}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    out = subprocess.run([str(Path(sys.executable).with_name("situate")), "ingest", url,
+                          "--collection", "metadata", "--milvus-uri", str(tmp_path / "m.db"),
+                          "--cache-dir", str(tmp_path / "cache")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert (out.returncode, out.stdout) == (2, ""), out.stderr[-3000:]
+    assert out.stderr.splitlines() == [
+        f"situate ingest: error: {url}: a link-local address (a cloud metadata service) is "
+        "refused; set SITUATE_WEB_ALLOW_LINK_LOCAL=true if you mean it"]
+    assert not (tmp_path / "m.db").exists()
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_ingest_from_a_website(prefect_harness, state, site, counting):

@@ -22,6 +22,7 @@ class Site:
         self.pages: dict[str, tuple[str, bytes]] = {}
         self.robots = ""
         self.failing: set[str] = set()  # paths answered with 500
+        self.statuses: dict[str, int] = {}  # path -> another status it answers with (403, 429)
         self.redirects: dict[str, str] = {}  # path -> Location
         self.big: dict[str, int] = {}  # path -> bytes of a page streamed without a length
         self.hanging: set[str] = set()  # paths that never answer
@@ -99,6 +100,8 @@ class Site:
                     return None
                 if path in site.failing:
                     return self.answer(500, {"Content-Type": "text/plain"}, b"boom")
+                if path in site.statuses:
+                    return self.answer(site.statuses[path], {"Content-Type": "text/plain"}, b"no")
                 if path in site.redirects:
                     return self.answer(302, {"Location": site.redirects[path]})
                 if path in site.big:
