@@ -107,6 +107,28 @@ def test_big_page_is_cut_at_the_limit(site, tmp_path, settings_env):
     assert 10 * 2**20 < site.sent["/docs/big.html"] < 20 * 2**20
 
 
+def test_a_sitemap_of_nested_entities_is_left_out_unexpanded(site, tmp_path, caplog):
+    """A sitemap built as an XML bomb (entities of entities, a billion 'lol's expanded) is read
+    by defusedxml, which refuses entities: the sitemap is left out, with a warning, and the site
+    is crawled instead, in well under a second."""
+    from situate.tasks.sources.mirror import sync
+
+    lol = "".join(f'<!ENTITY lol{i} "{"".join(f"&lol{i - 1};" for _ in range(10))}">'
+                  for i in range(1, 10))
+    bomb = (f'<?xml version="1.0"?><!DOCTYPE urlset [<!ENTITY lol0 "lol">{lol}]>'
+            f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"><url><loc>&lol9;</loc>'
+            '</url></urlset>')
+    site.pages["/docs/sitemap.xml"] = ("application/xml", bomb.encode())
+    site.robots = f"User-agent: *\nSitemap: {site.base}/docs/sitemap.xml\n"
+    site.html("/docs/", "Home", text(0), ("p1.html",))
+    site.html("/docs/p1.html", "Page 1", text(1))
+    t = time.perf_counter()
+    report = sync(f"{site.base}/docs/", tmp_path / "cache", 10**7)
+    assert time.perf_counter() - t < 5
+    assert (report.fetched, report.complete) == (2, True)  # index.html and p1.html, crawled
+    assert "sitemap.xml is not usable XML (EntitiesForbidden); left out" in caplog.text
+
+
 def test_server_that_never_answers_is_timed_out(site, tmp_path, settings_env):
     from situate.tasks.sources.mirror import sync
 
