@@ -231,6 +231,7 @@ def test_the_cli_refuses_a_link_local_start_in_one_line(tmp_path):
         f"situate ingest: error: {url}: a link-local address (a cloud metadata service) is "
         "refused; set SITUATE_WEB_ALLOW_LINK_LOCAL=true if you mean it"]
     assert not (tmp_path / "m.db").exists()
+    assert not (tmp_path / "cache" / "sources").exists()  # no empty mirror left behind
 
 
 @pytest.mark.e2e

@@ -210,10 +210,12 @@ def sync(url: str, cache_dir: str | Path, limit: int, source: Source | None = No
     started = time.perf_counter()
     root = mirror_root(url, cache_dir)
     tree = root / "tree"
+    # the source opens (or refuses its URL, credentials) before its mirror's folders are made:
+    # a refused URL leaves no empty mirror behind; a source works in its folder only when listed
+    source = source or open_source(url, root / "work", credentials)
     tree.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(root, 0o700)
     (root / "work").mkdir(mode=0o700, exist_ok=True)
-    source = source or open_source(url, root / "work", credentials)
     report = SyncReport(shown(url), str(tree))
     state = _State(root)
     try:
