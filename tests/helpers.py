@@ -85,3 +85,35 @@ def huge_and_small(folder: Path) -> None:
         (folder / f"doc_{n:02}.md").write_text("\n\n".join(
             f"## Part {i}\n\nDocument {n} part {i} says something worth indexing. " * 6
             for i in range(6)))
+
+
+def searches_like_fresh(uri: str, synced: str, fresh: str, queries: int = 4) -> None:
+    """`synced` (a collection kept up to date) against `fresh` (a fresh ingest of the same state):
+    the same ids with the same stored vectors (within 1e-5), and, for a few queries drawn from
+    the documents' own words, the same (id, score to 5 places) lists in every mode (dense, bm25,
+    hybrid) and k (1, 3, 5, 10, 20)."""
+    import re
+
+    import numpy as np
+
+    from situate.api.retriever import Retriever
+
+    store = open_store(uri)
+    rows = {name: {r["id"]: r for r in store.rows(name, fields=("id", "text", "dense"))}
+            for name in (synced, fresh)}
+    assert sorted(rows[synced]) == sorted(rows[fresh]) and rows[fresh]
+    for row_id, row in rows[fresh].items():
+        assert np.allclose(rows[synced][row_id]["dense"], row["dense"], rtol=0, atol=1e-5), row_id
+    texts = [rows[fresh][i]["text"] for i in sorted(rows[fresh])]
+    words = sorted({w.lower() for t in texts for w in re.findall(r"[A-Za-z]{4,}", t)})
+    asked = [*words[::max(1, len(words) // queries)][:queries],
+             " ".join(re.findall(r"\w+", texts[len(texts) // 2])[:8])]
+    answers = {}
+    for name in (synced, fresh):
+        with Retriever(name, uri) as retriever:
+            answers[name] = {(mode, k, q): [(h.id, round(h.score, 5)) for h in
+                                            retriever.search(q, k, mode)]
+                             for mode in ("dense", "bm25", "hybrid") for k in (1, 3, 5, 10, 20)
+                             for q in asked}
+    for key, fresh_hits in answers[fresh].items():
+        assert answers[synced][key] == fresh_hits, key

@@ -162,7 +162,7 @@ def test_ingest_from_git_is_incremental_and_equals_fresh(prefect_harness, state,
     import time
 
     from tests.fakes.milvus_server import snapshot
-    from tests.helpers import ingest
+    from tests.helpers import ingest, searches_like_fresh
 
     params = {"corpus": remote.url, "collection": "gitdocs", "context": "structural",
               "embedder": "counting", "prune": True}
@@ -192,6 +192,7 @@ def test_ingest_from_git_is_incremental_and_equals_fresh(prefect_harness, state,
     fresh = ingest(**{**params, "collection": "gitfresh", "cache_dir": str(state["cache_dir"]) + "2"})
     assert fresh.new == 7
     assert snapshot(state["milvus_uri"], "gitdocs") == snapshot(state["milvus_uri"], "gitfresh")
+    searches_like_fresh(state["milvus_uri"], "gitdocs", "gitfresh")
     from situate.storage.milvus import MilvusStore
 
     with MilvusStore(state["milvus_uri"]) as store:  # each row's version (blob hash) as fresh

@@ -241,7 +241,7 @@ def test_ingest_from_a_website(prefect_harness, state, site, counting):
     pages failing prunes nothing and names them; 1 edit + 1 add + 1 delete then touch exactly
     those and give a fresh ingest's rows."""
     from tests.fakes.milvus_server import snapshot
-    from tests.helpers import ingest
+    from tests.helpers import ingest, searches_like_fresh
 
     with_sitemap(site, list(range(6)))
     params = {"corpus": f"{site.base}/docs/", "collection": "site", "context": "structural",
@@ -283,6 +283,7 @@ def test_ingest_from_a_website(prefect_harness, state, site, counting):
     fresh = ingest(**{**params, "collection": "sitefresh", "cache_dir": state["cache_dir"] + "2"})
     assert fresh.new == 5
     assert snapshot(state["milvus_uri"], "site") == snapshot(state["milvus_uri"], "sitefresh")
+    searches_like_fresh(state["milvus_uri"], "site", "sitefresh")
 
 
 def test_requests_to_a_host_are_spaced_by_its_crawl_delay(site, tmp_path, settings_env):

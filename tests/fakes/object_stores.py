@@ -208,7 +208,7 @@ def ingest_rounds(store: Any, state: dict[str, str], counting: Any) -> None:
     object; a re-run downloads none and writes nothing; 1 edit + 1 add + 1 delete touch exactly
     those and give a fresh ingest's rows."""
     from tests.fakes.milvus_server import snapshot
-    from tests.helpers import ingest
+    from tests.helpers import ingest, searches_like_fresh
 
     params = {"corpus": f"{store.scheme}://docs/reports/", "collection": "reports",
               "context": "structural", "embedder": "counting", "prune": True}
@@ -227,3 +227,4 @@ def ingest_rounds(store: Any, state: dict[str, str], counting: Any) -> None:
     fresh = ingest(**{**params, "collection": "reportsfresh", "cache_dir": state["cache_dir"] + "2"})
     assert fresh.new == 5
     assert snapshot(state["milvus_uri"], "reports") == snapshot(state["milvus_uri"], "reportsfresh")
+    searches_like_fresh(state["milvus_uri"], "reports", "reportsfresh")
