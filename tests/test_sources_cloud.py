@@ -135,6 +135,32 @@ def test_sync_by_generation_or_etag(store, tmp_path, monkeypatch):
     assert "Edited." in (tree / "r1.md").read_text()
 
 
+def test_dry_run_lists_without_downloading(store, tmp_path, monkeypatch):
+    """A dry run prices the prefix from its listing (names, sizes, generations or ETags) against
+    the mirror's markers: new, changed, unchanged, gone, and the bytes a sync would fetch; no
+    object's body is fetched and the mirror is left as it was (as test_sources_s3's)."""
+    from situate.tasks.sources import objects
+    from situate.tasks.sources.mirror import mirror_root, sync
+    from situate.tasks.sources.preview import preview
+
+    publish(store)
+    url, cache = f"{store.scheme}://docs/reports/", tmp_path / "cache"
+    sync(url, cache, 10**7)
+    change(store)
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("a dry run fetched an object")
+
+    monkeypatch.setattr(objects._Bucket, "fetch", no_download)
+    root = mirror_root(url, cache)
+    before = {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    seen = preview(url, cache, 10**7)
+    assert (seen.listed, seen.new, seen.changed, seen.unchanged, seen.gone) == (5, 1, 1, 3, 1)
+    assert (seen.bytes_to_fetch, seen.sizes_unknown, seen.complete) == (
+        len(page(1, "Edited.")) + len(page(7)), 0, True)
+    assert {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
 def test_missing_bucket_is_one_line(store, tmp_path):
     from situate.tasks.sources.mirror import sync
 

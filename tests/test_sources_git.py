@@ -202,6 +202,44 @@ def test_ingest_from_git_is_incremental_and_equals_fresh(prefect_harness, state,
     assert versions[0] == versions[1] and all(len(v) == 40 for _, v in versions[0])
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_dry_run_of_a_repository_reads_no_blob_and_writes_nothing(prefect_harness, state, remote,
+                                                                     counting, monkeypatch):
+    """`ingest_flow` with dry_run after 1 edit + 1 add + 1 delete: the listing (the commit's
+    shallow fetch into the mirror's own object store: git needs it to know the tree) priced
+    against the mirror's blob hashes, sizes unknown (a tree entry has none); no blob read out,
+    the mirror's files and markers and the collection as they were, nothing embedded."""
+    from situate.tasks.sources import git
+    from situate.tasks.sources.mirror import mirror_root
+    from tests.fakes.milvus_server import snapshot
+    from tests.helpers import ingest
+
+    params = {"corpus": remote.url, "collection": "gitdry", "context": "structural",
+              "embedder": "counting", "prune": True}
+    ingest(**params)
+    remote.commit({"docs/p1.md": page(1, "Edited."), "docs/p9.md": page(9), "docs/p2.md": None})
+
+    def no_blob(*args, **kwargs):
+        raise AssertionError("a dry run read a blob out")
+
+    monkeypatch.setattr(git.GitSource, "fetch", no_blob)
+    root = mirror_root(remote.url, state["cache_dir"])
+    mirrored = {p.relative_to(root): p.read_bytes() for p in root.rglob("*")
+                if p.is_file() and "work" not in p.relative_to(root).parts}
+    rows = snapshot(state["milvus_uri"], "gitdry")
+    counting.texts = 0
+    plan = ingest(**params, dry_run=True)
+    assert plan.dry_run
+    assert {k: plan.source[k] for k in ("listed", "new", "changed", "unchanged (not fetched)",
+                                        "gone", "bytes to fetch", "sizes unknown")} == {
+        "listed": 8, "new": 1, "changed": 1, "unchanged (not fetched)": 6, "gone": 1,
+        "bytes to fetch": 0, "sizes unknown": 2}
+    assert {p.relative_to(root): p.read_bytes() for p in root.rglob("*")
+            if p.is_file() and "work" not in p.relative_to(root).parts} == mirrored
+    assert snapshot(state["milvus_uri"], "gitdry") == rows and counting.texts == 0
+
+
 def test_serve_keeps_a_source_url_as_given(tmp_path):
     """`situate serve URL`: the URL is no path to resolve or to find on disk."""
     from situate.flows.deploy import check_serve_options, resolve_paths
