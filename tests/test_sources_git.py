@@ -240,6 +240,47 @@ def test_a_dry_run_of_a_repository_reads_no_blob_and_writes_nothing(prefect_harn
     assert snapshot(state["milvus_uri"], "gitdry") == rows and counting.texts == 0
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_zip_bomb_in_a_repository_is_skipped_as_from_a_folder(prefect_harness, state, remote,
+                                                                 counting, tmp_path):
+    """A .docx whose member inflates past the document limit, committed to the repository: the
+    ingest of the source skips it with a folder's reason (the same count by kind, the same
+    logged line but for the folder's path) and indexes every other document."""
+    import logging
+
+    from tests.fakes.milvus_server import snapshot
+    from tests.helpers import ingest, zip_bomb
+
+    folder = tmp_path / "folder"
+    files = {**{f"docs/p{n}.md": page(n) for n in range(3)}, "src/tool.py": "x = 1\n"}
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    zip_bomb(folder / "docs" / "bomb.docx")
+    remote.commit({"docs/p3.md": None, "docs/p4.md": None, "docs/p5.md": None,
+                   "docs/bomb.docx": (folder / "docs" / "bomb.docx").read_bytes()})
+    said: dict[str, list[str]] = {}
+    lines: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("situate.load").addHandler(handler)  # the logger a folder's skips go to
+    try:
+        for corpus, collection in ((remote.url, "gitbomb"), (str(folder), "folderbomb")):
+            lines.clear()
+            summary = ingest(corpus=corpus, collection=collection, context="structural",
+                             embedder="counting")
+            assert summary.skipped == {"zip bomb": 1}, summary.skipped
+            said[collection] = [line.split("bomb.docx", 1)[1] for line in lines
+                                if "bomb.docx" in line]
+            docs = sorted({row[1] for row in snapshot(state["milvus_uri"], collection)})
+            assert docs == ["docs/p0.md", "docs/p1.md", "docs/p2.md", "src/tool.py"], docs
+    finally:
+        logging.getLogger("situate.load").removeHandler(handler)
+    assert said["gitbomb"] == said["folderbomb"] and said["gitbomb"], said
+    assert "would inflate to" in said["gitbomb"][0] and "zip bomb" in said["gitbomb"][0]
+
+
 def test_serve_keeps_a_source_url_as_given(tmp_path):
     """`situate serve URL`: the URL is no path to resolve or to find on disk."""
     from situate.flows.deploy import check_serve_options, resolve_paths
