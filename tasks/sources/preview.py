@@ -66,7 +66,8 @@ class SourcePreview:
         how = ("the site has no sitemap: its pages were requested to find their links "
                "(conditionally, within SITUATE_WEB_MAX_PAGES / SITUATE_WEB_MAX_SECONDS), "
                "none written" if self.fetched_to_list else
-               "listed only: no document fetched, nothing written")
+               "listed only: no document fetched into the mirror, nothing written to it or to the "
+               "collection")
         gone = "" if self.complete else "; the listing was incomplete, so nothing would be pruned"
         return (f"source {self.url}: {how}{gone}; the plan prices the mirror's current copy, "
                 f"and the sync would fetch {self.new + self.changed} document(s) "
