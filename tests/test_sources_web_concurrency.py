@@ -281,7 +281,7 @@ def test_the_cli_says_an_unusable_concurrency_in_one_line(tmp_path):
     assert r.stdout == ""
 
 
-@pytest.mark.slow
+@pytest.mark.soak  # a measurement (wall times, a ratio) of what the 12-page test above checks
 def test_a_crawl_of_200_pages_of_50_ms(site, tmp_path, settings_env):
     """The measurement: 200 pages crawled (start page, 14 sections, their pages), each taking
     50 ms to answer, one request at a time and at the default concurrency (wall times printed)."""
