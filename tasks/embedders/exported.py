@@ -241,7 +241,7 @@ def export(model_dir: Path, out: Path) -> None:
     mode, normalize = pooling(model_dir)
     names = list(tokenizer.model_input_names)
 
-    class Pooled(torch.nn.Module):
+    class Pooled(torch.nn.Module):  # type: ignore[misc]  # torch is not followed (pyproject)
         def __init__(self) -> None:
             super().__init__()
             self.model = model

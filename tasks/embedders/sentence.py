@@ -94,8 +94,8 @@ def quiet() -> None:
     try:
         from transformers.utils import logging as hf_logging
 
-        hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
-        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
     except ImportError:
         pass
 
