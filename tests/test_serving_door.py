@@ -697,18 +697,26 @@ def test_no_secret_reaches_a_reply_a_log_or_a_file(door, api, mcp_http):
         collection = httpx.get(f"{api.url}/collection", headers=_auth(), timeout=60)
         assert collection.status_code == 503
         door.said.append(collection.text)
-        for command in (["search", "cache"], ["evaluate", str(evaluation)], ["api"], ["mcp"]):
-            failed = subprocess.run([SITUATE, *command, "--collection", "door", "--port",
+        # The four commands at once: each waits out its retries (about 30 s) against the outage.
+        commands = (["search", "cache"], ["evaluate", str(evaluation)], ["api"], ["mcp"])
+        started = [subprocess.Popen([SITUATE, *command, "--collection", "door", "--port",
                                      str(free_port())] if command[0] in ("api", "mcp") else
                                     [SITUATE, *command, "--collection", "door"],
-                                    env=door.env, capture_output=True, text=True, timeout=600,
-                                    stdin=subprocess.DEVNULL)
-            assert failed.returncode == 2, failed.stderr
-            said = [line for line in failed.stderr.strip().splitlines()
-                    if "Stopping temporary server" not in line]  # Prefect's own last line
-            assert said[-1].startswith(f"situate {command[0]}: error: ") and \
-                "did not answer" in said[-1], failed.stderr
-            door.said += [failed.stdout, failed.stderr]
+                                    env=door.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, stdin=subprocess.DEVNULL) for command in commands]
+        try:
+            for command, proc in zip(commands, started, strict=True):
+                out, err = proc.communicate(timeout=600)
+                assert proc.returncode == 2, err
+                said = [line for line in err.strip().splitlines()
+                        if "Stopping temporary server" not in line]  # Prefect's own last line
+                assert said[-1].startswith(f"situate {command[0]}: error: ") and \
+                    "did not answer" in said[-1], err
+                door.said += [out, err]
+        finally:
+            for proc in started:
+                if proc.poll() is None:
+                    stop_process(proc, timeout=30)
     finally:
         door.server.start()
     for served in (api, mcp_http):
