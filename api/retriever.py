@@ -11,6 +11,7 @@ ranks anything itself. Imports no Prefect: an app that searches loads no orchest
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import threading
 from collections.abc import Sequence
@@ -90,6 +91,8 @@ class CollectionDescription(BaseModel):
 class Retriever:
     """A warm search over one collection: `search(query, k, mode)` returns typed `Hit`s.
 
+    `Retriever(collection, uri, **settings)` takes `RetrieverConfig`'s fields as keywords (its
+    signature is made from them), and `token`; `Retriever.open(config)` takes a config whole.
     Opens the store at `uri` (default `SITUATE_MILVUS_URI`; a missing collection is an
     InputError) and loads the embedder the collection records; `embedder`, if given, must name
     the same one (as `situate evaluate --embedder` must). `mode` is the default of `search`;
@@ -111,18 +114,19 @@ class Retriever:
     runs its two legs at the same time.
     """
 
-    def __init__(self, collection: str, uri: str | None = None, *, mode: str = "hybrid",
-                 fusion: str | None = None, reranker: str | Reranker | None = None,
-                 embedder: str | None = None, token: str | None = None,
-                 retry_attempts: int | None = None, workers: int = 1,
-                 backend: str | None = None, device: str | None = None,
-                 model_process: bool = False) -> None:
+    def __init__(self, collection: str, uri: str | None = None, *,
+                 reranker: str | Reranker | None = None, token: str | None = None,
+                 **settings: Any) -> None:
+        # The keywords are RetrieverConfig's fields (the signature below is made from them), so
+        # a setting added to the config is a keyword here too; `reranker` may also be an
+        # instance, and `token` is a secret the config never holds.
+        unknown = sorted(set(settings) - set(RetrieverConfig.model_fields))
+        if unknown:
+            raise TypeError(f"Retriever() got an unexpected keyword argument {unknown[0]!r}")
         given = None if isinstance(reranker, Reranker) else reranker
-        self._open(RetrieverConfig.checked(
-            collection=collection, uri=uri, mode=mode, fusion=fusion, reranker=given,
-            embedder=embedder, retry_attempts=retry_attempts, workers=workers, backend=backend,
-            device=device, model_process=model_process),
-            token, reranker if isinstance(reranker, Reranker) else None)
+        self._open(RetrieverConfig.checked(collection=collection, uri=uri, reranker=given,
+                                           **settings),
+                   token, reranker if isinstance(reranker, Reranker) else None)
 
     @classmethod
     def open(cls, config: RetrieverConfig, *, token: str | None = None,
@@ -359,6 +363,31 @@ class Retriever:
     def __repr__(self) -> str:
         return (f"Retriever({self.collection!r}, {self.uri!r}, mode={self.mode!r}, "
                 f"fusion={self.fusion!r}, embedder={self.embedder!r})")
+
+
+def _constructor_signature() -> inspect.Signature:
+    """`Retriever(collection, uri=None, *, <every other RetrieverConfig field>, token=None)`, each
+    keyword with its field's type and default, for help(), IDEs and the docs."""
+    from pydantic_core import PydanticUndefined
+
+    kind = inspect.Parameter
+    params = [kind("self", kind.POSITIONAL_OR_KEYWORD),
+              kind("collection", kind.POSITIONAL_OR_KEYWORD, annotation=str),
+              kind("uri", kind.POSITIONAL_OR_KEYWORD, default=None, annotation=str | None)]
+    for name, field in RetrieverConfig.model_fields.items():
+        if name in ("collection", "uri"):
+            continue
+        default = None if field.default is PydanticUndefined else field.default
+        annotation: Any = str | Reranker if name == "reranker" else field.annotation
+        if default is None and annotation is not None and type(None) not in getattr(
+                annotation, "__args__", ()):
+            annotation = annotation | None
+        params.append(kind(name, kind.KEYWORD_ONLY, default=default, annotation=annotation))
+    params.append(kind("token", kind.KEYWORD_ONLY, default=None, annotation=str | None))
+    return inspect.Signature(params, return_annotation=None)
+
+
+Retriever.__init__.__signature__ = _constructor_signature()  # type: ignore[attr-defined]
 
 
 def _load_early(embedders: Embedders, config: RetrieverConfig) -> Embedder | None:

@@ -82,8 +82,15 @@ def test_the_search_commands_options_are_the_configs_fields():
 
 def test_the_constructors_keywords_are_the_configs_fields():
     """`Retriever(collection, uri, **keywords)` takes every field of the config (and the token,
-    a secret the config never holds): a field added to the config without its keyword fails here."""
+    a secret the config never holds), its signature made from the fields: a field added to the
+    config is a keyword, with its type and default; an unknown keyword is Python's TypeError."""
     import inspect
 
-    keywords = set(inspect.signature(Retriever.__init__).parameters) - {"self", "token"}
+    signature = inspect.signature(Retriever.__init__)
+    keywords = set(signature.parameters) - {"self", "token"}
     assert keywords == set(RetrieverConfig.model_fields)
+    assert signature.parameters["workers"].default == 1
+    assert signature.parameters["mode"].default == "hybrid"
+    assert signature.parameters["retry_attempts"].annotation == int | None
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nope'"):
+        Retriever(C, "memory://x", nope=1)
