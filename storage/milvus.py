@@ -74,6 +74,8 @@ EMBEDDER, CONTEXTS, INGESTED = "situate.embedder", "situate.contexts", "situate.
 BACKEND, PRECISION = "situate.embedder.backend", "situate.embedder.precision"
 T = TypeVar("T")
 log = logging.getLogger("situate.storage.milvus")
+# Loads of a collection that still reads "not loaded" afterwards, before giving up (`load`).
+LOAD_TRIES = 5
 __all__ = ["RETRY_ATTEMPTS", "RETRY_BASE", "RETRY_CAP", "WRITE_BATCH", "MilvusStore"]
 
 
@@ -412,9 +414,36 @@ class MilvusStore(Connection):
         self._call(f"flushing {collection!r}", lambda: self.client.flush(collection), write=True)
 
     def load(self, collection: str) -> None:
-        """Load the collection for reads (a reopened Milvus Lite file starts released)."""
-        self._call(f"loading collection {collection!r}",
-                   lambda: self.client.load_collection(collection))
+        """Load the collection for reads (a reopened Milvus Lite file starts released).
+
+        pymilvus's own wait after the load polls the loading progress with no end, and Milvus Lite
+        can answer "not loaded" for good after a load it reported done: it opens a collection
+        object on first use without a lock, so two first calls at once can leave a second,
+        released object in its cache (`situate evaluate` waited there forever, about once in 40
+        runs on a loaded machine). So the load is asked without that wait, and its state read
+        back: a collection still (or again) not loaded is loaded again, up to LOAD_TRIES times,
+        then one StoreError. A server's collection that is loading is waited for as before (its
+        load takes its time); Milvus Lite loads before its call returns, so there "loading"
+        afterwards is as stuck as "not loaded"."""
+        what = f"loading collection {collection!r}"
+        synchronous = self._on_lite(what)
+        self._call(what, lambda: self._load(collection, synchronous))
+
+    def _load(self, collection: str, synchronous: bool) -> None:
+        from pymilvus.client.types import LoadState
+
+        for _ in range(LOAD_TRIES):
+            self.client.load_collection(collection, _async=True)
+            wait = 0.01
+            while (state := self.client.get_load_state(collection).get("state")) == \
+                    LoadState.Loading and not synchronous:
+                time.sleep(wait)
+                wait = min(2 * wait, 1.0)
+            if state == LoadState.Loaded:
+                return
+            log.info(f"collection {collection!r} is {state} after its load: loading it again")
+        raise StoreError(f"collection {collection!r} at {self.uri} did not load after "
+                         f"{LOAD_TRIES} tries: run the same command again")
 
     def leg_search(self, collection: str, leg: str, query_text: str,
                    query_vector: Sequence[float] | None, limit: int) -> list[Hit]:

@@ -3,6 +3,9 @@ is reopened with the same rows) and to the Milvus schema (the rows `document_row
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -136,3 +139,57 @@ def test_lexical_text_is_the_same_in_every_process():
                               env={**__import__("os").environ, "PYTHONHASHSEED": str(seed)},
                               check=True).stdout for seed in (1, 2, 3)}
     assert len(outputs) == 1
+
+
+def _released_behind_the_load(path: str, collection: str) -> list[str]:
+    """What two first calls racing in Milvus Lite leave (`MilvusLite.get_collection` opens a
+    collection object without a lock): the next load of `collection` loads one object, and the
+    cache then holds a second, released one. Returns a list that names the collection once done."""
+    from milvus_lite.engine.collection import Collection
+    from milvus_lite.server_manager import server_manager_instance
+
+    _, db, _ = server_manager_instance._servers[os.path.abspath(path)]
+    name = db.resolve_collection_name(collection)
+    first = db.get_collection(name)
+    key = next(k for k, v in db._collections.items() if v is first)
+    real = first.load
+    planted: list[str] = []
+
+    def load() -> None:
+        real()
+        if not planted:
+            planted.append(name)
+            db._collections[key] = Collection(first.name, first._data_dir, first._schema,
+                                              database_properties=first._database_properties)
+
+    first.load = load
+    return planted
+
+
+def test_a_load_left_released_behind_its_back_is_loaded_again_not_waited_on_forever(tmp_path):
+    """pymilvus's wait after a load polls the loading progress with no end: a Lite collection
+    object replaced by a released one during the load (the race above) made `situate evaluate`
+    wait forever. The store reads the state back and loads again, then searches."""
+    path = str(tmp_path / "m.db")
+    s = MilvusStore(path)
+    s.ensure_collection(C, EMB.dim, EMBEDDER)
+    s.write(C, corpus())
+    s.close()
+    again = MilvusStore(path)
+    again.client.release_collection(again.client.describe_collection(C)["collection_name"])
+    planted = _released_behind_the_load(path, C)
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            again.load(C)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failed.append(e)
+        done.set()
+
+    threading.Thread(target=load, daemon=True).start()
+    assert done.wait(30), "the load waited on a collection that will never say it is loaded"
+    assert not failed and planted
+    assert again.leg_search(C, "bm25", "jitter", None, 1)[0].doc_id == "c.rs"
+    again.close()
