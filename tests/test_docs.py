@@ -2,9 +2,6 @@
 today, every code block of the README, CONTRIBUTING.md and docs/ is either run here or marked with
 the reason it cannot be, and every block that can run does, page by page, as a reader would run
 it: against a copy of the sample data, with one ingested `sample` collection shared by all pages.
-The first-search tutorial's commands run as a new reader's do, each starting its own temporary
-Prefect server; every other page's report to one `prefect server start` shared by the module, as
-a scheduled setup's do (a temporary server's start is most of a small command's time).
 (`make docs` builds the site with --strict; `make test` runs it before these.)
 """
 
@@ -18,21 +15,18 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from docs.tools.blocks import Block, blocks, inventory, pages
 from tests.conftest import ROOT
-from tests.fakes.prefect_server import prefect_server
 
 # What a reader's shell would not have: provider keys (so the default context is the free one)
 # and situate's own settings (so every default is the documented one).
 CLEARED = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
            "COHERE_API_KEY", "COHERE_BASE_URL", "VOYAGE_API_KEY", "OLLAMA_HOST", "PREFECT_API_URL")
 BLOCK_TIMEOUT = 600
-FIRST_SEARCH = ROOT / "docs" / "tutorials" / "first-search.md"
 
 
 def _runnable_pages() -> list[Path]:
@@ -94,25 +88,15 @@ def workspace(tmp_path_factory):
            if k not in CLEARED and not k.startswith("SITUATE_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["COLUMNS"] = "100"
-    _run(Block(FIRST_SEARCH, 0, "bash",
+    _run(Block(ROOT / "docs" / "tutorials" / "first-search.md", 0, "bash",
                "situate ingest data/sample/corpus --collection sample\n", "run"), where, env)
     return where, env
 
 
-@pytest.fixture(scope="module")
-def shared_prefect(tmp_path_factory) -> Iterator[dict[str, str]]:
-    """One running Prefect server for the pages after the first search: its API and home."""
-    with prefect_server(tmp_path_factory.mktemp("prefect")) as api:
-        yield {"PREFECT_API_URL": api.api, "PREFECT_HOME": str(api.home)}
-
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("page", _runnable_pages(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_the_blocks_of_a_page_run(page, workspace, request):
+def test_the_blocks_of_a_page_run(page, workspace):
     where, env = workspace
-    if page != FIRST_SEARCH:
-        env = {**env, **request.getfixturevalue("shared_prefect")}
     servers: list[subprocess.Popen] = []
     try:
         for n, block in enumerate(blocks(page)):
