@@ -205,7 +205,10 @@ def test_a_listing_given_up_ends_its_requests_at_once(site, tmp_path, settings_e
 # Ctrl-C while a listing waits on pages that never answer, in a process of its own: the signal
 # goes to that process's main thread (a test's own would reach the test runner's worker).
 INTERRUPTED = """
-import json, sys, threading, time
+import json, signal, sys, threading, time
+# Ctrl-C as a terminal's shell gives it: a process started with SIGINT ignored (inherited from
+# whatever started this test's worker) would otherwise never see it.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from tests.test_sources_web_concurrency import Held, web_threads
 from situate.tasks.sources.web import WebSource
 source = WebSource(sys.argv[1], sys.argv[2])
