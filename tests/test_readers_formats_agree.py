@@ -157,7 +157,7 @@ def test_an_untagged_pdf_still_reads_headings_by_size(tmp_path: Path) -> None:
 
 def test_a_heading_whose_anchor_has_a_furniture_word_is_kept() -> None:
     """pandoc (and GitHub, Sphinx, mkdocs) give each heading an id spelled from its words; a
-    heading "Shared cache" gets `shared-cache`, whose "shared" reads as the furniture word
+    heading "Shared cache" gets `shared-cache`, whose first word reads as the furniture word
     "share". The reader before dropped the heading on a plain page and the whole section on a
     sectioned one (pandoc --section-divs, EPUB). An id that is not the heading's words, and a
     class, still mark furniture."""
