@@ -24,6 +24,7 @@ from situate.flows.artifacts import artifact_key
 from situate.flows.progress import bar
 from situate.pipeline.options import EvaluateOptions
 from situate.pipeline.resources import Resources, run_resources
+from situate.storage import import_store_clients
 from situate.tasks.rerankers.base import Reranker, get_reranker
 from situate.tasks.retrieval.chart import pass_at_k_chart
 from situate.tasks.retrieval.evaluation import (
@@ -49,6 +50,10 @@ from situate.tasks.retrieval.report import (
     pass_at_k_table,
 )
 from situate.tasks.retrieval.stats import compare, intervals_of, mode_pairs
+
+# Milvus's client configures logging when first imported: imported with the flow, before any run
+# of this process starts, never during one (`situate.storage.client.import_client_library`).
+import_store_clients()
 
 
 @task(task_run_name="retrieve-{collection}-{mode}", persist_result=False, cache_policy=NO_CACHE)

@@ -57,6 +57,7 @@ from situate.pipeline.plan import (
     windows,
 )
 from situate.pipeline.resources import Resources, run_resources, store_at
+from situate.storage import import_store_clients
 from situate.storage.cache import DiskContextCache
 from situate.tasks.contexts.base import Contextualizer, contexts_of, get_contextualizer
 from situate.tasks.contexts.cache import situate_documents
@@ -65,6 +66,10 @@ from situate.tasks.embedders.base import Embedders
 from situate.tasks.embedders.runtime import Runtime
 from situate.tasks.embedders.spans import in_groups
 from situate.tasks.sources.base import is_source
+
+# Milvus's client configures logging when first imported: imported with the flow, before any run
+# of this process starts, never during one (`situate.storage.client.import_client_library`).
+import_store_clients()
 
 
 @task(task_run_name="scan-corpus", persist_result=False, cache_policy=NO_CACHE)

@@ -74,3 +74,12 @@ def open_existing(uri: str, collection: str, token: str = "", *,
         store.close()
         raise
     return store
+
+
+def import_store_clients() -> None:
+    """The client library situate's own stores open with (pymilvus), imported now: a process
+    that runs flows calls this before any run starts (`situate.storage.client.
+    import_client_library` says why)."""
+    from situate.storage.client import import_client_library
+
+    import_client_library()

@@ -57,6 +57,18 @@ T = TypeVar("T")
 log = logging.getLogger("situate.storage.milvus")
 
 
+def import_client_library() -> None:
+    """Import pymilvus now, in this thread. Its first import configures logging
+    (`logging.config.dictConfig` in `pymilvus.settings`), which flushes and closes every handler
+    while it holds the logging module's lock; during a Prefect flow run one of those handlers is
+    Prefect's API log handler, whose flush waits for Prefect's log worker, and a worker that logs
+    meanwhile waits for that lock: neither moves again. The flows that open stores
+    (`situate.flows.ingest`, `situate.flows.evaluate`) call this when imported, before any run
+    of their process starts, so that no store opened during a run (in a run's thread, or in
+    `Resources.open_in_background`'s) imports it first."""
+    import pymilvus  # noqa: F401
+
+
 def check_uri(uri: str) -> str:
     """`uri` if pymilvus can open it, else one InputError saying only why not."""
     problem = uri_problem(uri)

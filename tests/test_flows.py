@@ -224,6 +224,21 @@ def test_evaluate_refuses_bad_options_before_importing_prefect(tmp_path, args, m
     assert message in r.stderr
 
 
+@pytest.mark.parametrize("flow", ["situate.flows.ingest", "situate.flows.evaluate"])
+def test_a_flow_imports_milvus_client_before_any_run_the_command_line_does_not(flow):
+    """pymilvus configures logging when first imported, flushing and closing every handler under
+    the logging lock; during a flow run, Prefect's API log handler's flush waits for its log
+    worker, which waits for that lock. A `situate evaluate` against a running Prefect server hung
+    so for good: its store, opened in a background thread as the run began, imported pymilvus
+    first. The flows import it when they are imported, before any run; the command line's own
+    modules do not (`situate --help` stays quick)."""
+    code = (f"import sys\nimport situate.cli.main\nbefore = 'pymilvus' in sys.modules\n"
+            f"import {flow}\nprint(before, 'pymilvus' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.stdout.split() == ["False", "True"], r.stdout + r.stderr
+
+
 @pytest.mark.slow
 def test_launch_evaluate_reads_the_evaluation_set_once(prefect_harness, state, monkeypatch):
     """The command checks the evaluation set before the flow run starts; the flow run takes that
