@@ -139,6 +139,7 @@ def serve(uri: str, corpus: Path, cache: str, n: int, evaluate: int, each_alone:
     """The serving process: time to first answer, latencies, parts, evaluation time."""
     from benchmarks.bench_scale import write_eval_set
     from situate.api import Retriever
+    from situate.storage.lexical import Bm25
     from situate.storage.milvus import MilvusStore
 
     os.environ["SITUATE_CACHE_DIR"] = cache
@@ -181,6 +182,17 @@ def serve(uri: str, corpus: Path, cache: str, n: int, evaluate: int, each_alone:
         store.ranking(C, "dense", q, vector, DEPTH)
         timings["store_dense"].append((time.perf_counter() - t) * 1000)
     p50 = {k: pct(v, 0.5) for k, v in timings.items()}
+    index = leg.current()
+    arrays = {"terms": sum(a.nbytes for a in (index.matrix.data, index.matrix.indices,
+                                               index.matrix.indptr, index.lengths, index.df)),
+              "vectors": index.vectors.nbytes if index.vectors is not None else 0}
+    t, grown = time.perf_counter(), rss_mib()
+    rebuilt = Bm25()
+    rebuilt.upsert(leg._rows())
+    rebuilt.seal()
+    rebuild_s, grown = time.perf_counter() - t, rss_mib() - grown
+    assert rebuilt.rows == index.rows
+    del rebuilt
     parts = p50["embed"] + p50["engine_bm25"] + p50["lite_dense"]
     steps = hybrid_steps(retriever, sample)
     native = MilvusStore(uri, native_bm25=True)
@@ -199,6 +211,9 @@ def serve(uri: str, corpus: Path, cache: str, n: int, evaluate: int, each_alone:
     evaluation = evaluation_seconds(uri, queries[:evaluate])
     return {"first_answer_s": round(first, 2), "index_was": how,
             "rss_after_open_mib": round(opened, 1), "rss_before_mib": round(before, 1),
+            "index_arrays_mib": {k: round(v / 2**20, 1) for k, v in arrays.items()},
+            "index_rebuilt_from_rows_s": round(rebuild_s, 2),
+            "index_rebuild_rss_growth_mib": round(grown, 1),
             "p50_ms": p50, "p95_ms": {k: pct(v, 0.95) for k, v in timings.items()},
             "sum_of_parts_p50_ms": round(parts, 2),
             "hybrid_over_parts": round(p50["hybrid"] / parts, 2),

@@ -26,6 +26,13 @@ manifest's token, that copy is caught up from the manifest like any other index 
 whose fingerprint or chunk ids differ from the manifest's are read from the collection, none when
 every write went through) and saved: the rows are not read back.
 
+The index keeps each row's dense vector too (float32, by row position; saved uncompressed in the
+same file, and mapped from it, not read, by the processes that load it): a hybrid search on
+Milvus Lite scores the other leg's candidates, and ranks Lite's dense hits, by their cosines
+computed from them (`situate.storage.cosines`, Lite's own arithmetic), so that Lite returns ids
+alone and only the hits' rows are read from it. Building the rows of every hit Lite returns, and
+of every candidate read by id, is most of the CPU it spends on a hybrid query.
+
 Milvus stays the store of record. An index is stamped with what it was built from (the physical
 collection behind the alias: its generation; the manifest token an ingest records when it ends;
 the row count), saved atomically (a temporary file, then `os.replace`), and trusted only while
@@ -42,10 +49,12 @@ import logging
 import math
 import os
 import re
+import struct
 import threading
 import time
+import zipfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from situate.core.records import StoredDocument
+from situate.storage.cosines import cosines, float32
 from situate.storage.rows import STOP_WORDS, lexical_text
 
 if TYPE_CHECKING:
@@ -68,7 +78,8 @@ _WORD = re.compile(r"\w+")
 _STOP = frozenset(STOP_WORDS)
 # Rows read per page when an index is built from the collection: Lite filters the whole
 # collection for every page of a query iterator, so fewer, larger pages (a row's lexical text is
-# about 1-4 KB: a page stays far under gRPC's 256 MiB).
+# about 1-4 KB and its 384-d vector 1.5 KB: a page of about 90 MiB at most, far under gRPC's
+# 256 MiB; fewer rows a page for wider vectors, `MilvusStore._build_page`).
 BUILD_PAGE = 16_384
 # Rows fetched by id per call when an index catches up with changed documents.
 FETCH_BATCH = 1_000
@@ -87,7 +98,7 @@ DEAD_SHARE = 0.25
 # are sealed into its matrix: at least this many, and at least a quarter of the matrix (so that
 # sealing, which copies the matrix, costs time linear in the rows written).
 SEAL_ROWS = 16_384
-FORMAT = 2  # of the saved file; another number is rebuilt
+FORMAT = 3  # of the saved file; another number is rebuilt
 RECENT = 16  # queries whose scores an index keeps
 
 
@@ -148,6 +159,11 @@ class Bm25:
         self.df = np.zeros(0, dtype=np.int64)
         self.total = 0.0  # summed length of the live rows
         self._pending: list[tuple[Counter[int], int]] = []  # appended rows' (tf, length)
+        # Each row's dense vector (float32, by row position), while every row came with one
+        # (`dense`): a hybrid search on Milvus Lite scores its candidates from them.
+        self.dense = True
+        self.vectors: np.ndarray | None = None  # the sealed rows'
+        self._pending_vectors: list[np.ndarray] = []
         self._csr: Any = None  # the matrix by rows, made when a sealed row is deleted
         self._recent: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._recent_lock = threading.Lock()
@@ -161,7 +177,9 @@ class Bm25:
         return len(self.position)
 
     def upsert(self, rows: Iterable[Mapping[str, Any]]) -> int:
-        """Add rows (`id`, `doc_id`, `doc_hash`, `lexical`), each replacing any row of its id."""
+        """Add rows (`id`, `doc_id`, `doc_hash`, `lexical`, and `dense`, the row's vector),
+        each replacing any row of its id. A row without its vector (or with one of another
+        dimension) leaves the index without vectors (`dense` False)."""
         n = 0
         self._recent.clear()
         for row in rows:
@@ -181,9 +199,27 @@ class Bm25:
             self.by_doc.setdefault(doc_id, []).append(row_id)
             self.fingerprints[doc_id] = str(row.get("doc_hash") or "")
             self._pending.append((counts, length))
+            self._keep_vector(row.get("dense"))
             self.total += length
             n += 1
         return n
+
+    def _keep_vector(self, vector: Any) -> None:
+        if not self.dense:
+            return
+        if vector is None:
+            self._lose_vectors()
+            return
+        kept = float32(vector).reshape(-1)
+        dim = (self.vectors.shape[1] if self.vectors is not None
+               else self._pending_vectors[0].shape[0] if self._pending_vectors else kept.shape[0])
+        if kept.shape[0] != dim or not dim:
+            self._lose_vectors()
+            return
+        self._pending_vectors.append(kept)
+
+    def _lose_vectors(self) -> None:
+        self.dense, self.vectors, self._pending_vectors = False, None, []
 
     def delete(self, ids: Iterable[str]) -> int:
         n = 0
@@ -266,7 +302,12 @@ class Bm25:
             self.lengths = np.concatenate([self.lengths, np.asarray(
                 [length for _, length in self._pending], dtype=np.float32)])
             self.live = np.concatenate([self.live, appended_alive])
+            if self.dense:
+                block = np.stack(self._pending_vectors)
+                self.vectors = (block if self.vectors is None
+                                else np.concatenate([self.vectors, block]))
             self._pending = []
+            self._pending_vectors = []
             self._csr = None
         dead = self.live.shape[0] - self.rows  # every live row is sealed now: O(1), per search
         if dead and dead > DEAD_SHARE * self.live.shape[0]:
@@ -277,6 +318,8 @@ class Bm25:
         keep = np.flatnonzero(self.live)
         self.matrix = self.matrix[keep]
         self.lengths = self.lengths[keep]
+        if self.vectors is not None:
+            self.vectors = np.ascontiguousarray(self.vectors[keep])
         self.ids = [self.ids[i] for i in keep]
         self.docs = [self.docs[i] for i in keep]
         self.position = {row_id: i for i, row_id in enumerate(self.ids)}
@@ -373,6 +416,20 @@ class Bm25:
         return {i: float(scores[a]) if m else 0.0
                 for i, a, m in zip(ids, at.tolist(), matched.tolist(), strict=True)}
 
+    def cosines(self, query_vector: Sequence[float], ids: Iterable[str]) -> dict[str, float]:
+        """The cosine of `query_vector` with the stored vector of each of `ids` the index holds,
+        as Milvus Lite computes it (`situate.storage.cosines`); empty without vectors. An id it
+        does not hold (a row written since it was built) is left out: the caller reads it."""
+        self.seal()
+        if not self.dense or self.vectors is None:
+            return {}
+        found = [(i, p) for i in ids if (p := self.position.get(i)) is not None]
+        if not found:
+            return {}
+        vectors = self.vectors[np.fromiter((p for _, p in found), dtype=np.int64,
+                                           count=len(found))]
+        return dict(zip((i for i, _ in found), cosines(query_vector, vectors), strict=True))
+
     # --- catching up and saving --------------------------------------------------------------
 
     def changed_documents(self, documents: Mapping[str, StoredDocument]) -> tuple[list[str],
@@ -393,17 +450,23 @@ class Bm25:
             self.compact()
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        vectors = self.vectors if self.dense and self.vectors is not None else None
         meta = {"format": FORMAT, "stamp": [stamp.physical, stamp.token, stamp.rows],
                 "ids": self.ids, "docs": self.docs, "fingerprints": self.fingerprints,
-                "vocab": sorted(self.vocab, key=self.vocab.__getitem__)}
+                "vocab": sorted(self.vocab, key=self.vocab.__getitem__),
+                "dense": vectors is not None or not self.ids}
         fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
         try:
             with os.fdopen(fd, "wb") as f:
+                # uncompressed, the vectors last: a process that loads the file maps them
+                # (`_mapped`) instead of reading them into its memory
                 np.savez(f, data=self.matrix.data, indices=self.matrix.indices,
                          indptr=self.matrix.indptr, shape=np.asarray(self.matrix.shape),
                          lengths=self.lengths, df=self.df,
                          stamp=_json_bytes({"format": FORMAT, "stamp": meta["stamp"]}),
-                         meta=_json_bytes(meta))
+                         meta=_json_bytes(meta),
+                         vectors=vectors if vectors is not None
+                         else np.zeros((0, 0), dtype=np.float32))
             os.replace(tmp, path)
         except BaseException:
             tmp.unlink(missing_ok=True)
@@ -439,7 +502,13 @@ class Bm25:
                 self.matrix = csc_matrix((f["data"], f["indices"], f["indptr"]), shape=shape)
                 self.lengths = f["lengths"]
                 self.df = f["df"]
-        except (OSError, ValueError, KeyError, TypeError):
+            if meta.get("dense") and meta["ids"]:
+                self.vectors = _mapped(path, "vectors.npy")
+                if self.vectors.ndim != 2 or self.vectors.shape[0] != len(meta["ids"]):
+                    return None
+            else:
+                self._lose_vectors()
+        except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, struct.error):
             return None
         self.ids, self.docs = meta["ids"], meta["docs"]
         self.fingerprints = meta["fingerprints"]
@@ -633,6 +702,33 @@ class LexicalLeg:
         return index
 
 
+def _mapped(path: Path, member: str) -> np.ndarray:
+    """The array `member` of the uncompressed `.npz` at `path`, mapped read-only from the file
+    rather than read (the pages every process on the machine maps are one copy, read as they
+    are touched). A file replaced later (`os.replace`) leaves the mapping on the old one."""
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo(member)
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise ValueError(f"{member} is compressed")
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        header = f.read(30)
+        if header[:4] != b"PK\x03\x04":
+            raise ValueError(f"no local header for {member}")
+        name_length, extra_length = struct.unpack("<HH", header[26:30])
+        f.seek(info.header_offset + 30 + name_length + extra_length)
+        version = np.lib.format.read_magic(f)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, fortran, dtype = read_header(f)
+        offset = f.tell()
+    if fortran or dtype != np.float32:
+        raise ValueError(f"{member} is not a C-ordered float32 array")
+    if not all(shape):
+        return np.zeros(shape, dtype=np.float32)
+    return np.memmap(path, dtype=np.float32, mode="r", offset=offset, shape=shape)
+
+
 def _json_bytes(value: Any) -> np.ndarray:
     return np.frombuffer(json.dumps(value).encode(), dtype=np.uint8)
 
@@ -652,6 +748,9 @@ def _copy(index: Bm25) -> Bm25:
     other.live = index.live.copy()
     other.df = index.df.copy()
     other.total = index.total
+    other.dense = index.dense
+    other.vectors = index.vectors  # never changed in place: sealing and compacting make anew
+    other._pending_vectors = []
     other._pending = []
     other._csr = index._csr
     other._recent = {}

@@ -33,9 +33,10 @@ from situate.core.records import (
 )
 from situate.storage.client import RETRY_ATTEMPTS, RETRY_BASE, RETRY_CAP, Connection
 from situate.storage.coalesce import Coalescer, rows_of
+from situate.storage.cosines import cosines, float32
 from situate.storage.faults import is_not_loaded, writing
 from situate.storage.generations import GENERATION, Generations
-from situate.storage.lexical import BUILD_PAGE, POLL_SECONDS, LexicalLeg, Stamp
+from situate.storage.lexical import BUILD_PAGE, POLL_SECONDS, Bm25, LexicalLeg, Stamp
 from situate.storage.manifest import FIELDS as STORED_FIELDS
 from situate.storage.manifest import TOKEN, Manifest, cache_key, from_rows
 from situate.storage.rows import (
@@ -57,7 +58,8 @@ WIDE_PAGE = 1000
 NARROW_FIELDS = frozenset({"id", "doc_id", "chunk_index", "doc_hash", "chunk_hash"})
 HIT_FIELDS = ["doc_id", "chunk_index", "text", "context", "metadata"]
 # What the lexical index reads of a row (`situate.storage.lexical`).
-LEXICAL_FIELDS = ["id", "doc_id", "doc_hash", "lexical"]
+LEXICAL_FIELDS = ["id", "doc_id", "doc_hash", "lexical", "dense"]
+BUILD_DIM = 384  # the vectors' dimension for which the index's build reads BUILD_PAGE rows a page
 # How a `milvus-lite server` names its version: its BM25 is Lite's, answered by the lexical index.
 LITE_SERVER = "milvus_lite"
 # Hits asked for beyond a search's limit, so that chunks tying with the last one kept are seen
@@ -368,7 +370,8 @@ class MilvusStore(Connection):
 
     def rows(self, collection: str, fields: Sequence[str] = ("id", "doc_id", "chunk_index", "text",
                                                               "context", "doc_hash", "chunk_hash"),
-             filter: str = "", page: int | None = None) -> Iterator[dict[str, Any]]:
+             filter: str = "", page: int | None = None, strict_float32: bool = False
+             ) -> Iterator[dict[str, Any]]:
         """Every row (selected fields) through Milvus's query iterator, page by page, on every
         deployment: its cursor is the primary key, so a read is linear in the rows (offset
         paging is not), and each page is retried on its own (the cursor moves only once a page
@@ -376,14 +379,16 @@ class MilvusStore(Connection):
 
         Pages hold `page` rows: by default the iterator's most (16,384) when every field is
         narrow (ids, indexes, hashes), else 1,000 (texts and vectors: a page stays far under
-        gRPC's 256 MiB).
+        gRPC's 256 MiB). With `strict_float32`, each row's vector is a float32 array, not a list
+        of Python floats.
         """
         self.load(collection)
         if page is None:
             page = SCAN_PAGE if set(fields) <= NARROW_FIELDS else WIDE_PAGE
         what = f"reading rows of {collection!r}"
         it = self._read(what, collection, lambda: self.client.query_iterator(
-            collection, batch_size=page, filter=filter, output_fields=list(fields)))
+            collection, batch_size=page, filter=filter, output_fields=list(fields),
+            strict_float32=strict_float32))
         try:
             while batch := self._read(what, collection, it.next):
                 yield from batch
@@ -459,13 +464,17 @@ class MilvusStore(Connection):
 
         On Milvus Lite, BM25 is the lexical index's (`situate.storage.lexical`): its ranking is
         exact (every chunk tying with the last one kept is weighed), and the hits are read from
-        the collection by id. Its dense hits come with their vectors, and are ranked by cosines
-        computed here (`cosines`), not by Lite's: Lite scores a call holding several queries with
+        the collection by id. Its dense hits are ranked by cosines computed here (`cosines`)
+        from their vectors (kept in the lexical index beside their terms, else read with each
+        hit), not by Lite's: Lite scores a call holding several queries with
         other kernels than a call holding one (`situate.storage.coalesce`), so its scores of the
         same chunk could differ in a float32's last bits between an evaluation's shared calls and
         an app's lone one, and a near tie could fall the other way."""
         if leg == "bm25" and self._lexical_for(f"{leg} search in {collection!r}"):
             return self.hits(collection, self.ranking(collection, leg, query_text, None, limit))
+        if self._dense_here(collection, leg, query_vector) is not None:
+            return self.hits(collection, self.ranking(collection, leg, query_text, query_vector,
+                                                      limit))
         res = self._client_search(collection, leg, query_text, query_vector, limit, HIT_FIELDS)
         hits = sorted(self._hits(res, leg, self._rescoring(leg, query_vector)),
                       key=lambda h: (-h.score, h.id))
@@ -479,6 +488,15 @@ class MilvusStore(Connection):
         (docs/benchmarks: concurrent queries)."""
         if leg == "bm25" and self._lexical_for(f"{leg} search in {collection!r}"):
             return self._lexical_leg(collection).current().top(query_text, limit)
+        local = self._dense_here(collection, leg, query_vector)
+        if local is not None and query_vector is not None:  # ids alone: cosines from the index
+            res = self._client_search(collection, leg, query_text, query_vector, limit, ["id"],
+                                      vectors=False)
+            found = res[0] if res else []
+            ids = getattr(found, "ids", None)
+            ids = [str(i) for i in ids] if ids is not None else [_hit_id(h) for h in found]
+            here = self._cosines_here(collection, local, query_vector, ids)
+            return sorted(here.items(), key=lambda p: (-p[1], p[0]))[:limit]
         res = self._client_search(collection, leg, query_text, query_vector, limit, ["id"])
         found = res[0] if res else []
         rescore = self._rescoring(leg, query_vector)
@@ -500,15 +518,39 @@ class MilvusStore(Connection):
             return None
         return query_vector
 
+    def _dense_here(self, collection: str, leg: str, query_vector: Sequence[float] | None
+                    ) -> Bm25 | None:
+        """The index whose vectors score a dense search's hits here (`_local_vectors`), for a
+        dense leg on Milvus Lite; else None."""
+        if leg != "dense" or query_vector is None or not self._on_lite(
+                f"{leg} search in {collection!r}"):
+            return None
+        return self._local_vectors(collection, f"{leg} search in {collection!r}")
+
+    def _cosines_here(self, collection: str, index: Bm25, query_vector: Sequence[float],
+                      ids: Sequence[str]) -> dict[str, float]:
+        """The cosine of `query_vector` with each of `ids` still stored: from the index's
+        vectors, and for a row it does not hold yet (written since it was built), from the row
+        read by id."""
+        scores = index.cosines(query_vector, ids)
+        missing = [i for i in ids if i not in scores]
+        if missing:
+            rows = self._read_scored(collection, missing)
+            self._keep_fetched(collection, rows)
+            scores.update(zip((str(r["id"]) for r in rows),
+                              cosines(query_vector, [r["dense"] for r in rows]), strict=True))
+        return scores
+
     def _client_search(self, collection: str, leg: str, query_text: str,
                        query_vector: Sequence[float] | None, limit: int,
-                       fields: list[str]) -> Any:
+                       fields: list[str], vectors: bool = True) -> Any:
         """pymilvus's search of one leg (what `leg_search` and `ranking` read): `fields` of up
-        to TIE_MARGIN more hits than `limit`."""
+        to TIE_MARGIN more hits than `limit`; on Milvus Lite, a dense search's hits with their
+        vectors unless not `vectors`."""
         data, field, metric = self._leg(leg, query_text, query_vector)
         asked = min(limit + TIE_MARGIN, MAX_TOPK)
         lite = leg == "dense" and self._on_lite(f"{leg} search in {collection!r}")
-        if lite:  # each hit's vector, to score it here (`leg_search`, `ranking`)
+        if lite and vectors:  # each hit's vector, to score it here (`leg_search`, `ranking`)
             fields = [*fields, "dense"]
 
         def call(queries: list[Any]) -> Any:
@@ -603,14 +645,32 @@ class MilvusStore(Connection):
                             if self.cache_dir is not None else None)
                 leg = self._lexical[collection] = LexicalLeg(
                     stamp=lambda counted: self.lexical_stamp(collection, counted),
-                    rows=lambda: self.rows(collection, fields=LEXICAL_FIELDS, page=BUILD_PAGE),
+                    rows=lambda: self.rows(collection, fields=LEXICAL_FIELDS,
+                                           page=self._build_page(collection),
+                                           strict_float32=True),
                     fetch=lambda ids: self._read(
                         f"reading rows of {collection!r}", collection, lambda: self.client.get(
-                            collection, ids=ids, output_fields=LEXICAL_FIELDS)),
+                            collection, ids=ids, output_fields=LEXICAL_FIELDS,
+                            strict_float32=True)),
                     manifest=(manifest.load if manifest is not None
                               else lambda token, rows: None),
                     path=self.lexical_path(collection))
             return leg
+
+    def _build_page(self, collection: str) -> int:
+        """Rows a page when the lexical index is built from the collection: BUILD_PAGE of
+        384-d vectors (a page of about 90 MiB at most), fewer as the vectors are wider."""
+        dim = self.describe(collection).dim or BUILD_DIM
+        return max(WIDE_PAGE, BUILD_PAGE * BUILD_DIM // max(dim, BUILD_DIM))
+
+    def _local_vectors(self, collection: str, what: str) -> Bm25 | None:
+        """The lexical index when it holds the rows' vectors (Milvus Lite, unless
+        `native_bm25`): a search scores its candidates' cosines from them instead of reading the
+        vectors from Lite, whose Python builds every row it returns."""
+        if not self._lexical_for(what):
+            return None
+        index = self._lexical_leg(collection).current()
+        return index if index.dense and index.vectors is not None else None
 
     def _changed(self, collection: str) -> None:
         """This process writes to the collection: its lexical index asks for the stamp again
@@ -649,9 +709,13 @@ class MilvusStore(Connection):
         FETCHED_SECONDS for this query's dense scores (`leg_scores`) and `hits`: on Milvus Lite,
         where a hybrid search reads its BM25 candidates' rows to score them, it reads them while
         the query is embedded (`situate.tasks.retrieval.search.hybrid`), for they do not depend
-        on its vector. Elsewhere nothing (a server scores them itself)."""
+        on its vector. Nothing where the lexical index holds the rows' vectors (their cosines are
+        computed from them, and only the hits' rows are read), nor on a server (it scores them
+        itself)."""
         if not ids or not self._on_lite(f"reading rows of {collection!r}"):
             return
+        if self._local_vectors(collection, f"reading rows of {collection!r}") is not None:
+            return  # their cosines come from the index, and only the hits are read
         self._keep_fetched(collection, self._read_scored(collection, ids))
 
     def _read_scored(self, collection: str, ids: Sequence[str]) -> list[dict[str, Any]]:
@@ -755,12 +819,15 @@ class MilvusStore(Connection):
 
     def _dense_scores(self, collection: str, query_vector: Sequence[float],
                       ids: Sequence[str]) -> dict[str, float]:
-        """`leg_scores`' cosines on Milvus Lite: the rows read by id (with the fields of a hit,
-        kept for `hits`: one call for both), unless `prefetch` read them already, and scored
-        here as Lite scores them (`cosines`). Lite's own restricted search pays a pass over
-        every row of the collection in Python (about 260 ms at 100,000 chunks, against 15 ms to
-        read 100 rows by id), and with its HNSW index an id filter this narrow may miss some of
-        the chunks asked for."""
+        """`leg_scores`' cosines on Milvus Lite, computed here as Lite computes them (`cosines`):
+        from the vectors the lexical index keeps, else from the rows read by id (with the fields
+        of a hit, kept for `hits`: one call for both) unless `prefetch` read them already.
+        Lite's own restricted search pays a pass over every row of the collection in Python
+        (about 260 ms at 100,000 chunks, against 15 ms to read 100 rows by id), and with its
+        HNSW index an id filter this narrow may miss some of the chunks asked for."""
+        local = self._local_vectors(collection, f"dense scores in {collection!r}")
+        if local is not None:
+            return self._cosines_here(collection, local, query_vector, ids)
         by_id = self._take_fetched(collection, ids, keep=True)
         missing = [i for i in ids if i not in by_id]
         if missing:
@@ -789,40 +856,6 @@ class MilvusStore(Connection):
 
 _LEGS_LOCK = threading.Lock()
 _FETCHED_LOCK = threading.Lock()
-
-
-def float32(values: Any) -> np.ndarray:
-    """`values` as a float32 array; a list of Python floats (a vector as pymilvus gives it) by
-    way of float64, which NumPy reads on a fast path (into float32 it converts them one by one,
-    a fifth slower), rounding each double to the same nearest float32."""
-    if isinstance(values, np.ndarray):
-        return values.astype(np.float32, copy=False)
-    converted: np.ndarray = np.asarray(values, dtype=np.float64).astype(np.float32)
-    return converted
-
-
-def _unit(vectors: np.ndarray) -> np.ndarray:
-    """Each row L2-normalized as Milvus Lite normalizes (its `faiss_hnsw._l2_normalize`): a zero
-    row left as it is."""
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    unit: np.ndarray = vectors / np.where(norms == 0, 1.0, norms)
-    return unit
-
-
-def cosines(query: Sequence[float], vectors: Sequence[Sequence[float]] | np.ndarray) -> list[float]:
-    """The cosine of `query` with each of `vectors` as Milvus Lite reports it: both normalized
-    in float32 as Lite normalizes them, their dot product in float32, returned as the score
-    `1 - (1 - dot)` in doubles, sent as a float32 (equal to Lite's within a float32's last
-    bits: its HNSW kernel may sum the dot product in another order).
-
-    Each vector's cosine is the same to the bit whatever other vectors come with it: every
-    sum runs along one row (NumPy's pairwise sum of that row), where a matrix product's
-    kernel may change with the number of rows."""
-    if not len(vectors):
-        return []
-    q = _unit(float32([query]))[0]
-    dots = np.add.reduce(_unit(float32(vectors)) * q, axis=1)
-    return [float(np.float32(1.0 - (1.0 - float(d)))) for d in dots]
 
 
 def _search_columns(found: Any) -> tuple[list[str], np.ndarray] | None:

@@ -413,3 +413,90 @@ def test_opening_a_store_imports_scipy_sparse_before_any_search_thread_does(tmp_
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "True"
+
+
+def test_dense_scores_come_from_the_index_vectors_as_lite_would_give_them(tmp_path, monkeypatch):
+    """On Milvus Lite the index keeps each row's vector: a dense ranking, a dense search's hits
+    and a hybrid search's dense scores of BM25's candidates are the same, to the bit, as when the
+    vectors are read from Lite with each hit, and a hybrid search reads from the collection only
+    its hits' rows (their text, no vector). A row written by another process since the index was
+    built is scored from the row read by id."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from situate.tasks.retrieval.search import hybrid
+
+    store = fresh(str(tmp_path / "v.db"), documents(40, 7))
+    reference = MilvusStore.__new__(MilvusStore)
+    reference.__dict__.update(store.__dict__)
+    monkeypatch.setattr(reference, "_local_vectors", lambda collection, what: None)
+    assert store._local_vectors(C, "test") is not None
+    reads: list[tuple[int, tuple[str, ...]]] = []
+    get = store.client.get
+
+    def counted(collection, ids, output_fields, **kw):
+        reads.append((len(ids), tuple(output_fields)))
+        return get(collection, ids=ids, output_fields=output_fields, **kw)
+
+    rng = np.random.default_rng(9)
+    vectors = [rng.standard_normal(8).astype(np.float32).tolist() for _ in QUERIES]
+    ids = [i for i, _ in store.ranking(C, "bm25", "alpha", None, 60)]
+    with ThreadPoolExecutor(4) as pool:
+        for q, v in zip(QUERIES, vectors, strict=True):
+            assert store.ranking(C, "dense", q, v, 30) == reference.ranking(C, "dense", q, v, 30)
+            assert store.leg_scores(C, "dense", q, v, ids) == \
+                reference.leg_scores(C, "dense", q, v, ids)
+            assert [(h.id, h.score, h.text) for h in store.leg_search(C, "dense", q, v, 7)] == \
+                [(h.id, h.score, h.text) for h in reference.leg_search(C, "dense", q, v, 7)]
+            expected = hybrid(reference, C, q, lambda v=v: v, 10, pool=pool)
+            monkeypatch.setattr(store.client, "get", counted)
+            reads.clear()
+            found = hybrid(store, C, q, lambda v=v: v, 10, pool=pool)
+            monkeypatch.setattr(store.client, "get", get)
+            assert [(h.id, h.score, h.text) for h in found] == \
+                [(h.id, h.score, h.text) for h in expected]
+            assert all("dense" not in fields for _, fields in reads), reads
+            assert sum(n for n, _ in reads) <= 10
+    # another process writes a document: until the next poll, the index lacks its rows
+    index = store._lexical_leg(C).current()
+    other = MilvusStore(str(tmp_path / "v.db"))
+    new = documents(1, 11, prefix="new")
+    other.write(C, new)
+    other.flush(C)
+    new_ids = [s.chunk.id for s in new[0].situated]
+    assert store._lexical_leg(C).current() is index and not set(new_ids) & set(index.position)
+    v = [float(x) for x in new[0].vectors[0]]
+    assert store.leg_scores(C, "dense", "q", v, new_ids) == \
+        reference.leg_scores(C, "dense", "q", v, new_ids)
+    assert store.ranking(C, "dense", "q", v, 3)[0][0] == new_ids[0]
+    for s in (store, other):
+        s.close()
+
+
+def test_a_saved_index_keeps_its_vectors_and_a_loading_process_maps_them(tmp_path):
+    """The vectors are saved with the terms and mapped from the file by the process that loads
+    it (not read into its memory); they score as before the save, and an index whose rows did
+    not all come with a vector keeps none (its cosines are read from the collection)."""
+    from situate.storage.lexical import Stamp
+
+    rng = np.random.default_rng(3)
+    rows = [{"id": f"c{i}", "doc_id": f"d{i // 4}", "doc_hash": "h",
+             "lexical": " ".join(random.Random(i).choices(WORDS, k=9)),
+             "dense": rng.standard_normal(8).tolist()} for i in range(30)]
+    index = Bm25()
+    index.upsert(rows)
+    index.delete(["c4", "c7"])
+    q = rng.standard_normal(8).tolist()
+    ids = [f"c{i}" for i in range(30)]
+    expected = index.cosines(q, ids)
+    assert len(expected) == 28 and "c4" not in expected
+    index.save(tmp_path / "x.npz", Stamp("p", "t", 28))
+    loaded, _ = Bm25.load(tmp_path / "x.npz")
+    assert isinstance(loaded.vectors, np.memmap) and loaded.cosines(q, ids) == expected
+    loaded.upsert([{**rows[0], "dense": [1.0] * 8}])
+    assert loaded.cosines(q, ["c0"]) != {"c0": expected["c0"]}
+    assert loaded.cosines(q, ["c1"]) == {"c1": expected["c1"]}
+    partial = Bm25()
+    partial.upsert([rows[0], {k: v for k, v in rows[1].items() if k != "dense"}, rows[2]])
+    assert not partial.dense and partial.cosines(q, ["c0", "c2"]) == {}
+    partial.save(tmp_path / "y.npz", Stamp("p", "t", 3))
+    assert not Bm25.load(tmp_path / "y.npz")[0].dense

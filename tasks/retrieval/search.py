@@ -162,8 +162,8 @@ def hybrid(store: SearchStore, collection: str, query_text: str,
 
     `query_vector` may be a function that embeds the query: BM25's leg, which needs no vector,
     then runs while it does, and with `pool`, on a store that reads its candidates' rows to score
-    them (`prefetch`: Milvus Lite), reads those rows too, so that the query's dense scores of
-    them and its hits find them read."""
+    them (`prefetch`: Milvus Lite, where its lexical index holds no vectors), reads those rows
+    too, so that the query's dense scores of them and its hits find them read."""
     fuse = FUSIONS[fusion]
     depth = max(limit, FUSION_DEPTH)
     prefetch = getattr(store, "prefetch", None) if pool is not None and fusion in SCORED else None
