@@ -193,3 +193,46 @@ def test_a_load_left_released_behind_its_back_is_loaded_again_not_waited_on_fore
     assert not failed and planted
     assert again.leg_search(C, "bm25", "jitter", None, 1)[0].doc_id == "c.rs"
     again.close()
+
+
+def test_rows_ask_for_the_next_page_while_the_caller_takes_this_one(tmp_path):
+    """A read of every row keeps one page in flight: the store builds the next page while the
+    caller works on this one (on Milvus Lite, whose server builds each row in Python, that is
+    what lets a lexical index be rebuilt at the speed of the slower of the two). The rows are
+    the same, in the same order; a caller that stops early closes the iterator."""
+    s = MilvusStore(str(tmp_path / "m.db"))
+    try:
+        s.ensure_collection(C, EMB.dim, EMBEDDER)
+        s.write(C, corpus())
+        alone = [r["id"] for r in s.rows(C, fields=("id",), page=ROWS)]
+        asked, second, closed = [], threading.Event(), []
+        real = s.client.query_iterator
+
+        def spy(*a, **k):
+            it = real(*a, **k)
+            nxt, close = it.next, it.close
+
+            def next_page():
+                asked.append(threading.current_thread().name)
+                if len(asked) == 2:
+                    second.set()
+                return nxt()
+
+            it.next = next_page
+            it.close = lambda: closed.append(True) or close()
+            return it
+
+        s.client.query_iterator = spy
+        reading = s.rows(C, fields=("id",), page=2)
+        first = next(reading)
+        assert second.wait(10), "the second page was not asked for while the first was taken"
+        assert asked[0].startswith("situate-read") and first["id"] == alone[0]
+        assert [first["id"], *(r["id"] for r in reading)] == alone
+        assert closed == [True]
+        asked.clear()
+        reading = s.rows(C, fields=("id",), page=2)
+        next(reading)
+        reading.close()
+        assert closed == [True, True] and len(asked) <= 2
+    finally:
+        s.close()
