@@ -807,35 +807,49 @@ def bench_search_scale() -> list[str]:
             out.append(f"| {label} | " + " | ".join(
                 f"{_f(st[key], 1)} ms" if key in st else "—" for _, st in steps) + " |")
     out += ["", "| chunks | write (rows, and the index as they go) | index at the write's end | on "
-            "disk | 1% of "
-            "documents rewritten: caught up | server restarted: first answer | "
+            "disk | built from the rows (memory it took) | 1% of documents rewritten: caught up "
+            "| server restarted: first answer | "
             f"{d['results'][0]['serve']['evaluation_queries']} queries x 3 modes |",
-            "|---:|---:|---:|---:|---:|---:|---:|"]
+            "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in d["results"]:
-        w, u = r["write"], r["update"]
+        w, u, s = r["write"], r["update"], r["serve"]
         out.append(f"| {r['chunks']:,} | {_f(w['write_s'], 0)} s | {_f(w['index_build_s'], 1)} s "
-                   f"| {_f(w['index_disk_mib'], 1)} MiB | {_f(u['catch_up_s'], 2)} s "
-                   f"({u['rows']:,} rows, {u['how']}) | "
+                   f"| {_f(w['index_disk_mib'], 1)} MiB | "
+                   f"{_f(s['index_rebuilt_from_rows_s'], 1)} s "
+                   f"(+{_f(s['index_rebuild_rss_growth_mib'], 0)} MiB) | "
+                   f"{_f(u['catch_up_s'], 2)} s ({u['rows']:,} rows, {u['how']}) | "
                    f"{_f(r['after_update_and_restart']['first_answer_s'], 1)} s (index "
                    f"{r['after_update_and_restart']['index_was']}) | "
-                   f"{_evaluation_seconds(r['serve'])} |")
-    out += ["", "**Since the lexical index keeps each chunk's vector** (the tables above were "
-            "measured before): a hybrid query makes two calls to Lite, the dense top 116 by ids "
-            "alone and the read of its hits; every candidate's dense score is computed from the "
-            "index's vectors with Lite's arithmetic, the same rankings to the bit (0 of 744 "
-            "codebase hybrid searches differ). Measured again on a quiet machine "
-            "(`benchmarks/bench_search_scale.py 10000 100000 --queries 40`): hybrid p50 53.2 ms "
-            "at 10,000 chunks (1.35x its parts) and 163.4 ms at 100,000 (1.16x; Lite's dense top "
-            "116 is 130.8 ms of it); evaluating 248 queries in three modes at 100,000 chunks "
-            "18.0 s of search; a 1% update caught up in 1.31 s; a restarted server's first answer "
-            "2.29 s; the index built from the rows 33.7 s at 100,000 chunks (reading the "
-            "vectors); 202 MiB on disk (vectors 146.5). On the codebase collection eight "
-            "concurrent hybrid clients of `situate api` got 1.84x one client's queries a second "
-            "(55.2 against 30.0; the code before, in the same run, 25.1 against 20.8), Lite's CPU "
-            "a query 13.3 ms, was 30.7 (`benchmarks/bench_throughput.py --modes hybrid --clients "
-            "1,8,64 --seconds 15`). 1M chunks was not measured.",
-            "", "Before that change, a hybrid query made three calls to Lite and none for BM25: "
-            "the rows of BM25's "
+                   f"{_evaluation_seconds(s)} |")
+    big = d["results"][-1]
+    bp = big["serve"]["p50_ms"]
+    rebuilt = ", ".join(f"{_f(r['serve']['index_rebuilt_from_rows_s'], 1)} s at {r['chunks']:,}"
+                        for r in d["results"])
+    out += ["", "The lexical index keeps each chunk's vector beside its terms: a hybrid query "
+            "makes two calls to Lite, the dense top 116 by ids alone and the read of its hits; "
+            "every candidate's dense score is computed from the index's vectors with Lite's "
+            "arithmetic, the same rankings to the bit (0 of 744 codebase hybrid searches "
+            f"differ). Lite's dense top 116 is then the bound: {_f(bp['lite_dense'], 0)} ms of "
+            f"a hybrid query's {_f(bp['hybrid'], 0)} ms at {big['chunks']:,} chunks, because "
+            "Lite's executor walks every row in Python on each call (the sizing page says what "
+            "removes it: a Milvus server's HNSW). On the codebase collection eight concurrent "
+            "hybrid clients of `situate api` got 1.84x one client's queries a second (55.2 "
+            "against 30.0; the code before, in the same run, 25.1 against 20.8), Lite's CPU a "
+            "query 13.3 ms, was 30.7 (`benchmarks/bench_throughput.py --modes hybrid --clients "
+            "1,8,64 --seconds 15`).", "",
+            "An ingest does not build the index from the rows: the index follows the rows as "
+            "they are written and the ingest's end saves it (the *index at the write's end* "
+            "column). It is built from the rows only where it is missing or stale: a `.db` "
+            "copied without it, a server reached at another address (as in each size's first "
+            "answer in this run, which served collections written before on another port: "
+            f"{_f(big['serve']['first_answer_s'], 0)} s at {big['chunks']:,} chunks). That build "
+            "reads every row through Lite's query iterator, 16,384 rows a call at most, the next "
+            "page asked for while the last is indexed. Lite builds every field of every row it "
+            "returns in Python and assembles the whole collection again on each call, so the "
+            f"build grows faster than the rows: {rebuilt}; and it holds each row's term counts "
+            "until the index is sealed at its end (the memory column).",
+            "", "Before the index kept the vectors, a hybrid query made three calls to Lite "
+            "and none for BM25: the rows of BM25's "
             "candidates, read by id with their vectors and a hit's fields while the query is "
             "embedded (they do not depend on its vector); the dense top 116 with each hit's "
             "vector; and the hits not read yet. Every dense score is computed here from the "
@@ -852,8 +866,7 @@ def bench_search_scale() -> list[str]:
             "collection: it walks every row's primary key in Python on each call, whatever the "
             "number of query vectors in it, which the evaluation's batches share. The index "
             "follows the rows as the ingest writes them: its end saves it (and reads only "
-            "documents the manifest says changed that this process did not write). "
-            "1M chunks was not measured.", "",
+            "documents the manifest says changed that this process did not write).", "",
             *_source("search-scale.json", ".venv/bin/python " + d["command"], d["date"],
                      d["machine"])]
     if d.get("written_by"):  # a run that served collections an earlier run wrote (--reuse)
