@@ -357,7 +357,7 @@ def main() -> None:
            "command": "benchmarks/bench_search_scale.py " + " ".join(sys.argv[1:]),
            "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
                       f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f} "
-                      "at the end (shared with other work)",
+                      "at the end (this run's own processes included)",
            "queries": a.queries, "results": results}
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {a.out}")
