@@ -53,6 +53,7 @@ import struct
 import threading
 import time
 import zipfile
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -140,8 +141,9 @@ class Bm25:
     statistics over the live rows only.
 
     Rows are appended (an upsert appends the new version and marks the old one dead) and masked
-    (a delete); appended rows wait in a list until the next search or save seals them into the
-    matrix, and the matrix drops its dead rows when they pass DEAD_SHARE of it. Not safe for
+    (a delete); appended rows wait, as flat arrays of term ids, counts, lengths and vector
+    components (a few bytes a term, as in the matrix), until the next search or save seals them
+    into the matrix, and the matrix drops its dead rows when they pass DEAD_SHARE of it. Not safe for
     concurrent writes: `LexicalLeg` swaps in a new one, or writes under its lock."""
 
     def __init__(self) -> None:
@@ -158,12 +160,11 @@ class Bm25:
         self.live = np.zeros(0, dtype=bool)
         self.df = np.zeros(0, dtype=np.int64)
         self.total = 0.0  # summed length of the live rows
-        self._pending: list[tuple[Counter[int], int]] = []  # appended rows' (tf, length)
         # Each row's dense vector (float32, by row position), while every row came with one
         # (`dense`): a hybrid search on Milvus Lite scores its candidates from them.
         self.dense = True
         self.vectors: np.ndarray | None = None  # the sealed rows'
-        self._pending_vectors: list[np.ndarray] = []
+        self._clear_pending()
         self._csr: Any = None  # the matrix by rows, made when a sealed row is deleted
         self._recent: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._recent_lock = threading.Lock()
@@ -176,29 +177,48 @@ class Bm25:
     def rows(self) -> int:
         return len(self.position)
 
+    @property
+    def pending(self) -> int:
+        """Rows appended since the last seal."""
+        return len(self._pending_lengths)
+
+    def _clear_pending(self) -> None:
+        # the appended rows as a CSR block: term ids and counts, where each row's start,
+        # its length (0 once deleted), the deleted ones (offsets), the vectors' components
+        self._pending_indices = array("i")
+        self._pending_data = array("f")
+        self._pending_indptr = array("q", [0])
+        self._pending_lengths = array("f")
+        self._pending_dead: list[int] = []
+        self._pending_vectors = array("f")
+        self._pending_dim = 0
+
     def upsert(self, rows: Iterable[Mapping[str, Any]]) -> int:
         """Add rows (`id`, `doc_id`, `doc_hash`, `lexical`, and `dense`, the row's vector),
         each replacing any row of its id. A row without its vector (or with one of another
         dimension) leaves the index without vectors (`dense` False)."""
         n = 0
         self._recent.clear()
+        vocab, indices, data = self.vocab, self._pending_indices, self._pending_data
         for row in rows:
             row_id, doc_id = str(row["id"]), str(row["doc_id"])
             self.delete([row_id])
-            counts: Counter[int] = Counter()
-            for term, count in term_counts(row["lexical"]).items():
-                j = self.vocab.get(term)
+            counts = term_counts(row["lexical"])
+            for term, count in counts.items():
+                j = vocab.get(term)
                 if j is None:
-                    j = self.vocab[term] = len(self.vocab)
-                counts[j] = count
+                    j = vocab[term] = len(vocab)
+                indices.append(j)
+                data.append(count)
+            self._pending_indptr.append(len(indices))
             length = sum(counts.values())
+            self._pending_lengths.append(length)
             position = len(self.ids)
             self.ids.append(row_id)
             self.docs.append(doc_id)
             self.position[row_id] = position
             self.by_doc.setdefault(doc_id, []).append(row_id)
             self.fingerprints[doc_id] = str(row.get("doc_hash") or "")
-            self._pending.append((counts, length))
             self._keep_vector(row.get("dense"))
             self.total += length
             n += 1
@@ -212,14 +232,15 @@ class Bm25:
             return
         kept = float32(vector).reshape(-1)
         dim = (self.vectors.shape[1] if self.vectors is not None
-               else self._pending_vectors[0].shape[0] if self._pending_vectors else kept.shape[0])
+               else self._pending_dim or kept.shape[0])
         if kept.shape[0] != dim or not dim:
             self._lose_vectors()
             return
-        self._pending_vectors.append(kept)
+        self._pending_dim = dim
+        self._pending_vectors.frombytes(kept.tobytes())
 
     def _lose_vectors(self) -> None:
-        self.dense, self.vectors, self._pending_vectors = False, None, []
+        self.dense, self.vectors, self._pending_vectors = False, None, array("f")
 
     def delete(self, ids: Iterable[str]) -> int:
         n = 0
@@ -241,9 +262,10 @@ class Bm25:
                 self.total -= float(self.lengths[position])
                 self._forget_terms(position)
             else:
-                _, length = self._pending[position - sealed]
-                self._pending[position - sealed] = (Counter(), 0)
-                self.total -= length
+                offset = position - sealed
+                self.total -= self._pending_lengths[offset]
+                self._pending_lengths[offset] = 0
+                self._pending_dead.append(offset)
             n += 1
         return n
 
@@ -267,47 +289,52 @@ class Bm25:
         """Appended rows into the matrix (one stack), and dead rows dropped when too many."""
         from scipy.sparse import csc_matrix, csr_matrix, vstack
 
-        if self._pending:
-            indptr = [0]
-            indices: list[int] = []
-            data: list[float] = []
-            for counts, _ in self._pending:
-                indices.extend(counts.keys())
-                data.extend(counts.values())
-                indptr.append(len(indices))
+        count = self.pending
+        if count:
             width = len(self.vocab)
-            block = csr_matrix((np.asarray(data, dtype=np.float32),
-                                np.asarray(indices, dtype=np.int32),
-                                np.asarray(indptr, dtype=np.int64)),
-                               shape=(len(self._pending), width))
-            old = self.matrix
-            if old.shape[1] < width:
-                old = csc_matrix((old.data, old.indices, np.concatenate(
-                    [old.indptr, np.full(width - old.shape[1], old.indptr[-1],
-                                         dtype=old.indptr.dtype)])),
-                    shape=(old.shape[0], width))
+            indptr = np.frombuffer(self._pending_indptr, dtype=np.int64)
+            data = np.frombuffer(self._pending_data, dtype=np.float32)
+            if self._pending_dead:  # a row deleted before it was sealed has no terms left
+                data = data.copy()
+                for offset in self._pending_dead:
+                    data[indptr[offset]:indptr[offset + 1]] = 0
+            block = csr_matrix((data, np.frombuffer(self._pending_indices, dtype=np.int32),
+                                indptr), shape=(count, width))
+            if self._pending_dead:
+                block.eliminate_zeros()
             # both by columns: scipy stacks them directly (a row matrix below a column one
             # went through coordinates: 2 s for 1,000 rows below 100,000)
-            self.matrix = vstack([old, block.tocsc()], format="csc", dtype=np.float32)
-            # A row deleted before it was sealed has no terms left: counted nowhere.
+            added = block.tocsc()
+            del block
+            old = self.matrix
+            if not old.shape[0]:
+                self.matrix = added
+            else:
+                if old.shape[1] < width:
+                    old = csc_matrix((old.data, old.indices, np.concatenate(
+                        [old.indptr, np.full(width - old.shape[1], old.indptr[-1],
+                                             dtype=old.indptr.dtype)])),
+                        shape=(old.shape[0], width))
+                self.matrix = vstack([old, added], format="csc", dtype=np.float32)
             df = np.zeros(width, dtype=np.int64)
             df[:self.df.shape[0]] = self.df
-            df += np.diff(block.tocsc().indptr).astype(np.int64)
+            df += np.diff(added.indptr).astype(np.int64)
             self.df = df
+            del added
             first = self.live.shape[0]
             appended_alive = np.fromiter(
-                (self.position.get(self.ids[p]) == p
-                 for p in range(first, first + len(self._pending))),
-                dtype=bool, count=len(self._pending))
-            self.lengths = np.concatenate([self.lengths, np.asarray(
-                [length for _, length in self._pending], dtype=np.float32)])
+                (self.position.get(self.ids[p]) == p for p in range(first, first + count)),
+                dtype=bool, count=count)
+            self.lengths = np.concatenate(
+                [self.lengths, np.frombuffer(self._pending_lengths, dtype=np.float32)])
             self.live = np.concatenate([self.live, appended_alive])
             if self.dense:
-                block = np.stack(self._pending_vectors)
-                self.vectors = (block if self.vectors is None
-                                else np.concatenate([self.vectors, block]))
-            self._pending = []
-            self._pending_vectors = []
+                vectors = np.frombuffer(self._pending_vectors, dtype=np.float32).reshape(
+                    count, self._pending_dim)
+                # the first block is the pending array itself, not a copy of it
+                self.vectors = (vectors if self.vectors is None
+                                else np.concatenate([self.vectors, vectors]))
+            self._clear_pending()
             self._csr = None
         dead = self.live.shape[0] - self.rows  # every live row is sealed now: O(1), per search
         if dead and dead > DEAD_SHARE * self.live.shape[0]:
@@ -592,7 +619,7 @@ class LexicalLeg:
             except KeyError:  # rows without their lexical text: caught up from the manifest
                 self._written, self._unwritable = None, True
                 return
-            if len(index._pending) >= max(SEAL_ROWS, index.live.shape[0] // 4):
+            if index.pending >= max(SEAL_ROWS, index.live.shape[0] // 4):
                 index.seal()
 
     def deleted(self, ids: Iterable[str] = (), documents: Iterable[str] = ()) -> None:
@@ -750,8 +777,7 @@ def _copy(index: Bm25) -> Bm25:
     other.total = index.total
     other.dense = index.dense
     other.vectors = index.vectors  # never changed in place: sealing and compacting make anew
-    other._pending_vectors = []
-    other._pending = []
+    other._clear_pending()
     other._csr = index._csr
     other._recent = {}
     other._recent_lock = threading.Lock()
