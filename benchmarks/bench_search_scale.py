@@ -13,7 +13,9 @@ query is embedded by the real model). Each size then runs in processes of their 
   through `Retriever.search` (k 10), and the parts of a hybrid query called directly: the
   query's embedding, the index's own BM25 top 116 (`Bm25.top`: a hybrid's 100 candidates and
   the store's 16 for ties) and Lite's dense top 116 (ids and scores, as Lite answers it); the
-  ratio is hybrid's p50 over the sum of the parts' p50s. Where a hybrid query's time goes: each
+  ratio is hybrid's p50 over the sum of the parts' p50s (the index keeps its last few queries'
+  scores, since a hybrid query asks for them twice: they are dropped before each timed search,
+  so that every one is a new query). Where a hybrid query's time goes: each
   of its steps timed inside it (BM25's leg and the read of its candidates' rows run while the
   query is embedded and searched by the dense leg). Lite's own BM25 (`native_bm25`) on a few
   queries for comparison;
@@ -27,6 +29,8 @@ query is embedded by the real model). Each size then runs in processes of their 
 
     .venv/bin/python benchmarks/bench_search_scale.py 10000 100000 [--queries 40]
         [--out benchmarks/results/search-scale.json]
+    .venv/bin/python benchmarks/bench_search_scale.py 10000 100000 --reuse DIR DIR --serve-only
+        (the serving step again, on collections an earlier run wrote, into its results)
 """
 
 from __future__ import annotations
@@ -162,8 +166,13 @@ def serve(uri: str, corpus: Path, cache: str, n: int, evaluate: int, each_alone:
     params = store._search_params("COSINE", DEPTH)
     for q in sample[:3]:  # warm
         retriever.search(q, 10)
+
+    def unseen() -> None:  # the index keeps its last queries' scores: each search a new query
+        leg.current()._recent.clear()
+
     for q in sample:
         for mode in ("hybrid", "dense", "bm25"):
+            unseen()
             t = time.perf_counter()
             retriever.search(q, 10, mode)
             timings[mode].append((time.perf_counter() - t) * 1000)
@@ -171,6 +180,7 @@ def serve(uri: str, corpus: Path, cache: str, n: int, evaluate: int, each_alone:
         vector = encoder.embed_queries([q])[0]
         timings["embed"].append((time.perf_counter() - t) * 1000)
         index = leg.current()
+        unseen()
         t = time.perf_counter()
         index.top(q, DEPTH)
         timings["engine_bm25"].append((time.perf_counter() - t) * 1000)
@@ -288,6 +298,36 @@ def hybrid_steps(retriever, queries: list[str]) -> dict[str, float]:
     return {k: pct(v, 0.5) for k, v in sorted(times.items())}
 
 
+def machine() -> str:
+    return (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"load average {os.getloadavg()[0]:.1f} at the end (this run's own processes "
+            "included)")
+
+
+def serve_only(a: argparse.Namespace, step, server_class) -> None:
+    """The serving step alone on each reused collection, put into the results of an earlier
+    run (--out) in place of its own: the write, update and restart figures stay that run's."""
+    out_path = Path(a.out)
+    recorded = json.loads(out_path.read_text())
+    by_size = {r["chunks"]: r for r in recorded["results"]}
+    missing = [size for size in a.sizes if size not in by_size]
+    if missing:
+        sys.exit(f"--serve-only: {out_path} has no results at {missing}")
+    for size, work in zip(a.sizes, map(Path, a.reuse), strict=True):
+        server = server_class(work / "milvus", timeout=1800)
+        server.start()
+        try:
+            by_size[size]["serve"] = step("serve", server.uri, work / "corpus.jsonl", work / "cache")
+            print(json.dumps(by_size[size]["serve"]), flush=True)
+        finally:
+            server.stop()
+    recorded["serve_run"] = {"command": "benchmarks/bench_search_scale.py " + " ".join(sys.argv[1:]),
+                             "date": time.strftime("%Y-%m-%d"), "machine": machine(),
+                             "sizes": a.sizes, "queries": a.queries}
+    out_path.write_text(json.dumps(recorded, indent=1) + "\n")
+    print(f"wrote {out_path}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000])
@@ -299,6 +339,9 @@ def main() -> None:
                    help="one work directory per size, left by an earlier run (its corpus.jsonl, "
                         "milvus/ and cache/): its collection is served as it is, not written again")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "search-scale.json"))
+    p.add_argument("--serve-only", action="store_true",
+                   help="with --reuse: only the serving step, its figures put into --out's "
+                        "results of the same sizes (the run recorded under serve_run)")
     p.add_argument("--step", nargs=4, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.step:
@@ -326,6 +369,11 @@ def main() -> None:
     results = []
     if a.reuse and len(a.reuse) != len(a.sizes):
         sys.exit("--reuse: give one work directory per size")
+    if a.serve_only:
+        if not a.reuse:
+            sys.exit("--serve-only: give the work directories with --reuse")
+        serve_only(a, step, MilvusServer)
+        return
     for n, size in enumerate(a.sizes):
         reused = Path(a.reuse[n]) if a.reuse else None
         work = reused or Path(tempfile.mkdtemp(prefix=f"search-scale-{size}-"))
@@ -355,9 +403,7 @@ def main() -> None:
         results.append(row)
     out = {"benchmark": "search-scale", "date": time.strftime("%Y-%m-%d"),
            "command": "benchmarks/bench_search_scale.py " + " ".join(sys.argv[1:]),
-           "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
-                      f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f} "
-                      "at the end (this run's own processes included)",
+           "machine": machine(),
            "queries": a.queries, "results": results}
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {a.out}")

@@ -431,42 +431,71 @@ def bench_capacity() -> list[str]:
     return out
 
 
+def _throughput_cells(target: dict[str, Any]) -> list[str]:
+    """A bench_throughput target's table, and how much of a core Lite's process used."""
+    out = ["| mode | clients | variant | q/s | p50 ms | p95 ms | CPU ms/query: api, model, "
+           "milvus, clients | others |", "|---|---|---|---|---|---|---|---|"]
+    for c in target["cells"]:
+        cpu = c["cpu_ms_per_query"]
+        out.append(f"| {c['mode']} | {c['clients']} | {c['variant']} | {_f(c['qps'], 1)} | "
+                   f"{_f(c['p50_ms'], 0)} | {_f(c['p95_ms'], 0)} | {_f(cpu['api'], 1)}, "
+                   f"{_f(cpu['model'], 1)}, {_f(cpu['milvus'], 1)}, "
+                   f"{_f(cpu['bench_clients'], 1)} | "
+                   f"{c['others_share_of_the_cores'] * 100:.0f}% |")
+    busiest = max(target["cells"], key=lambda c: c["qps"] * c["cpu_ms_per_query"]["milvus"])
+    lite = busiest["qps"] * busiest["cpu_ms_per_query"]["milvus"] / 1000
+    return out + ["", f"The Milvus server's process used at most {lite:.2f} of a core "
+                  f"({busiest['mode']}, {busiest['clients']} clients) while the machine had two.", ""]
+
+
+def _cell(d: dict[str, Any], mode: str, clients: int) -> dict[str, Any]:
+    return next(c for c in d["targets"][0]["cells"] if c["mode"] == mode and c["clients"] == clients)
+
+
 def bench_throughput() -> list[str]:
     d = _load("throughput.json")
     variants = {v["name"]: v for v in d["variants"]}
     out = ["## Concurrent queries: `situate api` under 1, 8 and 64 clients", "",
            "Clients send the evaluation set's queries over keep-alive connections for a fixed "
            "time; each variant is a `situate api` of its own checkout against the same Milvus "
-           "server, the variants taking turns cell by cell. "
-           + "; ".join(f"`{name}`: commit {v['commit']}"
-                       + (f", `--workers {v['workers']}`" if v.get("workers") else "")
-                       for name, v in variants.items())
-           + ". CPU time per query is user + system time of each process over the cell, divided "
-           "by the queries it answered; *others* is the share of both cores that processes "
-           "outside the benchmark used meanwhile.", ""]
+           "server, the variants taking turns cell by cell. CPU time per query is user + system "
+           "time of each process over the cell, divided by the queries it answered (*api*: "
+           "`situate api`, BM25 from the lexical index included; *model*: its embedding "
+           "process; *milvus*: the `milvus-lite server`); *others* is the share of both cores "
+           "that processes outside the benchmark used meanwhile.", ""]
+    sized = [_load(f"throughput-{size}.json") for size in ("100k", "1m")]
+    for run in sized:
+        target = run["targets"][0]
+        out += [f"**{run['chunks']:,} chunks**, BM25 from the lexical index ({run['served']}; "
+                f"{target['seconds_per_cell']:.0f} s a cell; `after`: commit "
+                f"{run['variants'][0]['commit']}):", "", *_throughput_cells(target)]
+    big = sized[-1]
+    one, eight = _cell(big, "hybrid", 1), _cell(big, "hybrid", 8)
+    out += [f"At {big['chunks']:,} chunks Lite's dense search is the bound of every mode but BM25: "
+            f"{_f(one['cpu_ms_per_query']['milvus'], 0)} ms of Lite's CPU a hybrid query with one "
+            f"client, {_f(eight['cpu_ms_per_query']['milvus'], 0)} ms with eight, because "
+            "concurrent searches of one kind go to Lite as one call (`situate.storage.coalesce`) "
+            "and Lite walks every row once a call, whatever the number of queries in it; eight "
+            f"clients get {eight['qps'] / one['qps']:.2f}x one client's hybrid queries a second. "
+            "BM25 alone never reaches Lite but to read the hits.", ""]
+    for run in sized:
+        out += _source(f"throughput-{run['chunks'] // 1000}k.json".replace("1000k", "1m"),
+                       run["command"], f"{run['started']} to {run['finished']}",
+                       _machine(run["machine"]))
+    out += ["### Before the lexical index: Lite's own BM25", "",
+            "; ".join(f"`{name}`: commit {v['commit']}"
+                      + (f", `--workers {v['workers']}`" if v.get("workers") else "")
+                      for name, v in variants.items()) + ".", ""]
     for target in d["targets"]:
         r = target["rankings"]
         checked = [f"{name}: {v['ids_or_order_differ']} of {v['searches']} differ"
                    for name, v in r.items() if isinstance(v, dict)]
         out += [f"**{target['name']}** ({target['embedder']}, {target['seconds_per_cell']:.0f} s "
                 f"a cell; rankings of {r['queries']} queries in every mode against the first "
-                f"variant's: {'; '.join(checked)}):", "",
-                "| mode | clients | variant | q/s | p50 ms | p95 ms | CPU ms/query: api, model, "
-                "milvus, clients | others |", "|---|---|---|---|---|---|---|---|"]
-        for c in target["cells"]:
-            cpu = c["cpu_ms_per_query"]
-            out.append(f"| {c['mode']} | {c['clients']} | {c['variant']} | {_f(c['qps'], 1)} | "
-                       f"{_f(c['p50_ms'], 0)} | {_f(c['p95_ms'], 0)} | {_f(cpu['api'], 1)}, "
-                       f"{_f(cpu['model'], 1)}, {_f(cpu['milvus'], 1)}, "
-                       f"{_f(cpu['bench_clients'], 1)} | "
-                       f"{c['others_share_of_the_cores'] * 100:.0f}% |")
-        busiest = max(target["cells"], key=lambda c: c["qps"] * c["cpu_ms_per_query"]["milvus"])
-        lite = busiest["qps"] * busiest["cpu_ms_per_query"]["milvus"] / 1000
-        out += ["", f"The Milvus server's process used at most {lite:.2f} of a core "
-                f"({busiest['mode']}, {busiest['clients']} clients) while the machine had two: "
-                "Milvus Lite does not spread the store's calls over the cores, so a mode's "
-                "queries per second stop growing once its calls fill one core, whatever the "
-                "clients and `--workers`.", ""]
+                f"variant's: {'; '.join(checked)}):", "", *_throughput_cells(target)]
+    out += ["Milvus Lite does not spread the store's calls over the cores, so a mode's queries "
+            "per second stop growing once its calls fill one core, whatever the clients and "
+            "`--workers`.", ""]
     out += _source("throughput.json", d["command"], f"{d['started']} to {d['finished']}",
                    _machine(d["machine"]))
     return out
@@ -846,8 +875,10 @@ def bench_search_scale() -> list[str]:
             "reads every row through Lite's query iterator, 16,384 rows a call at most, the next "
             "page asked for while the last is indexed. Lite builds every field of every row it "
             "returns in Python and assembles the whole collection again on each call, so the "
-            f"build grows faster than the rows: {rebuilt}; and it holds each row's term counts "
-            "until the index is sealed at its end (the memory column).",
+            f"build grows faster than the rows: {rebuilt}. The rows read wait as flat arrays "
+            "(term ids and counts, lengths, vector components: a few bytes a term) until one "
+            "seal at the end; the memory column is what the process holds once it is sealed: "
+            "the index's terms and vectors, and what the allocator keeps of the pages read.",
             "", "Before the index kept the vectors, a hybrid query made three calls to Lite "
             "and none for BM25: the rows of BM25's "
             "candidates, read by id with their vectors and a hit's fields while the query is "
@@ -869,6 +900,12 @@ def bench_search_scale() -> list[str]:
             "documents the manifest says changed that this process did not write).", "",
             *_source("search-scale.json", ".venv/bin/python " + d["command"], d["date"],
                      d["machine"])]
+    if d.get("serve_run"):  # the serving step run again on the same collections (--serve-only)
+        run = d["serve_run"]
+        out.insert(-1, "- The serving figures (latencies, parts and steps, first answer, built "
+                       "from the rows, the evaluation's search time; not the write, the update "
+                       "and the restart) from a later run on the same collections: "
+                       f"`.venv/bin/python {run['command']}`, {run['date']}, {run['machine']}")
     if d.get("written_by"):  # a run that served collections an earlier run wrote (--reuse)
         out.insert(-1, "- The collections, and the write column, from the run just before that "
                        f"wrote them: `.venv/bin/python {d['written_by']['command']}` (its own "
