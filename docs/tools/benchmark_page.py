@@ -463,15 +463,21 @@ def bench_throughput() -> list[str]:
            "`situate api`, BM25 from the lexical index included; *model*: its embedding "
            "process; *milvus*: the `milvus-lite server`); *others* is the share of both cores "
            "that processes outside the benchmark used meanwhile.", ""]
-    sized = [_load(f"throughput-{size}.json") for size in ("100k", "1m")]
+    sized = [_load(f"throughput-{size}.json") for size in ("codebase", "100k", "1m")]
     for run in sized:
         target = run["targets"][0]
         out += [f"**{run['chunks']:,} chunks**, BM25 from the lexical index ({run['served']}; "
                 f"{target['seconds_per_cell']:.0f} s a cell; `after`: commit "
                 f"{run['variants'][0]['commit']}):", "", *_throughput_cells(target)]
-    big = sized[-1]
+    big, small = sized[-1], sized[0]
     one, eight = _cell(big, "hybrid", 1), _cell(big, "hybrid", 8)
-    out += [f"At {big['chunks']:,} chunks Lite's dense search is the bound of every mode but BM25: "
+    s1, s8 = _cell(small, "hybrid", 1), _cell(small, "hybrid", 8)
+    out += [f"On the {small['chunks']} chunks of the codebase collection a hybrid query costs about "
+            f"{_f(sum(s1['cpu_ms_per_query'].values()), 0)} ms of CPU in all, spread over the API's "
+            "process, the model's and Lite's, so one client keeps about one core busy: eight "
+            f"clients got {s8['qps'] / s1['qps']:.2f}x one client's hybrid queries a second "
+            f"({_f(s8['qps'], 1)} against {_f(s1['qps'], 1)}) on the two cores.", "",
+            f"At {big['chunks']:,} chunks Lite's dense search is the bound of every mode but BM25: "
             f"{_f(one['cpu_ms_per_query']['milvus'], 0)} ms of Lite's CPU a hybrid query with one "
             f"client, {_f(eight['cpu_ms_per_query']['milvus'], 0)} ms with eight, because "
             "concurrent searches of one kind go to Lite as one call (`situate.storage.coalesce`) "
@@ -479,8 +485,8 @@ def bench_throughput() -> list[str]:
             f"clients get {eight['qps'] / one['qps']:.2f}x one client's hybrid queries a second. "
             "BM25 alone never reaches Lite but to read the hits.", ""]
     for run in sized:
-        out += _source(f"throughput-{run['chunks'] // 1000}k.json".replace("1000k", "1m"),
-                       run["command"], f"{run['started']} to {run['finished']}",
+        name = {737: "codebase", 100_000: "100k", 1_000_000: "1m"}[run["chunks"]]
+        out += _source(f"throughput-{name}.json", run["command"], f"{run['started']} to {run['finished']}",
                        _machine(run["machine"]))
     out += ["### Before the lexical index: Lite's own BM25", "",
             "; ".join(f"`{name}`: commit {v['commit']}"
@@ -861,11 +867,8 @@ def bench_search_scale() -> list[str]:
             f"differ). Lite's dense top 116 is then the bound: {_f(bp['lite_dense'], 0)} ms of "
             f"a hybrid query's {_f(bp['hybrid'], 0)} ms at {big['chunks']:,} chunks, because "
             "Lite's executor walks every row in Python on each call (the sizing page says what "
-            "removes it: a Milvus server's HNSW). On the codebase collection eight concurrent "
-            "hybrid clients of `situate api` got 1.84x one client's queries a second (55.2 "
-            "against 30.0; the code before, in the same run, 25.1 against 20.8), Lite's CPU a "
-            "query 13.3 ms, was 30.7 (`benchmarks/bench_throughput.py --modes hybrid --clients "
-            "1,8,64 --seconds 15`).", "",
+            "removes it: a Milvus server's HNSW). Concurrent clients: [below]"
+            "(#concurrent-queries-situate-api-under-1-8-and-64-clients).", "",
             "An ingest does not build the index from the rows: the index follows the rows as "
             "they are written and the ingest's end saves it (the *index at the write's end* "
             "column). It is built from the rows only where it is missing or stale: a `.db` "
@@ -913,9 +916,36 @@ def bench_search_scale() -> list[str]:
     return out
 
 
+def bench_lexical_rebuild() -> list[str]:
+    d = _load("lexical-rebuild.json")
+    out = ["## The lexical index built from the rows, code against code", "",
+           "A process that finds the lexical index missing or stale builds it from the "
+           "collection's rows. Each checkout builds it in a process of its own from the same "
+           "`milvus-lite server` (the search-scale collection), the checkouts in turn; every "
+           "build gave the same index (rows, terms, and the top 10 of four queries). *Held*: "
+           "the process's RSS growth once the index is sealed; *peak*: the most during the "
+           "build (sampled every 50 ms).", "",
+           "| chunks | checkout | seconds | its CPU | held | peak |", "|---:|---|---:|---:|---:|---:|"]
+    for r in d["results"]:
+        for name in d["variants"]:
+            for run in r["runs"][name]:
+                out.append(f"| {r['chunks']:,} | {name} | {_f(run['seconds'], 1)} s | "
+                           f"{_f(run['client_cpu_s'], 1)} s | {_f(run['held_mib'], 0)} MiB | "
+                           f"{_f(run['peak_mib'], 0)} MiB |")
+    out += ["", "`before` kept each row read as a Counter of its terms and an array for its "
+            "vector until the one seal at the end; `after` keeps them as flat arrays (a few "
+            "bytes a term). The time is Lite's: its server builds every row it returns in "
+            "Python, while the reading process works beside it.", "",
+            *_source("lexical-rebuild.json", ".venv/bin/python " + d["command"], d["date"],
+                     d["machine"]),
+            "- `before`: commit 1a15105; `after`: the commit that recorded this file", ""]
+    return out
+
+
 BENCHMARK_SECTIONS: list[Callable[[], list[str]]] = [
     bench_quality, bench_backends, bench_gpu, bench_heldout, bench_code_chunks, bench_formats, bench_ingest,
-    bench_updates, bench_drift, bench_scale, bench_lexical, bench_search_scale, bench_search_latency,
+    bench_updates, bench_drift, bench_scale, bench_lexical, bench_search_scale, bench_lexical_rebuild,
+    bench_search_latency,
     bench_faces, bench_throughput,
     bench_door, bench_providers, bench_reading, bench_capacity]
 
