@@ -307,15 +307,15 @@ class Bm25:
             added = block.tocsc()
             del block
             old = self.matrix
-            if not old.shape[0]:
+            if not old.shape[0]:  # a first seal (a build from the rows): no copy to stack
                 self.matrix = added
-            else:
-                if old.shape[1] < width:
-                    old = csc_matrix((old.data, old.indices, np.concatenate(
-                        [old.indptr, np.full(width - old.shape[1], old.indptr[-1],
-                                             dtype=old.indptr.dtype)])),
-                        shape=(old.shape[0], width))
+            elif old.shape[1] == width:
                 self.matrix = vstack([old, added], format="csc", dtype=np.float32)
+            else:  # new terms: the old matrix widened with empty columns
+                widened = csc_matrix((old.data, old.indices, np.concatenate(
+                    [old.indptr, np.full(width - old.shape[1], old.indptr[-1],
+                                         dtype=old.indptr.dtype)])), shape=(old.shape[0], width))
+                self.matrix = vstack([widened, added], format="csc", dtype=np.float32)
             df = np.zeros(width, dtype=np.int64)
             df[:self.df.shape[0]] = self.df
             df += np.diff(added.indptr).astype(np.int64)

@@ -463,7 +463,8 @@ def bench_throughput() -> list[str]:
            "`situate api`, BM25 from the lexical index included; *model*: its embedding "
            "process; *milvus*: the `milvus-lite server`); *others* is the share of both cores "
            "that processes outside the benchmark used meanwhile.", ""]
-    sized = [_load(f"throughput-{size}.json") for size in ("codebase", "100k", "1m")]
+    files = [f"throughput-{size}.json" for size in ("codebase", "100k", "1m")]
+    sized = [_load(name) for name in files]
     for run in sized:
         target = run["targets"][0]
         out += [f"**{run['chunks']:,} chunks**, BM25 from the lexical index ({run['served']}; "
@@ -484,9 +485,8 @@ def bench_throughput() -> list[str]:
             "and Lite walks every row once a call, whatever the number of queries in it; eight "
             f"clients get {eight['qps'] / one['qps']:.2f}x one client's hybrid queries a second. "
             "BM25 alone never reaches Lite but to read the hits.", ""]
-    for run in sized:
-        name = {737: "codebase", 100_000: "100k", 1_000_000: "1m"}[run["chunks"]]
-        out += _source(f"throughput-{name}.json", run["command"], f"{run['started']} to {run['finished']}",
+    for name, run in zip(files, sized, strict=True):
+        out += _source(name, run["command"], f"{run['started']} to {run['finished']}",
                        _machine(run["machine"]))
     out += ["### Before the lexical index: Lite's own BM25", "",
             "; ".join(f"`{name}`: commit {v['commit']}"
