@@ -42,6 +42,7 @@ from situate.api.retriever import Retriever
 from situate.api.wire import CollectionDescription, SearchResponse, status_of, warnings_of
 from situate.core.errors import InputError, SituateError
 from situate.core.secrets import redact
+from situate.core.uri import is_lite
 from situate.core.version import version
 
 if TYPE_CHECKING:
@@ -298,13 +299,35 @@ def serving(config: RetrieverConfig) -> RetrieverConfig:
 
 
 def serve(config: RetrieverConfig, *, host: str = "127.0.0.1", port: int = 8000,
-          policy: Policy | None = None) -> str | None:
+          policy: Policy | None = None, processes: int = 1) -> str | None:
     """`situate api`: check the address, open the retriever `config` describes (warm), listen,
-    serve until stopped; returns the signal it stopped on."""
+    serve until stopped; returns the signal it stopped on. With `processes` > 1, that many
+    server processes answer on the one socket, each with its own retriever
+    (`situate.api.http_processes`)."""
     policy = policy or Policy()
     check_bind(host, policy.token, policy.allowed_hosts)
     configure_logging()
     sock = listen(host, port)
+    shown = f"[{host}]" if ":" in host else host
+
+    def announce(rows: int, embedder: str, each: str = "") -> None:
+        log.info(f"serving collection {config.collection!r} ({rows} rows, {embedder}, mode "
+                 f"{config.mode}) on http://{shown}:{sock.getsockname()[1]}{each} (docs: /docs)"
+                 + ("; clients send Authorization: Bearer <SITUATE_API_TOKEN>" if policy.token
+                    else ""))
+
+    if processes > 1:
+        from situate.api.http_processes import serve_processes
+
+        if is_lite(config.uri):
+            sock.close()
+            raise InputError(f"--processes {processes} needs a Milvus server: a Milvus Lite file "
+                             f"({config.uri}) is one process's at a time; serve it with "
+                             "`milvus-lite server` and give its http:// URI (--milvus-uri), or "
+                             "run one process")
+
+        return serve_processes(config, sock, policy, processes, lambda info: announce(
+            info["rows"], info["embedder"], f" from {processes} processes"), child)
     try:
         with starting("situate api"):
             retriever = Retriever.open(serving(config))
@@ -312,11 +335,40 @@ def serve(config: RetrieverConfig, *, host: str = "127.0.0.1", port: int = 8000,
         sock.close()
         raise
     info = retriever.describe()
-    shown = f"[{host}]" if ":" in host else host
-    log.info(f"serving collection {config.collection!r} ({info.rows} rows, {info.embedder}, mode "
-             f"{config.mode}) on http://{shown}:{sock.getsockname()[1]} (docs: /docs)"
-             + ("; clients send Authorization: Bearer <SITUATE_API_TOKEN>" if policy.token else ""))
+    announce(info.rows, info.embedder)
     return run_uvicorn(create_app(retriever, policy), sock, policy)
+
+
+def child(config: RetrieverConfig, policy: Policy, sock: socket.socket, told: Any) -> None:
+    """One server process of `situate api --processes N` (`situate.api.http_processes`): its
+    retriever opened, the parent told on `told` (the collection's description, or the error),
+    then uvicorn until SIGTERM or SIGINT. Ctrl-C reaches the whole process group: while
+    starting, the parent alone hears it (and stops this process with SIGTERM)."""
+    import gc
+
+    from situate.api.http_processes import ServerProcessError
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    configure_logging()
+    try:
+        retriever = Retriever.open(serving(config))
+        info = retriever.describe()
+    except SituateError as e:
+        told.send(e)
+        sys.exit(2)
+    except Exception as e:  # noqa: BLE001 - said to the parent in one line, as the CLI says it
+        told.send(ServerProcessError(f"a server process could not start: {type(e).__name__}: "
+                                     f"{redact(str(e))}"))
+        sys.exit(2)
+    told.send({"rows": info.rows, "embedder": info.embedder})
+    told.close()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    run_uvicorn(create_app(retriever, policy), sock, policy)
+    # A spawned process ends with os._exit, without the collection an interpreter's own exit
+    # makes: the model's pool (closed with the app) releases its semaphores only when collected,
+    # else the resource tracker the processes share reports them leaked when the command ends.
+    del retriever
+    gc.collect()
 
 
 @contextlib.contextmanager

@@ -2,15 +2,20 @@
 and after in one run, and where each query's CPU time goes.
 
 For each target collection (NAME,URI,EVAL_SET[,bow]: a `milvus-lite server` already serving it)
-it starts one `situate api` per variant (VARIANT=CHECKOUT[:WORKERS], e.g. `before=/work/w42-base`
-and `after=.`, each checkout's own venv and code), all against the same server. Then for each
-mode (dense, bm25, hybrid) and number of clients, the variants in turn (their order rotating
-from one cell to the next): `--clients` threads, each with its own keep-alive httpx connection,
+it starts one `situate api` per variant (VARIANT=CHECKOUT[:WORKERS][@APIS], e.g.
+`before=/work/w42-base` and `after=.`, each checkout's own venv and code; @APIS: that many
+`situate api` processes, the clients spread over them), all against the same server. Then for
+each mode (dense, bm25, hybrid), `--rounds` times (default once), each number of clients, the
+variants in turn (their order rotating from one cell to the next): `--clients` threads, each with
+its own keep-alive httpx connection,
 send the eval set's queries (each client from its own offset) for `--seconds`; requests begun
 before the end are waited for. Per cell: queries per second (completed / time to the last
 completion), p50 and p95 latency, errors, the load average before and after, and the CPU time
 (user + system, psutil) each process spent per query: the API process, its model processes,
-the `milvus-lite server`, and this benchmark's own clients.
+the `milvus-lite server`, and this benchmark's own clients. With several rounds, `scaling` gives
+each variant's and mode's queries a second against one client's in the same round, and their
+median: the cells of a round run back to back, so a drift of the machine's speed between rounds
+moves both sides of a ratio alike.
 
 Before the timed cells, every variant answers the same queries one at a time and their hit ids
 (in order) and fused scores are compared with the first variant's: a faster variant that ranked
@@ -36,6 +41,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -93,6 +99,8 @@ class Variant:
     name: str
     checkout: Path
     workers: int | None
+    apis: int = 1  # `situate api` processes on the same collection, the clients spread over them
+    args: tuple[str, ...] = ()  # more arguments of its `situate api` (--variant-args)
 
     def command(self, bow: bool) -> list[str]:
         python = str(self.checkout / ".venv" / "bin" / "python")
@@ -105,21 +113,29 @@ class Variant:
                               capture_output=True, text=True).stdout.strip()
 
 
+def _spawned(process: psutil.Process) -> list[psutil.Process]:
+    """The processes `process` started with multiprocessing's spawn (its model's, or the server
+    processes of `situate api --processes N`)."""
+    return [c for c in process.children() if "spawn_main" in " ".join(c.cmdline())]
+
+
 @dataclass
 class Server:
     variant: Variant
-    proc: subprocess.Popen
-    url: str
+    procs: list[subprocess.Popen]
+    urls: list[str]
     log: Path
     client: httpx.Client = field(init=False)
 
     def __post_init__(self) -> None:
-        self.client = httpx.Client(base_url=self.url, timeout=600)
+        self.client = httpx.Client(base_url=self.urls[0], timeout=600)
 
     def processes(self) -> dict[str, list[psutil.Process]]:
-        api = psutil.Process(self.proc.pid)
-        models = [c for c in api.children() if "spawn_main" in " ".join(c.cmdline())]
-        return {"api": [api], "model": models}
+        apis = [psutil.Process(p.pid) for p in self.procs]
+        if "--processes" in self.variant.args:  # the command's server processes, then theirs
+            apis += [c for api in apis for c in _spawned(api)]
+        models = [c for api in apis for c in _spawned(api) if c not in apis]
+        return {"api": apis, "model": models}
 
     def search(self, query: str, mode: str, k: int = K) -> list[tuple[str, float]]:
         r = self.client.post("/search", json={"query": query, "k": k, "mode": mode})
@@ -128,28 +144,44 @@ class Server:
 
 
 def start_server(variant: Variant, collection: str, uri: str, bow: bool, work: Path) -> Server:
-    port = free_port()
+    """The variant's `situate api` processes (`apis` of them), each on a port of its own."""
+    procs: list[subprocess.Popen] = []
+    urls: list[str] = []
     log = work / f"api-{variant.name}-{collection}.log"
-    args = [*variant.command(bow), "api", "--collection", collection, "--milvus-uri", uri,
-            "--port", str(port)]
-    if variant.workers is not None:
-        args += ["--workers", str(variant.workers)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=variant.checkout)
-    url = f"http://127.0.0.1:{port}"
+    for n in range(variant.apis):
+        port = free_port()
+        args = [*variant.command(bow), "api", "--collection", collection, "--milvus-uri", uri,
+                "--port", str(port)]
+        if variant.workers is not None:
+            args += ["--workers", str(variant.workers)]
+        args += variant.args
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        log = work / f"api-{variant.name}-{collection}-{n}.log"
+        with open(log, "wb") as out:
+            procs.append(subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                          start_new_session=True, cwd=variant.checkout))
+        urls.append(f"http://127.0.0.1:{port}")
     deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"{variant.name}: situate api exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
-                return Server(variant, proc, url, log)
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    sys.exit(f"{variant.name}: situate api did not start")
+    for proc, url in zip(procs, urls, strict=True):
+        while True:
+            if time.monotonic() > deadline:
+                sys.exit(f"{variant.name}: situate api did not start")
+            if proc.poll() is not None:
+                sys.exit(f"{variant.name}: situate api exited: {log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+    server = Server(variant, procs, urls, log)
+    if "--processes" in variant.args:  # its server processes start one after another
+        wanted = int(variant.args[variant.args.index("--processes") + 1])
+        while len(server.processes()["model"]) < wanted:
+            if time.monotonic() > deadline:
+                sys.exit(f"{variant.name}: situate api's {wanted} processes did not all start")
+            time.sleep(0.5)
+    return server
 
 
 def run_cell(server: Server, milvus: psutil.Process, queries: list[str], mode: str,
@@ -169,7 +201,7 @@ def run_cell(server: Server, milvus: psutil.Process, queries: list[str], mode: s
     go = threading.Barrier(clients + 1, action=clock)
 
     def client(i: int) -> None:
-        with httpx.Client(base_url=server.url, timeout=900) as c:
+        with httpx.Client(base_url=server.urls[i % len(server.urls)], timeout=900) as c:
             c.get("/healthz")  # connected before the clock starts
             n = i * max(1, len(queries) // clients)
             go.wait()
@@ -265,26 +297,49 @@ def bench_target(spec: str, variants: list[Variant], args: argparse.Namespace,
         cells = []
         turn = 0
         for mode in args.modes:
-            for clients in args.clients:
-                order = servers[turn % len(servers):] + servers[:turn % len(servers)]
-                turn += 1
-                for s in order:
-                    cell = run_cell(s, milvus, queries, mode, clients, seconds)
-                    cells.append(cell)
-                    cpu = cell["cpu_ms_per_query"]
-                    print(f"  {mode:6} {clients:3} clients {s.variant.name:9} {cell['qps']:7.2f} q/s "
-                          f"p50 {cell['p50_ms']:8.1f} p95 {cell['p95_ms']:8.1f} ms, "
-                          f"{cell['errors']} errors; cpu ms/query "
-                          + ", ".join(f"{k} {v}" for k, v in cpu.items())
-                          + f"; others {cell['others_share_of_the_cores']:.0%} of the cores, load "
-                          f"{cell['load_before'][0]}->{cell['load_after'][0]}", flush=True)
+            for round_ in range(args.rounds):
+                for clients in args.clients:
+                    order = servers[turn % len(servers):] + servers[:turn % len(servers)]
+                    turn += 1
+                    for s in order:
+                        cell = {**run_cell(s, milvus, queries, mode, clients, seconds),
+                                "round": round_}
+                        cells.append(cell)
+                        cpu = cell["cpu_ms_per_query"]
+                        print(f"  {mode:6} {clients:3} clients {s.variant.name:9} {cell['qps']:7.2f} q/s "
+                              f"p50 {cell['p50_ms']:8.1f} p95 {cell['p95_ms']:8.1f} ms, "
+                              f"{cell['errors']} errors; cpu ms/query "
+                              + ", ".join(f"{k} {v}" for k, v in cpu.items())
+                              + f"; others {cell['others_share_of_the_cores']:.0%} of the cores, load "
+                              f"{cell['load_before'][0]}->{cell['load_after'][0]}", flush=True)
     finally:
         for s in servers:
             s.client.close()
-            stop_process(s.proc, timeout=30)
+            for proc in s.procs:
+                stop_process(proc, timeout=30)
     return {"name": name, "uri": uri, "eval_set": eval_set, "embedder": "bow384" if bow else
             "collection's (minilm)", "seconds_per_cell": seconds, "rankings": checked,
-            "cells": cells}
+            "rounds": args.rounds, "cells": cells, "scaling": scaling(cells)}
+
+
+def scaling(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each variant's and mode's queries a second with more clients against one client's, round
+    by round (cells of one round run back to back, so that the machine's speed, which drifts
+    from minute to minute on a shared host, moves both sides of a ratio alike), and the median
+    over the rounds."""
+    out = []
+    keys = dict.fromkeys((c["variant"], c["mode"]) for c in cells)
+    for variant, mode in keys:
+        mine = [c for c in cells if c["variant"] == variant and c["mode"] == mode]
+        fewest = min(c["clients"] for c in mine)
+        one = {c["round"]: c["qps"] for c in mine if c["clients"] == fewest}
+        for clients in sorted({c["clients"] for c in mine} - {fewest}):
+            ratios = [round(c["qps"] / one[c["round"]], 3) for c in mine
+                      if c["clients"] == clients and one.get(c["round"])]
+            out.append({"variant": variant, "mode": mode, "clients": clients, "against": fewest,
+                        "ratios": ratios, "median": round(statistics.median(ratios), 3)
+                        if ratios else None})
+    return out
 
 
 def _at(pairs: list[str], name: str, default: Any) -> Any:
@@ -296,10 +351,15 @@ def main() -> None:
     p.add_argument("--target", action="append", required=True,
                    help="NAME,URI,EVAL_SET[,bow]: a collection served by a milvus-lite server")
     p.add_argument("--variant", action="append", required=True,
-                   help="NAME=CHECKOUT[:WORKERS]: a checkout with its own .venv")
+                   help="NAME=CHECKOUT[:WORKERS][@APIS]: a checkout with its own .venv (APIS: "
+                        "that many `situate api` processes, the clients spread over them)")
     p.add_argument("--clients", default="1,8,64")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="times each mode's clients are swept, back to back a round")
+    p.add_argument("--variant-args", action="append", default=[], metavar="NAME=ARGS",
+                   help="more arguments of a variant's `situate api`, e.g. after-p2='--processes 2'")
     p.add_argument("--seconds-at", action="append", default=[], metavar="NAME=SECONDS")
     p.add_argument("--check-at", action="append", default=[], metavar="NAME=QUERIES")
     p.add_argument("--variants-at", action="append", default=[], metavar="NAME=V1,V2")
@@ -310,8 +370,11 @@ def main() -> None:
     variants = []
     for v in args.variant:
         label, _, where = v.partition("=")
+        where, _, apis = where.partition("@")
         checkout, _, workers = where.partition(":")
-        variants.append(Variant(label, Path(checkout).resolve(), int(workers) if workers else None))
+        more = tuple(_at(args.variant_args, label, "").split())
+        variants.append(Variant(label, Path(checkout).resolve(), int(workers) if workers else None,
+                                int(apis) if apis else 1, more))
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     with tempfile.TemporaryDirectory(prefix="situate-bench-throughput-") as tmp:
         targets = [bench_target(spec, variants, args, Path(tmp)) for spec in args.target]
@@ -320,7 +383,8 @@ def main() -> None:
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                           "platform": platform.platform(), "cpu": platform.processor()},
               "variants": [{"name": v.name, "checkout": str(v.checkout), "commit": v.commit(),
-                            "workers": v.workers} for v in variants],
+                            "workers": v.workers, "apis": v.apis, "args": list(v.args)}
+                           for v in variants],
               "k": K, "targets": targets}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))

@@ -11,7 +11,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from situate.api.config import RetrieverConfig
 from situate.api.request import K, Query, SearchRequest
 from situate.core.fields import Flag, FromSetting, from_settings
-from situate.core.settings import MAX_WORKERS
+from situate.core.settings import MAX_API_PROCESSES, MAX_WORKERS
 from situate.pipeline.options import Options, check_reranker_for
 from situate.tasks.retrieval.search import check_k
 
@@ -132,6 +132,11 @@ class _ServingOptions(_RetrieverOptions):
 
 class ApiOptions(_ServingOptions):
     """`situate api`: the search over HTTP."""
+
+    processes: Annotated[int, Flag(("--processes",), metavar="N"), FromSetting("api_processes")] = \
+        from_settings(ge=1, le=MAX_API_PROCESSES, description="server processes answering on the "
+                      "one port, each with its own model process and lexical index (concurrent "
+                      "clients use more cores); the limits apply per process")
 
 
 class McpOptions(_ServingOptions):

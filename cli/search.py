@@ -96,7 +96,7 @@ def cmd_api(options: ApiOptions) -> int:
     from situate.api.http import serve
 
     _said_stopped("api", serve(options.config(), host=options.host, port=options.port,
-                               policy=options.policy(_api_token())))
+                               policy=options.policy(_api_token()), processes=options.processes))
     return 0
 
 

@@ -21,6 +21,7 @@ from situate.core.uri import credentials
 
 # Most processes of a local model that embed a server's queries (`situate api --workers`).
 MAX_WORKERS = 32
+MAX_API_PROCESSES = 64
 
 
 class Settings(BaseSettings):
@@ -44,6 +45,10 @@ class Settings(BaseSettings):
                                    "it); e.g. 64KiB, 1MiB")
     api_client_limit: int = Field(64, ge=1, description="requests one client address may have in "
                                   "flight at `situate api` or `situate mcp` (429 past it)")
+    api_processes: int = Field(1, ge=1, le=MAX_API_PROCESSES, description="server processes of "
+                               "`situate api` answering on its one port, each with its own model "
+                               "process and lexical index (concurrent clients then use more "
+                               "cores); limits apply per process")
     cache_dir: str = Field("data/cache", description="this project's disk cache: generated "
                            "contexts, ingest manifests")
     model_cache: str = Field("", description="where local models exported for ONNX Runtime and "

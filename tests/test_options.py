@@ -159,3 +159,36 @@ def test_a_bad_workers_flag_is_one_line_and_exit_2():
         assert done.returncode == 2
         assert done.stderr.strip().splitlines() == [
             f"situate {command}: error: --workers 0: Input should be greater than or equal to 1"]
+
+
+def test_processes_of_situate_api_are_checked_and_need_a_milvus_server(monkeypatch, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from situate.cli.options import ApiOptions
+    from situate.core.errors import InputError
+    from situate.core.settings import get_settings
+
+    assert ApiOptions.build(collection="c", processes=3).processes == 3
+    assert ApiOptions.build(collection="c").processes == 1
+    for value, said in ((0, "greater than or equal to 1"), (65, "less than or equal to 64")):
+        with pytest.raises(InputError, match=rf"^--processes {value!r}: Input should be {said}"):
+            ApiOptions.build(collection="c", processes=value)
+    monkeypatch.setenv("SITUATE_API_PROCESSES", "2")
+    get_settings.cache_clear()
+    try:
+        assert ApiOptions.build(collection="c").processes == 2
+    finally:
+        get_settings.cache_clear()
+    situate = str(Path(sys.executable).with_name("situate"))
+    lite = tmp_path / "one.db"
+    done = subprocess.run([situate, "api", "--collection", "c", "--milvus-uri", str(lite),
+                           "--processes", "2"], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"situate api: error: --processes 2 needs a Milvus server: a Milvus Lite file ({lite}) "
+        "is one process's at a time; serve it with `milvus-lite server` and give its http:// "
+        "URI (--milvus-uri), or run one process"]
+    assert not lite.exists()

@@ -567,10 +567,11 @@ def test_a_closed_retriever_lets_another_process_open_the_lite_file(door):
     assert opened.returncode == 0 and opened.stdout.strip() == "True", opened.stderr
 
 
+@pytest.mark.parametrize("more", [[], ["--processes", "2"]], ids=["one process", "two processes"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_server_stopped_while_starting_says_so_in_its_own_line(sig, door):
-    proc = subprocess.Popen([SITUATE, "api", "--collection", "door", "--port", str(free_port())],
-                            env=door.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+def test_a_server_stopped_while_starting_says_so_in_its_own_line(sig, more, door):
+    proc = subprocess.Popen([SITUATE, "api", "--collection", "door", "--port", str(free_port()),
+                             *more], env=door.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     deadline = time.monotonic() + 120
     while not (children := psutil.Process(proc.pid).children(recursive=True)):
@@ -585,6 +586,67 @@ def test_a_server_stopped_while_starting_says_so_in_its_own_line(sig, door):
     assert "run the same command again" not in err and "Traceback" not in err
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive
+
+
+def _server_processes(served: Served, wanted: int) -> list[psutil.Process]:
+    """The server processes of `situate api --processes N`, once each serves."""
+    parent = psutil.Process(served.proc.pid)
+    deadline = time.monotonic() + 300
+    while True:
+        servers = [c for c in parent.children() if "spawn_main" in " ".join(c.cmdline())]
+        if len(servers) == wanted and served.log.read_text().count(
+                "Application startup complete") == wanted:
+            return servers
+        assert served.proc.poll() is None and time.monotonic() < deadline, served.log.read_text()
+        time.sleep(0.2)
+
+
+def test_several_processes_answer_on_one_port_as_one_does_and_stop_together(door, api):
+    served = _serve(door, ["api", "--processes", "2"], "api-processes")
+    try:
+        servers = _server_processes(served, 2)
+        tree = psutil.Process(served.proc.pid).children(recursive=True)
+        asked = {"query": "how long does the retry delay wait", "k": 3, "mode": "hybrid"}
+        alone = api.post("/search", asked, _auth()).json()["hits"]
+
+        def search(_: int) -> tuple[int, Any]:
+            with httpx.Client(timeout=60) as c:  # a connection each: both processes take some
+                r = c.post(f"{served.url}/search", json=asked, headers=_auth())
+                return r.status_code, r.json()["hits"] if r.status_code == 200 else r.text
+
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(16) as pool:
+            replies = list(pool.map(search, range(32)))
+        assert all(status == 200 and hits == alone for status, hits in replies), replies[:2]
+        assert all(s.is_running() for s in servers)
+        served.proc.send_signal(signal.SIGTERM)
+        assert served.proc.wait(timeout=60) == 0
+        log = served.log.read_text()
+        assert "from 2 processes" in log and "Traceback" not in log
+        assert log.strip().splitlines()[-1] == "situate api: stopped (SIGTERM)"
+        _, alive = psutil.wait_procs(tree, timeout=10)
+        assert not alive, alive
+    finally:
+        stop_process(served.proc, timeout=30)
+
+
+def test_a_server_process_that_dies_stops_the_others_and_the_command_says_so(door):
+    served = _serve(door, ["api", "--processes", "2", "--mode", "bm25"], "api-processes-died")
+    try:
+        first, second = _server_processes(served, 2)
+        tree = psutil.Process(served.proc.pid).children(recursive=True)
+        assert served.post("/search", {"query": "cache"}, _auth()).status_code == 200
+        second.kill()
+        assert served.proc.wait(timeout=60) == 2
+        line = served.log.read_text().strip().splitlines()[-1]
+        assert line.startswith("situate api: error: server process 2 of 2 (pid "), line
+        assert "ended with exit code -9 while serving; the others were stopped" in line
+        assert "Traceback" not in served.log.read_text()
+        _, alive = psutil.wait_procs(tree, timeout=10)
+        assert not alive, alive
+    finally:
+        stop_process(served.proc, timeout=30)
 
 
 # --- a hostile client, against the real commands (tests/test_serving_hostile.py: every case) -----

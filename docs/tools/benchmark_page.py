@@ -431,25 +431,75 @@ def bench_capacity() -> list[str]:
     return out
 
 
-def _throughput_cells(target: dict[str, Any]) -> list[str]:
-    """A bench_throughput target's table, and how much of a core Lite's process used."""
-    out = ["| mode | clients | variant | q/s | p50 ms | p95 ms | CPU ms/query: api, model, "
-           "milvus, clients | others |", "|---|---|---|---|---|---|---|---|"]
+def _rounds(target: dict[str, Any]) -> list[dict[str, Any]]:
+    """A bench_throughput target's cells, one per mode, clients and variant: with several rounds
+    (`--rounds`), the median of each figure over them, and their queries a second as a range."""
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for c in target["cells"]:
+        groups.setdefault((c["mode"], c["clients"], c["variant"]), []).append(c)
+    out = []
+    for (mode, clients, variant), cells in groups.items():
+        def med(get: Callable[[dict[str, Any]], float], cells: list[dict[str, Any]] = cells) -> float:
+            return statistics.median(get(c) for c in cells)
+
+        cpu = {k: med(lambda c, k=k: c["cpu_ms_per_query"][k]) for k in cells[0]["cpu_ms_per_query"]}
+        out.append({"mode": mode, "clients": clients, "variant": variant, "rounds": len(cells),
+                    "qps": med(lambda c: c["qps"]), "qps_range": (min(c["qps"] for c in cells),
+                                                                 max(c["qps"] for c in cells)),
+                    "p50_ms": med(lambda c: c["p50_ms"]), "p95_ms": med(lambda c: c["p95_ms"]),
+                    "cpu_ms_per_query": cpu,
+                    "cpu_share_of_the_cores": med(lambda c: c["cpu_share_of_the_cores"]),
+                    "others_share_of_the_cores": med(lambda c: c["others_share_of_the_cores"])})
+    return out
+
+
+def _throughput_cells(target: dict[str, Any]) -> list[str]:
+    """A bench_throughput target's table (medians over its rounds, if several), how the queries a
+    second grew with the clients round by round, and how much of a core Lite's process used."""
+    cells = _rounds(target)
+    rounds = max(c["rounds"] for c in cells)
+    qps = "q/s, median (range)" if rounds > 1 else "q/s"
+    out = [f"| mode | clients | variant | {qps} | p50 ms | p95 ms | CPU ms/query: api, model, "
+           "milvus, clients | our processes' share of the cores | others |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
         cpu = c["cpu_ms_per_query"]
-        out.append(f"| {c['mode']} | {c['clients']} | {c['variant']} | {_f(c['qps'], 1)} | "
+        low, high = c["qps_range"]
+        spread = f" ({_f(low, 1)}–{_f(high, 1)})" if rounds > 1 else ""
+        out.append(f"| {c['mode']} | {c['clients']} | {c['variant']} | {_f(c['qps'], 1)}{spread} | "
                    f"{_f(c['p50_ms'], 0)} | {_f(c['p95_ms'], 0)} | {_f(cpu['api'], 1)}, "
                    f"{_f(cpu['model'], 1)}, {_f(cpu['milvus'], 1)}, "
-                   f"{_f(cpu['bench_clients'], 1)} | "
+                   f"{_f(cpu['bench_clients'], 1)} | {c['cpu_share_of_the_cores'] * 100:.0f}% | "
                    f"{c['others_share_of_the_cores'] * 100:.0f}% |")
-    busiest = max(target["cells"], key=lambda c: c["qps"] * c["cpu_ms_per_query"]["milvus"])
+    if rounds > 1 and target.get("scaling"):
+        out += ["", f"Queries a second against one client's in the same round ({rounds} rounds, "
+                "each sweeping the clients back to back):", "",
+                "| mode | clients | variant | median | each round |", "|---|---|---|---|---|"]
+        for g in target["scaling"]:
+            out.append(f"| {g['mode']} | {g['clients']} | {g['variant']} | {g['median']:.2f}x | "
+                       + ", ".join(f"{x:.2f}" for x in g["ratios"]) + " |")
+    busiest = max(cells, key=lambda c: c["qps"] * c["cpu_ms_per_query"]["milvus"])
     lite = busiest["qps"] * busiest["cpu_ms_per_query"]["milvus"] / 1000
     return out + ["", f"The Milvus server's process used at most {lite:.2f} of a core "
                   f"({busiest['mode']}, {busiest['clients']} clients) while the machine had two.", ""]
 
 
 def _cell(d: dict[str, Any], mode: str, clients: int) -> dict[str, Any]:
-    return next(c for c in d["targets"][0]["cells"] if c["mode"] == mode and c["clients"] == clients)
+    """A run's first target's cell (its median over the rounds) of one mode and clients, of the
+    run's first variant."""
+    variant = d["variants"][0]["name"]
+    return next(c for c in _rounds(d["targets"][0])
+                if (c["mode"], c["clients"], c["variant"]) == (mode, clients, variant))
+
+
+def _scaling(d: dict[str, Any], mode: str, clients: int) -> float:
+    """A run's queries a second at `clients` over one client's: the median of the rounds' ratios
+    where it has several, else the one cell's over the other."""
+    variant = d["variants"][0]["name"]
+    for g in d["targets"][0].get("scaling") or []:
+        if (g["mode"], g["clients"], g["variant"]) == (mode, clients, variant) and len(g["ratios"]) > 1:
+            return float(g["median"])
+    return float(_cell(d, mode, clients)["qps"] / _cell(d, mode, 1)["qps"])
 
 
 def bench_throughput() -> list[str]:
@@ -461,8 +511,12 @@ def bench_throughput() -> list[str]:
            "server, the variants taking turns cell by cell. CPU time per query is user + system "
            "time of each process over the cell, divided by the queries it answered (*api*: "
            "`situate api`, BM25 from the lexical index included; *model*: its embedding "
-           "process; *milvus*: the `milvus-lite server`); *others* is the share of both cores "
-           "that processes outside the benchmark used meanwhile.", ""]
+           "process; *milvus*: the `milvus-lite server`); *our processes' share* is theirs and "
+           "the clients' CPU time over both cores' time, *others* the share that processes "
+           "outside the benchmark used meanwhile. This shared host's speed drifts from minute to "
+           "minute (the same query's CPU time moved by half from one cell to the next), so a "
+           "run of several rounds sweeps each mode's clients back to back a round and compares "
+           "each number of clients with one client's in the same round.", ""]
     files = [f"throughput-{size}.json" for size in ("codebase", "100k", "1m")]
     sized = [_load(name) for name in files]
     for run in sized:
@@ -473,17 +527,23 @@ def bench_throughput() -> list[str]:
     big, small = sized[-1], sized[0]
     one, eight = _cell(big, "hybrid", 1), _cell(big, "hybrid", 8)
     s1, s8 = _cell(small, "hybrid", 1), _cell(small, "hybrid", 8)
+    median = " (medians of the rounds)" if s1["rounds"] > 1 else ""
     out += [f"On the {small['chunks']} chunks of the codebase collection a hybrid query costs about "
             f"{_f(sum(s1['cpu_ms_per_query'].values()), 0)} ms of CPU in all, spread over the API's "
-            "process, the model's and Lite's, so one client keeps about one core busy: eight "
-            f"clients got {s8['qps'] / s1['qps']:.2f}x one client's hybrid queries a second "
-            f"({_f(s8['qps'], 1)} against {_f(s1['qps'], 1)}) on the two cores.", "",
+            "process, the model's and Lite's, so one client keeps about one core busy "
+            f"({s1['cpu_share_of_the_cores'] * 100:.0f}% of the two): eight clients got "
+            f"{_scaling(small, 'hybrid', 8):.2f}x one client's hybrid queries a second "
+            f"({_f(s8['qps'], 1)} against {_f(s1['qps'], 1)}{median}), using "
+            f"{s8['cpu_share_of_the_cores'] * 100:.0f}% of the two cores. What leaves the rest "
+            "idle is the API's one process: its event loop (HTTP) and its search threads take "
+            "turns at one interpreter lock, and while it works on a request the model's and "
+            "Lite's processes wait for it.", "",
             f"At {big['chunks']:,} chunks Lite's dense search is the bound of every mode but BM25: "
             f"{_f(one['cpu_ms_per_query']['milvus'], 0)} ms of Lite's CPU a hybrid query with one "
             f"client, {_f(eight['cpu_ms_per_query']['milvus'], 0)} ms with eight, because "
             "concurrent searches of one kind go to Lite as one call (`situate.storage.coalesce`) "
             "and Lite walks every row once a call, whatever the number of queries in it; eight "
-            f"clients get {eight['qps'] / one['qps']:.2f}x one client's hybrid queries a second. "
+            f"clients get {_scaling(big, 'hybrid', 8):.2f}x one client's hybrid queries a second. "
             "BM25 alone never reaches Lite but to read the hits.", ""]
     for name, run in zip(files, sized, strict=True):
         out += _source(name, run["command"], f"{run['started']} to {run['finished']}",

@@ -1,0 +1,133 @@
+"""`situate api --processes N`: N server processes answering on one listening socket.
+
+One `situate api` process answers every request in one Python interpreter: its event loop (HTTP)
+and its search threads take turns at one lock, and while it works on a request the model's and
+Milvus Lite's processes wait for it, so concurrent clients leave part of the cores idle
+(docs/benchmarks: concurrent queries, where two processes are measured against one).
+
+The parent listens (`situate.api.http.listen`), then starts the processes one after another,
+each a spawned interpreter given the socket: it opens its own `Retriever` (its model process,
+its lexical index), tells the parent it is ready, or why it could not start, and serves with
+uvicorn until told to stop. The first one builds the lexical index if it is missing or stale and
+saves it; the next ones read the saved index (its vectors mapped from the file, one copy in
+memory for all). The parent starts nothing more once one fails, and gives its error as its own.
+A signal before the first one serves ends the command as a single process's start does: one
+line, "stopped (SIGTERM) while starting, before serving", exit 128 + the signal's number.
+
+Limits apply per process: the guard's requests in flight (one client's, all clients') and the
+largest body are each process's own. A process that dies while the others serve stops them all,
+and the command says so (one line, exit 2): a service manager restarts the whole server.
+SIGTERM or Ctrl-C stops every process gracefully (uvicorn's own shutdown, each closing its
+retriever).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from situate.api.config import RetrieverConfig
+from situate.api.guard import Policy
+from situate.core.errors import SituateError
+
+STOP_SECONDS = 20.0  # a process's graceful shutdown (uvicorn's 10 s) and its retriever's close
+
+
+class ServerProcessError(SituateError):
+    """A server process of several could not start, or died while the others served."""
+
+
+def serve_processes(config: RetrieverConfig, sock: socket.socket, policy: Policy, processes: int,
+                    announce: Callable[[dict[str, Any]], None], target: Callable[..., None]
+                    ) -> str | None:
+    """Serve on `sock` from `processes` spawned processes until SIGINT or SIGTERM; returns that
+    signal's name. Each runs `target(config, policy, sock, told)` (`situate.api.http.child`),
+    which sends on `told` the collection's description once it serves, or its error.
+    `announce(info)` is called once the first process serves."""
+    context = multiprocessing.get_context("spawn")
+    # The processes share one resource tracker (started with the first), which frees what a
+    # killed process left (its model pool's semaphores) and would then warn of it after the
+    # command's last line: the command has already said which process ended, and how.
+    sys.warnoptions.append("ignore:resource_tracker:UserWarning")
+    stopped: list[str] = []
+    previous = {sig: signal.signal(sig, lambda s, f: stopped.append(signal.Signals(s).name))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    children: list[Any] = []
+    try:
+        for n in range(processes):
+            ready, told = context.Pipe(duplex=False)
+            child = context.Process(target=target, args=(config, policy, sock, told),
+                                    name=f"situate-api-{n + 1}", daemon=False)
+            child.start()
+            told.close()
+            children.append(child)
+            answer = _started(child, ready, n + 1, processes, stopped)
+            if answer is None and n == 0:  # stopped before serving: said as a lone start says it
+                _stop(children)
+                name = stopped[0]
+                sys.stderr.write(f"situate api: stopped ({name}) while starting, before serving\n")
+                sys.stderr.flush()
+                os._exit(128 + signal.Signals[name].value)
+            if answer is None:  # stopped while a later one started: the others served
+                return stopped[0]
+            if n == 0:
+                announce(answer)
+        while not stopped:
+            gone = wait([c.sentinel for c in children], timeout=0.5)
+            if gone and not stopped:
+                dead = next(c for c in children if c.sentinel in gone)
+                raise ServerProcessError(
+                    f"server process {children.index(dead) + 1} of {processes} (pid {dead.pid}) "
+                    f"ended with exit code {dead.exitcode} while serving; the others were "
+                    "stopped: see the lines above, then start the server again")
+        return stopped[0]
+    finally:
+        _stop(children)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sock.close()
+
+
+def _started(child: Any, ready: Connection, n: int, processes: int,
+             stopped: list[str]) -> dict[str, Any] | None:
+    """What the child said once ready (its collection's description); None if a signal came
+    first; its error, raised, if it could not start."""
+    try:
+        while not ready.poll(0.2):
+            if stopped:
+                return None
+            if not child.is_alive():
+                raise ServerProcessError(
+                    f"server process {n} of {processes} ended with exit code {child.exitcode} "
+                    "while starting: see the lines above")
+        try:
+            said = ready.recv()
+        except EOFError:
+            child.join(5)
+            raise ServerProcessError(
+                f"server process {n} of {processes} ended with exit code {child.exitcode} while "
+                "starting: see the lines above") from None
+    finally:
+        ready.close()
+    if isinstance(said, BaseException):
+        raise said
+    return dict(said)
+
+
+def _stop(children: list[Any]) -> None:
+    """Every child asked to stop (SIGTERM: uvicorn's graceful shutdown), waited for, and killed
+    if it has not stopped within STOP_SECONDS (its model's process follows it out)."""
+    for child in children:
+        if child.is_alive():
+            child.terminate()
+    for child in children:
+        child.join(STOP_SECONDS)
+        if child.is_alive():
+            child.kill()
+            child.join(5)
