@@ -437,8 +437,11 @@ def _rounds(target: dict[str, Any]) -> list[dict[str, Any]]:
     groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for c in target["cells"]:
         groups.setdefault((c["mode"], c["clients"], c["variant"]), []).append(c)
+    modes = list(dict.fromkeys(c["mode"] for c in target["cells"]))
+    variants = list(dict.fromkeys(c["variant"] for c in target["cells"]))
     out = []
-    for (mode, clients, variant), cells in groups.items():
+    for (mode, clients, variant), cells in sorted(groups.items(), key=lambda g: (
+            modes.index(g[0][0]), g[0][1], variants.index(g[0][2]))):
         def med(get: Callable[[dict[str, Any]], float], cells: list[dict[str, Any]] = cells) -> float:
             return statistics.median(get(c) for c in cells)
 
@@ -475,7 +478,10 @@ def _throughput_cells(target: dict[str, Any]) -> list[str]:
         out += ["", f"Queries a second against one client's in the same round ({rounds} rounds, "
                 "each sweeping the clients back to back):", "",
                 "| mode | clients | variant | median | each round |", "|---|---|---|---|---|"]
-        for g in target["scaling"]:
+        variants = list(dict.fromkeys(c["variant"] for c in target["cells"]))
+        for g in sorted(target["scaling"], key=lambda g: (g["mode"] != "hybrid", g["mode"],
+                                                           variants.index(g["variant"]),
+                                                           g["clients"])):
             out.append(f"| {g['mode']} | {g['clients']} | {g['variant']} | {g['median']:.2f}x | "
                        + ", ".join(f"{x:.2f}" for x in g["ratios"]) + " |")
     busiest = max(cells, key=lambda c: c["qps"] * c["cpu_ms_per_query"]["milvus"])
@@ -490,6 +496,25 @@ def _cell(d: dict[str, Any], mode: str, clients: int) -> dict[str, Any]:
     variant = d["variants"][0]["name"]
     return next(c for c in _rounds(d["targets"][0])
                 if (c["mode"], c["clients"], c["variant"]) == (mode, clients, variant))
+
+
+def _processes_note(d: dict[str, Any]) -> str:
+    """What a run's variant with `--processes N` got beside the first variant (hybrid, eight
+    clients), if it has one."""
+    for v in d["variants"][1:]:
+        args = v.get("args") or []
+        if "--processes" not in args:
+            continue
+        n = args[args.index("--processes") + 1]
+        eight = next(c for c in _rounds(d["targets"][0])
+                     if (c["mode"], c["clients"], c["variant"]) == ("hybrid", 8, v["name"]))
+        ratio = next(g for g in d["targets"][0]["scaling"]
+                     if (g["mode"], g["clients"], g["variant"]) == ("hybrid", 8, v["name"]))
+        return (f" With `--processes {n}` (`{v['name']}`: {n} server processes on the one port) "
+                f"eight clients kept {eight['cpu_share_of_the_cores'] * 100:.0f}% of the cores "
+                f"busy and got {ratio['median']:.2f}x one client's hybrid queries a second "
+                f"({_f(eight['qps'], 1)}; rounds {', '.join(f'{x:.2f}' for x in ratio['ratios'])}).")
+    return ""
 
 
 def _scaling(d: dict[str, Any], mode: str, clients: int) -> float:
@@ -527,7 +552,7 @@ def bench_throughput() -> list[str]:
     big, small = sized[-1], sized[0]
     one, eight = _cell(big, "hybrid", 1), _cell(big, "hybrid", 8)
     s1, s8 = _cell(small, "hybrid", 1), _cell(small, "hybrid", 8)
-    median = " (medians of the rounds)" if s1["rounds"] > 1 else ""
+    median = "; medians of the rounds" if s1["rounds"] > 1 else ""
     out += [f"On the {small['chunks']} chunks of the codebase collection a hybrid query costs about "
             f"{_f(sum(s1['cpu_ms_per_query'].values()), 0)} ms of CPU in all, spread over the API's "
             "process, the model's and Lite's, so one client keeps about one core busy "
@@ -537,7 +562,7 @@ def bench_throughput() -> list[str]:
             f"{s8['cpu_share_of_the_cores'] * 100:.0f}% of the two cores. What leaves the rest "
             "idle is the API's one process: its event loop (HTTP) and its search threads take "
             "turns at one interpreter lock, and while it works on a request the model's and "
-            "Lite's processes wait for it.", "",
+            f"Lite's processes wait for it.{_processes_note(small)}", "",
             f"At {big['chunks']:,} chunks Lite's dense search is the bound of every mode but BM25: "
             f"{_f(one['cpu_ms_per_query']['milvus'], 0)} ms of Lite's CPU a hybrid query with one "
             f"client, {_f(eight['cpu_ms_per_query']['milvus'], 0)} ms with eight, because "
