@@ -14,7 +14,23 @@ from situate.core.uri import is_missing_lite_file, shown
 
 
 class SituateError(Exception):
-    """Base of all errors a user can act on; the CLI prints the message alone and exits 2."""
+    """Base of all errors a user can act on; the CLI prints the message alone and exits 2.
+
+    An error pickles as what it is (its message and what it carries), whatever its constructor
+    takes: a server process of `situate api --processes N` hands the one that stopped its start
+    to the command, which says it as a lone process would."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _rebuilt, (type(self), self.args, dict(self.__dict__))
+
+
+def _rebuilt(kind: type[SituateError], args: tuple[object, ...],
+             state: dict[str, object]) -> SituateError:
+    """A pickled error as it was, without calling its constructor again."""
+    error = kind.__new__(kind)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 class InputError(SituateError):

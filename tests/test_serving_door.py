@@ -631,6 +631,20 @@ def test_several_processes_answer_on_one_port_as_one_does_and_stop_together(door
         stop_process(served.proc, timeout=30)
 
 
+@pytest.mark.parametrize("asked", [["--collection", "dor"], ["--embedder", "e5"]],
+                         ids=["no such collection", "another embedder"])
+def test_several_processes_refuse_a_bad_start_in_the_one_processs_words(door, asked):
+    said = []
+    for more in ([], ["--processes", "2"]):
+        done = subprocess.run([SITUATE, "api", "--collection", "door", "--port", str(free_port()),
+                               *more, *asked], env=door.env, capture_output=True, text=True,
+                              timeout=300)
+        door.said += [done.stdout, done.stderr]
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        said.append(done.stderr.strip().splitlines())
+    assert said[0] == said[1] and len(said[0]) == 1, said
+
+
 def test_a_server_process_that_dies_stops_the_others_and_the_command_says_so(door):
     served = _serve(door, ["api", "--processes", "2", "--mode", "bm25"], "api-processes-died")
     try:

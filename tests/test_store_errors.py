@@ -39,3 +39,29 @@ def test_a_search_loads_a_released_collection(tmp_path):
             assert store.leg_scores("c", leg, "alpha", vector, [hits[0].id])
     finally:
         store.close()
+
+
+def test_every_error_pickles_as_what_it_is_and_the_command_says_it_alike():
+    """A server process of `situate api --processes N` hands its start's error to the command:
+    each kind comes back with its message and what it carries, whatever its constructor takes."""
+    import pickle
+
+    from situate.cli.messages import user_message
+    from situate.core.errors import (
+        CollectionNotFound,
+        CollectionNotServed,
+        EmbedderMismatch,
+        InputError,
+        StoreUnreachable,
+    )
+
+    for error in (CollectionNotFound("c", "http://situate:pw@127.0.0.1:1", " (it holds 'd')"),
+                  EmbedderMismatch("c", "m.db", "minilm", "e5", 384, 768),
+                  EmbedderMismatch("c", "m.db", "minilm", "e5"),
+                  StoreUnreachable("http://127.0.0.1:1", "a search", 2, 3.0, "refused",
+                                   wrote=True),
+                  CollectionNotServed("a", "b"), InputError("plain"), StoreError("plain")):
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error) and back.args == error.args
+        assert back.__dict__ == error.__dict__ and "pw" not in str(back)
+        assert user_message(back) == user_message(error)
