@@ -82,6 +82,7 @@ def serve_processes(config: RetrieverConfig, sock: socket.socket, policy: Policy
             gone = wait([c.sentinel for c in children], timeout=0.5)
             if gone and not stopped:
                 dead = next(c for c in children if c.sentinel in gone)
+                dead.join(5)  # its sentinel closes as it exits, before its exit code is there
                 raise ServerProcessError(
                     f"server process {children.index(dead) + 1} of {processes} (pid {dead.pid}) "
                     f"ended with exit code {dead.exitcode} while serving; the others were "
