@@ -490,12 +490,20 @@ def _throughput_cells(target: dict[str, Any]) -> list[str]:
                   f"({busiest['mode']}, {busiest['clients']} clients) while the machine had two.", ""]
 
 
-def _cell(d: dict[str, Any], mode: str, clients: int) -> dict[str, Any]:
-    """A run's first target's cell (its median over the rounds) of one mode and clients, of the
-    run's first variant."""
-    variant = d["variants"][0]["name"]
+def _cell(d: dict[str, Any], mode: str, clients: int, variant: str = "") -> dict[str, Any]:
+    """A run's first target's cell (its median over the rounds) of one mode and clients, of
+    `variant` (default: the run's first)."""
+    variant = variant or d["variants"][0]["name"]
     return next(c for c in _rounds(d["targets"][0])
                 if (c["mode"], c["clients"], c["variant"]) == (mode, clients, variant))
+
+
+def _ratios(d: dict[str, Any], mode: str, clients: int, variant: str = "") -> list[float]:
+    """A run's per-round ratios of `clients`' queries a second over one client's, of `variant`
+    (default: the run's first); [] where the run has no `scaling` for it."""
+    variant = variant or d["variants"][0]["name"]
+    return next((g["ratios"] for g in d["targets"][0].get("scaling") or []
+                 if (g["mode"], g["clients"], g["variant"]) == (mode, clients, variant)), [])
 
 
 def _processes_note(d: dict[str, Any]) -> str:
@@ -506,25 +514,23 @@ def _processes_note(d: dict[str, Any]) -> str:
         if "--processes" not in args:
             continue
         n = args[args.index("--processes") + 1]
-        eight = next(c for c in _rounds(d["targets"][0])
-                     if (c["mode"], c["clients"], c["variant"]) == ("hybrid", 8, v["name"]))
-        ratio = next(g for g in d["targets"][0]["scaling"]
-                     if (g["mode"], g["clients"], g["variant"]) == ("hybrid", 8, v["name"]))
+        eight = _cell(d, "hybrid", 8, v["name"])
+        ratios = _ratios(d, "hybrid", 8, v["name"])
         return (f" With `--processes {n}` (`{v['name']}`: {n} server processes on the one port) "
                 f"eight clients kept {eight['cpu_share_of_the_cores'] * 100:.0f}% of the cores "
-                f"busy and got {ratio['median']:.2f}x one client's hybrid queries a second "
-                f"({_f(eight['qps'], 1)}; rounds {', '.join(f'{x:.2f}' for x in ratio['ratios'])}).")
+                f"busy and got {_scaling(d, 'hybrid', 8, v['name']):.2f}x one client's hybrid "
+                f"queries a second ({_f(eight['qps'], 1)}; rounds "
+                f"{', '.join(f'{x:.2f}' for x in ratios)}).")
     return ""
 
 
-def _scaling(d: dict[str, Any], mode: str, clients: int) -> float:
+def _scaling(d: dict[str, Any], mode: str, clients: int, variant: str = "") -> float:
     """A run's queries a second at `clients` over one client's: the median of the rounds' ratios
     where it has several, else the one cell's over the other."""
-    variant = d["variants"][0]["name"]
-    for g in d["targets"][0].get("scaling") or []:
-        if (g["mode"], g["clients"], g["variant"]) == (mode, clients, variant) and len(g["ratios"]) > 1:
-            return float(g["median"])
-    return float(_cell(d, mode, clients)["qps"] / _cell(d, mode, 1)["qps"])
+    ratios = _ratios(d, mode, clients, variant)
+    if len(ratios) > 1:
+        return float(statistics.median(ratios))
+    return float(_cell(d, mode, clients, variant)["qps"] / _cell(d, mode, 1, variant)["qps"])
 
 
 def bench_throughput() -> list[str]:
