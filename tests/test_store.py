@@ -195,44 +195,95 @@ def test_a_load_left_released_behind_its_back_is_loaded_again_not_waited_on_fore
     again.close()
 
 
-def test_rows_ask_for_the_next_page_while_the_caller_takes_this_one(tmp_path):
-    """A read of every row keeps one page in flight: the store builds the next page while the
-    caller works on this one (on Milvus Lite, whose server builds each row in Python, that is
-    what lets a lexical index be rebuilt at the speed of the slower of the two). The rows are
-    the same, in the same order; a caller that stops early closes the iterator."""
+def _many(n: int, doc_id: str = "many.py") -> list[dict]:
+    """`n` rows of one document in the collection's schema (`document_rows`)."""
+    from situate.core.records import Chunk, Document, EmbeddedDocument, Situated
+    from situate.storage.rows import document_rows
+
+    chunks = tuple(Chunk(doc_id, i, f"row {i} of the read") for i in range(n))
+    return document_rows(EmbeddedDocument(
+        Document(doc_id, "t", chunks), f"fp{n}", tuple(Situated(c, "", "none") for c in chunks),
+        EMB.encode_documents([c.text for c in chunks])))
+
+
+def _iterator_ids(s: MilvusStore) -> list[str]:
+    """The ids as Milvus's query iterator reads them: in primary-key order."""
+    return [r["id"] for page in s._iterated(C, "reading", ["id"], "", 7, False) for r in page]
+
+
+def test_rows_on_lite_read_slices_ahead_of_the_caller(tmp_path):
+    """On Milvus Lite a read of every row is one query a slice of the primary keys, in order,
+    SLICES_AHEAD slices asked for while the caller takes one (Lite builds one while this process
+    decodes another); the rows are the query iterator's, in its order. A caller that stops early
+    leaves no read running."""
+    from situate.storage import milvus
+
     s = MilvusStore(str(tmp_path / "m.db"))
     try:
         s.ensure_collection(C, EMB.dim, EMBEDDER)
-        s.write(C, corpus())
-        alone = [r["id"] for r in s.rows(C, fields=("id",), page=ROWS)]
-        asked, second, closed = [], threading.Event(), []
-        real = s.client.query_iterator
+        s.upsert(C, _many(120))
+        alone = _iterator_ids(s)
+        assert len(alone) == 120 and alone == sorted(alone)
+        asked, ahead = [], threading.Event()
+        real = s.client.query
 
         def spy(*a, **k):
-            it = real(*a, **k)
-            nxt, close = it.next, it.close
-
-            def next_page():
+            if "limit" in k:  # a slice, not the count
                 asked.append(threading.current_thread().name)
-                if len(asked) == 2:
-                    second.set()
-                return nxt()
+                if len(asked) == 1 + milvus.SLICES_AHEAD:
+                    ahead.set()
+            return real(*a, **k)
 
-            it.next = next_page
-            it.close = lambda: closed.append(True) or close()
-            return it
-
-        s.client.query_iterator = spy
-        reading = s.rows(C, fields=("id",), page=2)
+        s.client.query = spy
+        s.client.query_iterator = lambda *a, **k: pytest.fail("read through the iterator")
+        reading = s.rows(C, fields=("id", "lexical", "dense"), page=40, strict_float32=True)
         first = next(reading)
-        assert second.wait(10), "the second page was not asked for while the first was taken"
-        assert asked[0].startswith("situate-read") and first["id"] == alone[0]
-        assert [first["id"], *(r["id"] for r in reading)] == alone
-        assert closed == [True]
-        asked.clear()
-        reading = s.rows(C, fields=("id",), page=2)
+        assert ahead.wait(10), "the next slices were not asked for while the first was taken"
+        assert all(name.startswith("situate-read") for name in asked)
+        rest = list(reading)
+        assert [first["id"], *(r["id"] for r in rest)] == alone
+        assert len(asked) == len(milvus._slices("", 120, 40)) == 4
+        assert first["dense"].dtype.name == "float32" and first["lexical"]
+        reading = s.rows(C, fields=("id",), page=40)
         next(reading)
         reading.close()
-        assert closed == [True, True] and len(asked) <= 2
+        assert not [t for t in threading.enumerate() if t.name.startswith("situate-read")]
     finally:
         s.close()
+
+
+def test_rows_on_lite_read_a_crowded_slice_through_the_iterator(tmp_path):
+    """Ids that are not situate's hex digests all fall into one slice (the first and last are
+    open, so every id is in one); a slice that fills its page is read again through the query
+    iterator, so no row is lost or read twice, whatever the ids."""
+    s = MilvusStore(str(tmp_path / "m.db"))
+    try:
+        s.ensure_collection(C, EMB.dim, EMBEDDER)
+        rows = _many(60)
+        for n, row in enumerate(rows[:45]):  # past every hex digit: the last slice's
+            row["id"] = f"zz-{n:03d}"
+        rows[45]["id"] = "-first"  # before every hex digit: the first slice's
+        s.upsert(C, rows)
+        iterated: list[str] = []
+        real = s.client.query_iterator
+        s.client.query_iterator = lambda *a, **k: iterated.append(k["filter"]) or real(*a, **k)
+        read = [r["id"] for r in s.rows(C, fields=("id",), page=12)]
+        assert read == sorted(r["id"] for r in rows)
+        assert iterated and all('id >= "' in f for f in iterated)  # the crowded slice alone
+        assert [r["id"] for r in s.rows(C, fields=("id",), page=12,
+                                        filter='doc_id == "many.py"')] == read
+    finally:
+        s.close()
+
+
+def test_slices_cover_every_id_once():
+    """The slices' filters: in order, the first and last open, each bound shared by the two
+    slices it separates, a caller's filter kept in each; about a page's three quarters each."""
+    from situate.storage.milvus import _slices
+
+    assert _slices("", 0, 100) == _slices("", 75, 100) == [""]
+    assert _slices("", 76, 100) == ['id < "800000"', 'id >= "800000"']
+    three = _slices('doc_id == "a"', 200, 100)
+    assert three == ['(doc_id == "a") and id < "555555"',
+                     '(doc_id == "a") and id >= "555555" and id < "aaaaaa"',
+                     '(doc_id == "a") and id >= "aaaaaa"']
