@@ -220,3 +220,54 @@ _lite_files = _LiteFiles()
 
 
 C = TypeVar("C", bound=Connection)
+
+
+def vectors_decoded(result: T) -> T:
+    """`result`, what pymilvus's `query` or `get` returns with `strict_float32`, with its float
+    vectors decoded now as one copy of their bytes each: pymilvus (2.6) builds each vector field's
+    float32 array with `np.array` over the protobuf's repeated floats, one Python float at a time
+    (0.4 s for 12,000 rows of 384 floats; 26 ms this way), the most of the CPU a build of the
+    lexical index from the rows spent reading them. A result of another shape, or vectors encoded
+    otherwise than packed, is left to pymilvus."""
+    lazy = getattr(result, "_lazy_field_data", None)
+    arrays = getattr(result, "_float_vector_np_array", None)
+    if (lazy is None or not isinstance(arrays, dict) or not getattr(result, "_strict_float32", False)
+            or getattr(result, "_has_materialized_float_vector", True)):
+        return result
+    from pymilvus import DataType
+
+    decoded = {}
+    for field in lazy:
+        if field.type == DataType.FLOAT_VECTOR:
+            values = _packed_floats(field.vectors.float_vector)
+            if values is None:
+                return result
+            decoded[field.field_name] = values
+    arrays.update(decoded)
+    result._has_materialized_float_vector = True  # type: ignore[attr-defined]
+    return result
+
+
+def _packed_floats(message: Any) -> Any:
+    """The floats of a protobuf `FloatArray` (its field 1, packed: tag 0x0a, the length as a
+    varint, then little-endian float32s) as a read-only float32 array over its serialized bytes;
+    None if it is not encoded so."""
+    import numpy as np
+
+    count = len(message.data)
+    raw = message.SerializeToString()
+    if not count:
+        return np.zeros(0, dtype=np.float32)
+    if raw[:1] != b"\x0a":
+        return None
+    length, at, shift = 0, 1, 0
+    while at < len(raw):
+        byte = raw[at]
+        at += 1
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    if length != 4 * count or at + length != len(raw):
+        return None
+    return np.frombuffer(raw, dtype="<f4", offset=at, count=count).astype(np.float32, copy=False)

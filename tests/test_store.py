@@ -287,3 +287,38 @@ def test_slices_cover_every_id_once():
     assert three == ['(doc_id == "a") and id < "555555"',
                      '(doc_id == "a") and id >= "555555" and id < "aaaaaa"',
                      '(doc_id == "a") and id >= "aaaaaa"']
+
+
+def test_vectors_are_decoded_as_pymilvus_decodes_them(tmp_path):
+    """`vectors_decoded` gives each row the vector pymilvus's own strict_float32 decoding gives
+    (same ids, same float32 bits), for a query and a get; anything else it leaves as it is, and
+    floats not packed as expected are left to pymilvus."""
+    import numpy as np
+
+    from situate.storage.client import _packed_floats, vectors_decoded
+
+    s = MilvusStore(str(tmp_path / "m.db"))
+    try:
+        s.ensure_collection(C, EMB.dim, EMBEDDER)
+        s.upsert(C, _many(30))
+        for read in (lambda: s.client.query(C, filter="", output_fields=["id", "dense"], limit=50,
+                                            strict_float32=True),
+                     lambda: s.client.get(C, ids=[r["id"] for r in _many(30)[::7]],
+                                          output_fields=["id", "dense"], strict_float32=True)):
+            theirs, ours = read(), vectors_decoded(read())
+            assert ours._has_materialized_float_vector and len(ours) == len(theirs) > 0
+            for a, b in zip(theirs, ours, strict=True):
+                assert a["id"] == b["id"] and b["dense"].dtype == np.float32
+                assert a["dense"].tobytes() == b["dense"].tobytes()
+        plain = [{"id": "x", "dense": [1.0]}]
+        assert vectors_decoded(plain) is plain
+    finally:
+        s.close()
+
+    class Unpacked:  # each float its own field: tag 0x0d, then 4 bytes
+        data = [1.0, 2.0]
+
+        def SerializeToString(self) -> bytes:  # noqa: N802
+            return b"".join(b"\x0d" + np.float32(x).tobytes() for x in self.data)
+
+    assert _packed_floats(Unpacked()) is None
