@@ -15,7 +15,7 @@ the rows in a process of its own, the variants in turn, REPEAT times (the order 
 
     .venv/bin/python benchmarks/bench_lexical_rebuild.py --reuse DIR [DIR ...]
         --variant before=/tmp/base --variant after=. [--repeat 1]
-        [--out benchmarks/results/lexical-rebuild.json]
+        [--note "before=commit 04fc04d: ..."] [--out benchmarks/results/lexical-rebuild.json]
 """
 
 from __future__ import annotations
@@ -105,6 +105,8 @@ def main() -> None:
     p.add_argument("--reuse", nargs="+", required=True, metavar="WORKDIR")
     p.add_argument("--variant", action="append", required=True, metavar="NAME=CHECKOUT")
     p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--note", action="append", default=[], metavar="NAME=TEXT",
+                   help="what variant NAME is (its commit, what it changes), kept with the results")
     p.add_argument("--out", default=str(ROOT / "benchmarks/results/lexical-rebuild.json"))
     a = p.parse_args()
     from tests.fakes.milvus_server import MilvusServer
@@ -145,7 +147,8 @@ def main() -> None:
            "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
                       f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f} "
                       "at the end (this run's own processes included)",
-           "variants": [name for name, _ in variants], "results": results}
+           "variants": [name for name, _ in variants],
+           "notes": dict(n.partition("=")[::2] for n in a.note), "results": results}
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {a.out}")
 

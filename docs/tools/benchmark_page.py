@@ -965,11 +965,14 @@ def bench_search_scale() -> list[str]:
             "column). It is built from the rows only where it is missing or stale: a `.db` "
             "copied without it, a server reached at another address (as in each size's first "
             "answer in this run, which served collections written before on another port: "
-            f"{_f(big['serve']['first_answer_s'], 0)} s at {big['chunks']:,} chunks). That build "
-            "reads every row through Lite's query iterator, 16,384 rows a call at most, the next "
-            "page asked for while the last is indexed. Lite builds every field of every row it "
-            "returns in Python and assembles the whole collection again on each call, so the "
-            f"build grows faster than the rows: {rebuilt}. The rows read wait as flat arrays "
+            f"{_f(big['serve']['first_answer_s'], 0)} s at {big['chunks']:,} chunks). In this run "
+            "that build read every row through Lite's query iterator, 16,384 rows a call at "
+            "most, the next page asked for while the last was indexed. Lite builds every field "
+            "of every row it returns in Python and assembles the whole collection again on each "
+            f"call, so the build grew faster than the rows: {rebuilt}. It now reads one query a "
+            "slice of the primary keys, two slices ahead ([below](#the-lexical-index-built-"
+            "from-the-rows-code-against-code), code against code). The rows read wait as flat "
+            "arrays "
             "(term ids and counts, lengths, vector components: a few bytes a term) until one "
             "seal at the end; the memory column is what the process holds once it is sealed: "
             "the index's terms and vectors, and what the allocator keeps of the pages read.",
@@ -1023,13 +1026,13 @@ def bench_lexical_rebuild() -> list[str]:
                 out.append(f"| {r['chunks']:,} | {name} | {_f(run['seconds'], 1)} s | "
                            f"{_f(run['client_cpu_s'], 1)} s | {_f(run['held_mib'], 0)} MiB | "
                            f"{_f(run['peak_mib'], 0)} MiB |")
-    out += ["", "`before` kept each row read as a Counter of its terms and an array for its "
-            "vector until the one seal at the end; `after` keeps them as flat arrays (a few "
-            "bytes a term). The time is Lite's: its server builds every row it returns in "
-            "Python, while the reading process works beside it.", "",
+    notes = d.get("notes") or {}
+    out += ["", *(f"- `{name}`: {notes[name]}" for name in d["variants"] if name in notes),
+            "", "The time is Lite's and this process's together: Lite's server builds every row "
+            "it returns in Python (every field, whatever is asked for), while the reading "
+            "process indexes the rows it has; on two cores they share the machine.", "",
             *_source("lexical-rebuild.json", ".venv/bin/python " + d["command"], d["date"],
-                     d["machine"]),
-            "- `before`: commit 1a15105; `after`: the commit that recorded this file", ""]
+                     d["machine"]), ""]
     return out
 
 
