@@ -390,21 +390,22 @@ class MilvusStore(Connection):
 
         - on a Milvus server, through Milvus's query iterator, whose cursor is the primary key (a
           read is linear in the rows; offset paging is not);
-        - on Milvus Lite, one query a slice of the primary keys (`_slices`). Lite's iterator
-          sorts every row left after its cursor on each page, and pymilvus's iterator rebuilds
-          each page's vectors as lists: reading a 100,000-row collection with its vectors cost
-          Lite 9 s of CPU and this process 3 s that way, and Lite 7.5 s and this process 0.5 s
-          a slice a query (docs/benchmarks: the lexical index built from the rows).
+        - on Milvus Lite, one query a slice of the primary keys (`_slices`, `_sliced`). Lite's
+          iterator sorts every row left after its cursor on each page: reading a 100,000-row
+          collection with its vectors cost Lite 8.6-9.7 s of CPU that way, 7.1-8.0 s by slices
+          (docs/benchmarks: the lexical index built from the rows).
 
         Pages hold `page` rows: by default the iterator's most (16,384) when every field is
         narrow (ids, indexes, hashes), else 1,000 (texts and vectors: a page stays far under
-        gRPC's 256 MiB). With `strict_float32`, each row's vector is a float32 array, not a list
-        of Python floats.
+        gRPC's 256 MiB); a slice holds at most three quarters of a page. With `strict_float32`,
+        each row's vector is a float32 array (`vectors_decoded` on Milvus Lite), not a list of
+        Python floats.
 
         The next page is asked for while the caller takes this one (one page ahead, so at most
-        two are held): the store builds a page while the reader works, instead of each waiting
-        for the other (on Milvus Lite, whose server builds every row in Python, that halves the
-        time a lexical index takes to be built from the rows).
+        two are held; on Milvus Lite SLICES_AHEAD slices, so three): the store builds a page
+        while the reader works, instead of each waiting for the other (on Milvus Lite, whose
+        server builds every row in Python, that halves the time a lexical index takes to be
+        built from the rows).
         """
         self.load(collection)
         if page is None:
