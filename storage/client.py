@@ -224,7 +224,7 @@ C = TypeVar("C", bound=Connection)
 
 def vectors_decoded(result: T) -> T:
     """`result`, what pymilvus's `query` or `get` returns with `strict_float32`, with its float
-    vectors decoded now as one copy of their bytes each: pymilvus (2.6) builds each vector field's
+    vectors decoded now as one copy of their bytes each: pymilvus (3.0) builds each vector field's
     float32 array with `np.array` over the protobuf's repeated floats, one Python float at a time
     (0.4 s for 12,000 rows of 384 floats; 26 ms this way), the most of the CPU a build of the
     lexical index from the rows spent reading them. A result of another shape, or vectors encoded
