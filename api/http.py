@@ -306,6 +306,11 @@ def serve(config: RetrieverConfig, *, host: str = "127.0.0.1", port: int = 8000,
     (`situate.api.http_processes`)."""
     policy = policy or Policy()
     check_bind(host, policy.token, policy.allowed_hosts)
+    if processes > 1 and is_lite(config.uri):
+        raise InputError(f"--processes {processes} needs a Milvus server: a Milvus Lite file "
+                         f"({config.uri}) is one process's at a time; serve it with "
+                         "`milvus-lite server` and give its http:// URI (--milvus-uri), or run "
+                         "one process")
     configure_logging()
     sock = listen(host, port)
     shown = f"[{host}]" if ":" in host else host
@@ -318,13 +323,6 @@ def serve(config: RetrieverConfig, *, host: str = "127.0.0.1", port: int = 8000,
 
     if processes > 1:
         from situate.api.http_processes import serve_processes
-
-        if is_lite(config.uri):
-            sock.close()
-            raise InputError(f"--processes {processes} needs a Milvus server: a Milvus Lite file "
-                             f"({config.uri}) is one process's at a time; serve it with "
-                             "`milvus-lite server` and give its http:// URI (--milvus-uri), or "
-                             "run one process")
 
         return serve_processes(config, sock, policy, processes, lambda info: announce(
             info["rows"], info["embedder"], f" from {processes} processes"), child)

@@ -99,21 +99,21 @@ def _started(child: Any, ready: Connection, n: int, processes: int,
              stopped: list[str]) -> dict[str, Any] | None:
     """What the child said once ready (its collection's description); None if a signal came
     first; its error, raised, if it could not start."""
+    def ended() -> ServerProcessError:
+        child.join(5)  # its exit code is there once it is joined
+        return ServerProcessError(f"server process {n} of {processes} ended with exit code "
+                                  f"{child.exitcode} while starting: see the lines above")
+
     try:
         while not ready.poll(0.2):
             if stopped:
                 return None
             if not child.is_alive():
-                raise ServerProcessError(
-                    f"server process {n} of {processes} ended with exit code {child.exitcode} "
-                    "while starting: see the lines above")
+                raise ended()
         try:
             said = ready.recv()
         except EOFError:
-            child.join(5)
-            raise ServerProcessError(
-                f"server process {n} of {processes} ended with exit code {child.exitcode} while "
-                "starting: see the lines above") from None
+            raise ended() from None
     finally:
         ready.close()
     if isinstance(said, BaseException):

@@ -258,16 +258,8 @@ def _packed_floats(message: Any) -> Any:
     raw = message.SerializeToString()
     if not count:
         return np.zeros(0, dtype=np.float32)
-    if raw[:1] != b"\x0a":
+    body = 4 * count
+    header = 1 + max(1, (body.bit_length() + 6) // 7)  # the tag, then the body's length
+    if raw[:1] != b"\x0a" or len(raw) != header + body:
         return None
-    length, at, shift = 0, 1, 0
-    while at < len(raw):
-        byte = raw[at]
-        at += 1
-        length |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            break
-    if length != 4 * count or at + length != len(raw):
-        return None
-    return np.frombuffer(raw, dtype="<f4", offset=at, count=count).astype(np.float32, copy=False)
+    return np.frombuffer(raw, dtype="<f4", offset=header, count=count).astype(np.float32, copy=False)

@@ -359,8 +359,12 @@ class MilvusStore(Connection):
 
     def count(self, collection: str) -> int:
         self.load(collection)
+        return self._count(collection)
+
+    def _count(self, collection: str, filter: str = "") -> int:
+        """The rows `filter` keeps, counted by Milvus (the collection loaded)."""
         res = self._read(f"counting rows of {collection!r}", collection, lambda: self.client.query(
-            collection, filter="", output_fields=["count(*)"]))
+            collection, filter=filter, output_fields=["count(*)"]))
         return int(res[0]["count(*)"]) if res else 0
 
     def stored_documents(self, collection: str) -> dict[str, StoredDocument]:
@@ -444,9 +448,7 @@ class MilvusStore(Connection):
         the one the caller takes: Lite builds one while this process decodes another. A slice
         holding a whole page may hold more (ids that are not situate's hex digests crowd a
         slice): it is read again through the query iterator."""
-        counted = self._read(what, collection, lambda: self.client.query(
-            collection, filter=filter, output_fields=["count(*)"]))
-        slices = _slices(filter, int(counted[0]["count(*)"]) if counted else 0, page)
+        slices = _slices(filter, self._count(collection, filter), page)
 
         def read(expr: str) -> list[dict[str, Any]] | None:
             batch = vectors_decoded(self._read(what, collection, lambda: self.client.query(
