@@ -1,6 +1,7 @@
 """Concurrent queries share the model (tasks/embedders/batching.py, local.py, spans.py): the
 batcher coalesces the requests that wait, gives each caller its own vector, tells every waiter
-of a failing batch, and wakes its waiters when closed; a batch changes no query's vector; a
+of a failing batch, and wakes its waiters when closed; a model process has its next batch sent
+while it embeds one; a batch changes no query's vector; a
 model process leaves when the process that started it dies."""
 
 from __future__ import annotations
@@ -46,6 +47,56 @@ def _waiting(batcher: QueryBatcher, n: int) -> None:
     while len(batcher._pending) < n:
         assert time.monotonic() < deadline, "the requests never arrived"
         time.sleep(0.01)
+
+
+class OneAtATime:
+    """A model process as the batcher sees it (`local.ModelProcess`): calls run one at a time, in
+    the order they were made; the first waits for `gate`. Records each call as it is made."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.made: list[list[str]] = []
+        self._turn = threading.Lock()
+
+    def wait_loaded(self) -> None:
+        pass
+
+    def encode_queries(self, texts: list[str]) -> list[list[str]]:
+        self.made.append(list(texts))
+        first = len(self.made) == 1
+        with self._turn:
+            if first:
+                assert self.gate.wait(PATIENCE)
+            return [[f"vector of {t}"] for t in texts]
+
+
+def test_a_model_process_has_its_next_batch_sent_while_it_embeds_one():
+    """`base._add_lane`: each model process is CALLS_PER_PROCESS lanes, so the queries that
+    arrive while it embeds a batch are already sent to it (it takes them when it is done) instead
+    of waiting in this process for the batch's answer."""
+    from situate.tasks.embedders.base import CALLS_PER_PROCESS, _add_lane
+
+    assert CALLS_PER_PROCESS == 2
+    process = OneAtATime()
+    batcher = QueryBatcher()
+    _add_lane(batcher, process)  # type: ignore[arg-type]
+    assert batcher.lanes == 2
+    with ThreadPoolExecutor(8) as pool:
+        first = pool.submit(batcher.embed, ["q0"])
+        deadline = time.monotonic() + PATIENCE
+        while not process.made:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        second = pool.submit(batcher.embed, ["q1"])
+        while len(process.made) < 2:  # sent while the first is still being embedded
+            assert time.monotonic() < deadline, "the next batch was not sent"
+            time.sleep(0.01)
+        assert not first.done()
+        process.gate.set()
+        assert first.result(PATIENCE) == [["vector of q0"]]
+        assert second.result(PATIENCE) == [["vector of q1"]]
+    assert process.made == [["q0"], ["q1"]]
+    batcher.close()
 
 
 def test_requests_that_wait_for_a_busy_lane_go_through_it_as_one_batch():

@@ -122,6 +122,18 @@ SENTENCE = EmbedderSpec("", "sentence_transformers", "sentence-transformers", ""
                         check="situate.tasks.embedders.sentence:resolve_embedder")
 
 
+# Batches under way at once in one model process: while it embeds one, the next waits at its door
+# (its pool's call queue), so it does not sit idle while this process hands out the vectors of one
+# batch and sends the next (a waiting thread must first win the interpreter's lock).
+CALLS_PER_PROCESS = 2
+
+
+def _add_lane(batcher: QueryBatcher, process: ModelProcess) -> None:
+    """`process` as CALLS_PER_PROCESS lanes of `batcher`: it runs one call at a time, in order."""
+    for _ in range(CALLS_PER_PROCESS):
+        batcher.add_lane(process.encode_queries, ready=process.wait_loaded)
+
+
 class Embedder:
     """A named pymilvus-model embedding function with batched document and query methods.
 
@@ -229,7 +241,7 @@ class Embedder:
             if self._batcher is None:
                 batcher = QueryBatcher(name=f"{self.name} queries")
                 for lane in self._lanes:
-                    batcher.add_lane(lane.encode_queries, ready=lane.wait_loaded)
+                    _add_lane(batcher, lane)
                 self._batcher = batcher
             return self._batcher
 
@@ -251,7 +263,7 @@ class Embedder:
                 lane = self._spawn()
                 self._lanes.append(lane)
                 if self._batcher is not None:
-                    self._batcher.add_lane(lane.encode_queries, ready=lane.wait_loaded)
+                    _add_lane(self._batcher, lane)
 
     def warm_lanes(self, text: str) -> None:
         """Wait for every query process to load and embed `text` once in each, so that no user's
