@@ -524,6 +524,19 @@ def _processes_note(d: dict[str, Any]) -> str:
     return ""
 
 
+def _variant_note(d: dict[str, Any], name: str) -> str:
+    """What a run's variant `name` (another checkout) got beside the first variant (hybrid,
+    eight clients), if the run has it."""
+    v = next((v for v in d["variants"][1:] if v["name"] == name), None)
+    if v is None:
+        return ""
+    eight = _cell(d, "hybrid", 8, name)
+    return (f" Commit {v['commit']} (`{name}`), with one call under way at a time to each, "
+            f"kept {eight['cpu_share_of_the_cores'] * 100:.0f}% of the cores busy under eight "
+            f"clients and got {_scaling(d, 'hybrid', 8, name):.2f}x one client's hybrid queries "
+            f"a second (rounds {', '.join(f'{x:.2f}' for x in _ratios(d, 'hybrid', 8, name))}).")
+
+
 def _scaling(d: dict[str, Any], mode: str, clients: int, variant: str = "") -> float:
     """A run's queries a second at `clients` over one client's: the median of the rounds' ratios
     where it has several, else the one cell's over the other."""
@@ -565,10 +578,13 @@ def bench_throughput() -> list[str]:
             f"({s1['cpu_share_of_the_cores'] * 100:.0f}% of the two): eight clients got "
             f"{_scaling(small, 'hybrid', 8):.2f}x one client's hybrid queries a second "
             f"({_f(s8['qps'], 1)} against {_f(s1['qps'], 1)}{median}), using "
-            f"{s8['cpu_share_of_the_cores'] * 100:.0f}% of the two cores. What leaves the rest "
-            "idle is the API's one process: its event loop (HTTP) and its search threads take "
-            "turns at one interpreter lock, and while it works on a request the model's and "
-            f"Lite's processes wait for it.{_processes_note(small)}", "",
+            f"{s8['cpu_share_of_the_cores'] * 100:.0f}% of the two cores. Each of the three "
+            "processes does one thing at a time (the API's event loop and search threads take "
+            "turns at one interpreter lock; the model embeds one batch; Lite answers one call), "
+            "so the cores idle whenever the queries under way all wait at one of them. Two "
+            "calls are under way at once to the model's process and to Lite's dense search, so "
+            "that neither waits while the API's process hands out one answer and sends the "
+            f"next.{_variant_note(small, 'before')}{_processes_note(small)}", "",
             f"At {big['chunks']:,} chunks Lite's dense search is the bound of every mode but BM25: "
             f"{_f(one['cpu_ms_per_query']['milvus'], 0)} ms of Lite's CPU a hybrid query with one "
             f"client, {_f(eight['cpu_ms_per_query']['milvus'], 0)} ms with eight, because "
