@@ -6,6 +6,7 @@ model process leaves when the process that started it dies."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -71,16 +72,16 @@ class OneAtATime:
 
 
 def test_a_model_process_has_its_next_batch_sent_while_it_embeds_one():
-    """`base._add_lane`: each model process is CALLS_PER_PROCESS lanes, so the queries that
-    arrive while it embeds a batch are already sent to it (it takes them when it is done) instead
-    of waiting in this process for the batch's answer."""
+    """`base._add_lane`: each model process is a lane taking CALLS_PER_PROCESS batches at once,
+    so the queries that arrive while it embeds a batch are already sent to it (it takes them when
+    it is done) instead of waiting in this process for the batch's answer."""
     from situate.tasks.embedders.base import CALLS_PER_PROCESS, _add_lane
 
     assert CALLS_PER_PROCESS == 2
     process = OneAtATime()
     batcher = QueryBatcher()
     _add_lane(batcher, process)  # type: ignore[arg-type]
-    assert batcher.lanes == 2
+    assert batcher.lanes == 1 and len(batcher._threads) == 2
     with ThreadPoolExecutor(8) as pool:
         first = pool.submit(batcher.embed, ["q0"])
         deadline = time.monotonic() + PATIENCE
@@ -191,16 +192,22 @@ def test_a_lane_takes_nothing_before_it_is_ready():
     batcher.close()
 
 
-def test_a_lane_that_cannot_start_leaves_the_others_serving():
+def test_a_lane_that_cannot_start_leaves_the_others_serving(caplog):
+    """A lane of two calls at once whose process cannot load is said once in the log."""
     def broken() -> None:
         raise OSError("no weights")
 
     lane = GatedLane()
     lane.gate.set()
     batcher = QueryBatcher()
-    batcher.add_lane(GatedLane(), ready=broken)
-    batcher.add_lane(lane)
-    assert batcher.embed(["q"]) == [["vector of q"]]
+    with caplog.at_level(logging.WARNING, logger="situate.embed"):
+        batcher.add_lane(GatedLane(), ready=broken, calls=2)
+        batcher.add_lane(lane)
+        assert batcher.embed(["q"]) == [["vector of q"]]
+        for thread in batcher._threads[:2]:
+            thread.join(PATIENCE)
+    said = [r.getMessage() for r in caplog.records if "could not start" in r.getMessage()]
+    assert said == ["a queries lane could not start: OSError: no weights"]
     batcher.close()
 
 

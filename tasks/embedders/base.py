@@ -129,9 +129,8 @@ CALLS_PER_PROCESS = 2
 
 
 def _add_lane(batcher: QueryBatcher, process: ModelProcess) -> None:
-    """`process` as CALLS_PER_PROCESS lanes of `batcher`: it runs one call at a time, in order."""
-    for _ in range(CALLS_PER_PROCESS):
-        batcher.add_lane(process.encode_queries, ready=process.wait_loaded)
+    """`process` as a lane of `batcher` taking CALLS_PER_PROCESS batches at once."""
+    batcher.add_lane(process.encode_queries, ready=process.wait_loaded, calls=CALLS_PER_PROCESS)
 
 
 class Embedder:

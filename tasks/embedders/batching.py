@@ -2,10 +2,11 @@
 
 A small query costs a local model little arithmetic and much fixed work (a call into its
 process, a forward pass of Python between native kernels), so concurrent queries are embedded
-as one call, as infinity and TEI batch dynamically. A batcher keeps one thread per lane (a model
-process); a lane that is free takes every request waiting (at most `max_batch`) at once. Nothing
-waits for company: a lone query goes straight through, and the queries that arrive while a lane
-embeds go together into its next call. `linger` (seconds) would hold a batch open for stragglers;
+as one call, as infinity and TEI batch dynamically. A batcher keeps a thread per call a lane (a
+model process) may have under way (two for a model process: `base.CALLS_PER_PROCESS`); a thread
+that is free takes every request waiting (at most `max_batch`) at once. Nothing waits for
+company: a lone query goes straight through, and the queries that arrive while a lane embeds go
+together into its next call. `linger` (seconds) would hold a batch open for stragglers;
 it is 0 by default because no measured setting paid for the wait (BENCHMARKS.md).
 
 The vectors are the lane's business: each caller gets its own row of the batch it was embedded
@@ -36,7 +37,8 @@ Lane = Callable[[list[str]], Sequence[Any]]  # texts -> one vector per text, in 
 
 
 class QueryBatcher:
-    """Requests from many threads, embedded in batches by `lanes` (one thread each).
+    """Requests from many threads, embedded in batches by `lanes` (one thread each, or `calls`
+    threads for a lane that takes that many batches at once: `add_lane`).
 
     `embed(texts)` returns one vector per text, each embedded in some batch; an error raised by a
     lane reaches every caller whose text was in the failing batch; `close()` fails the requests
@@ -55,23 +57,33 @@ class QueryBatcher:
         self._cond = threading.Condition()
         self._closed = False
         self._threads: list[threading.Thread] = []
+        self._lanes = 0
         self.batches: deque[int] = deque(maxlen=1_000)  # sizes of the last batches embedded
         for lane in lanes:
             self.add_lane(lane)
 
     @property
     def lanes(self) -> int:
-        return len(self._threads)
+        return self._lanes
 
-    def add_lane(self, lane: Lane, ready: Callable[[], object] | None = None) -> None:
-        """One more lane (thread) taking batches; `ready()` is waited for before its first."""
+    def add_lane(self, lane: Lane, ready: Callable[[], object] | None = None, *,
+                 calls: int = 1) -> None:
+        """One more lane taking batches, `calls` at once (a thread each: a model process runs
+        its calls one at a time, in order, so its next batch waits at its door instead of here);
+        `ready()` is waited for before its first, and a failure of it reported once."""
+        if calls < 1:
+            raise ValueError(f"calls must be at least 1, not {calls}")
         with self._cond:
             if self._closed:
                 raise ProviderError(f"the {self.name} batcher is closed")
-            thread = threading.Thread(target=self._serve, args=(lane, ready), daemon=True,
-                                      name=f"situate-{self.name}-{len(self._threads)}")
-            self._threads.append(thread)
-        thread.start()
+            threads = [threading.Thread(target=self._serve, args=(lane, ready, n == 0),
+                                        daemon=True,
+                                        name=f"situate-{self.name}-{len(self._threads) + n}")
+                       for n in range(calls)]
+            self._threads.extend(threads)
+            self._lanes += 1
+        for thread in threads:
+            thread.start()
 
     def embed(self, texts: Sequence[str]) -> list[Any]:
         """One vector per text, in order; blocks until all are embedded."""
@@ -113,12 +125,13 @@ class QueryBatcher:
             n = min(self.max_batch, len(self._pending))
             return [self._pending.popleft() for _ in range(n)]
 
-    def _serve(self, lane: Lane, ready: Callable[[], object] | None) -> None:
+    def _serve(self, lane: Lane, ready: Callable[[], object] | None, reports: bool) -> None:
         if ready is not None:
             try:
                 ready()
             except Exception as e:  # the other lanes go on; the first lane's load is reported
-                log.warning(f"a {self.name} lane could not start: {type(e).__name__}: {e}")
+                if reports:
+                    log.warning(f"a {self.name} lane could not start: {type(e).__name__}: {e}")
                 return
         while (batch := self._take()) is not None:
             if not batch:
