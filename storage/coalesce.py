@@ -4,12 +4,14 @@ Milvus Lite's dense search costs a pass over every row of the collection in Pyth
 whatever the number of query vectors in it (its executor builds a map of every primary key and a
 mask of every row before it asks an index): at 100,000 chunks a call with one vector took 474 ms
 on a loaded two-core machine, one with eight 811 ms (`benchmarks/bench_search_scale.py`'s
-server, /tmp probe). So searches that arrive while calls are under way wait for one to end, and
-then go together in the next call. Nothing waits for company: a lone search goes straight through.
+server, /tmp probe). So searches that arrive while one is under way wait for it, and then go
+together in the next call. Nothing waits for company: a lone search goes straight through.
 
-Two calls of a kind may be under way at once (`IN_FLIGHT`): while the store answers one, the next
-is already at its door, so it does not sit idle while this process reads an answer, hands it
-out and sends the next call (a thread that was waiting must first win the interpreter's lock).
+One call of a kind is under way at a time. Two at once (the next waiting at Lite's door while this
+process hands out an answer, as a model process gets: `base.CALLS_PER_PROCESS`) kept a little
+more of two cores busy at 737 chunks (8 clients: 1.02x the queries a second), but at 100,000
+chunks each call's pass over every row was paid twice as often: 0.77x the queries a second, Lite's
+CPU per query 35-45 ms against 25-32 (`bench_throughput`, hybrid, 8 clients, 4 rounds).
 
 Only searches that would be answered the same alone are put together (same collection, field,
 limit and output fields: the limit sets the HNSW search's breadth), and each gets its own row of
@@ -30,37 +32,29 @@ from typing import Any, Generic, TypeVar
 Q = TypeVar("Q")
 R = TypeVar("R")
 MAX_BATCH = 64  # query vectors in one call at most
-IN_FLIGHT = 2  # calls of one key under way at once at most
 
 
 class Coalescer(Generic[Q, R]):
     """`run(key, query, call)`: `call(queries)` answers a list of queries of one `key` with one
     result each, in order; `run` returns this query's result, from a call made by this thread or
-    by another one that took it along. A call's error reaches every query it held. At most
-    `in_flight` calls of one key are under way at once."""
+    by another one that took it along. A call's error reaches every query it held."""
 
-    def __init__(self, max_batch: int = MAX_BATCH, in_flight: int = IN_FLIGHT) -> None:
-        if in_flight < 1:
-            raise ValueError(f"in_flight must be at least 1, not {in_flight}")
+    def __init__(self, max_batch: int = MAX_BATCH) -> None:
         self.max_batch = max_batch
-        self.in_flight = in_flight
         self._cond = threading.Condition()
         self._waiting: dict[Hashable, list[tuple[Q, Future[R]]]] = {}
-        self._busy: dict[Hashable, int] = {}  # calls under way, by key
+        self._busy: set[Hashable] = set()
         self.batches: list[int] = []  # sizes of the last calls (at most 1,000 kept)
 
     def run(self, key: Hashable, query: Q, call: Callable[[list[Q]], Sequence[R]]) -> R:
         mine: Future[R] = Future()
         with self._cond:
             self._waiting.setdefault(key, []).append((query, mine))
-            # Until it is answered, or it can make a call: it is still waiting (no call under way
-            # took it along) and fewer than `in_flight` calls are under way.
-            while not mine.done() and (self._busy.get(key, 0) >= self.in_flight
-                                       or not _holds(self._waiting.get(key, ()), mine)):
+            while not mine.done() and key in self._busy:
                 self._cond.wait()
             if mine.done():
                 return mine.result()
-            self._busy[key] = self._busy.get(key, 0) + 1
+            self._busy.add(key)
             waiting = self._waiting[key]
             at = next(i for i, (_, f) in enumerate(waiting) if f is mine)
             start = min(at, max(0, len(waiting) - self.max_batch))
@@ -79,16 +73,9 @@ class Coalescer(Generic[Q, R]):
                     future.set_exception(e)
         finally:
             with self._cond:
-                if self._busy[key] == 1:
-                    del self._busy[key]
-                else:
-                    self._busy[key] -= 1
+                self._busy.discard(key)
                 self._cond.notify_all()
         return mine.result()
-
-
-def _holds(waiting: Sequence[tuple[Any, Future[Any]]], future: Future[Any]) -> bool:
-    return any(f is future for _, f in waiting)
 
 
 def rows_of(answer: Any, n: int) -> list[Any]:

@@ -1,8 +1,7 @@
 """Concurrent dense searches on Milvus Lite share one call (`situate.storage.coalesce`): those
-that arrive while calls are under way go together in the next, each gets what it would get alone,
-an error reaches every search of its call, two calls of a kind are under way at once at most, and
-searches that would be answered otherwise (another limit, collection or field) are never put
-together."""
+that arrive while one is under way go together in the next, each gets what it would get alone,
+an error reaches every search of its call, and searches that would be answered otherwise (another
+limit, collection or field) are never put together."""
 
 from __future__ import annotations
 
@@ -39,7 +38,7 @@ def _waiting(coalescer: Coalescer, key: object, n: int) -> None:
 
 
 def test_searches_arriving_during_a_call_go_together_in_the_next():
-    coalescer: Coalescer[int, int] = Coalescer(in_flight=1)
+    coalescer: Coalescer[int, int] = Coalescer()
     calls: list[list[int]] = []
     gate = threading.Event()
     call = _gated(calls, gate)
@@ -57,50 +56,8 @@ def test_searches_arriving_during_a_call_go_together_in_the_next():
     assert [sorted(c) for c in calls] == [[0], [1, 2, 3, 4, 5]]
 
 
-def test_two_calls_are_under_way_at_once_and_a_search_taken_along_is_never_sent_twice():
-    """By default a second search goes out while the first is under way (the store has the next
-    call waiting at its door); later ones wait for one of the two to end and go together. A
-    search that a call under way took along waits for that call, even when the other call ends
-    first: it is answered once, by the call that holds it."""
-    coalescer: Coalescer[int, int] = Coalescer()
-    assert coalescer.in_flight == 2
-    calls: list[list[int]] = []
-    gates = [threading.Event() for _ in range(3)]
-
-    def call(queries: list[int]) -> list[int]:
-        n = len(calls)
-        calls.append(sorted(queries))
-        assert gates[n].wait(PATIENCE)
-        return [q * 10 for q in queries]
-
-    def sent(n: int) -> None:
-        deadline = time.monotonic() + PATIENCE
-        while len(calls) < n:
-            assert time.monotonic() < deadline, f"call {n} was never made"
-            time.sleep(0.01)
-
-    with ThreadPoolExecutor(8) as pool:
-        first = pool.submit(coalescer.run, "k", 0, call)
-        sent(1)
-        second = pool.submit(coalescer.run, "k", 1, call)
-        sent(2)  # while the first is under way
-        rest = [pool.submit(coalescer.run, "k", q, call) for q in (2, 3, 4)]
-        _waiting(coalescer, "k", 3)
-        gates[1].set()  # the second call ends: the three waiting go together in the third
-        assert second.result(PATIENCE) == 10
-        sent(3)
-        gates[0].set()  # the first ends while the third, which holds 2, 3 and 4, is under way
-        assert first.result(PATIENCE) == 0
-        time.sleep(0.2)
-        assert not any(f.done() for f in rest)
-        gates[2].set()
-        assert [f.result(PATIENCE) for f in rest] == [20, 30, 40]
-    assert calls == [[0], [1], [2, 3, 4]]
-    assert coalescer._busy == {} and coalescer._waiting == {}
-
-
 def test_an_error_reaches_every_search_of_its_call_and_the_next_ones_still_run():
-    coalescer: Coalescer[int, int] = Coalescer(in_flight=1)
+    coalescer: Coalescer[int, int] = Coalescer()
     calls: list[list[int]] = []
     gate = threading.Event()
     with ThreadPoolExecutor(4) as pool:

@@ -531,7 +531,7 @@ def _variant_note(d: dict[str, Any], name: str) -> str:
     if v is None:
         return ""
     eight = _cell(d, "hybrid", 8, name)
-    return (f" Commit {v['commit']} (`{name}`), with one call under way at a time to each, "
+    return (f" Commit {v['commit']} (`{name}`), with one batch under way at a time, "
             f"kept {eight['cpu_share_of_the_cores'] * 100:.0f}% of the cores busy under eight "
             f"clients and got {_scaling(d, 'hybrid', 8, name):.2f}x one client's hybrid queries "
             f"a second (rounds {', '.join(f'{x:.2f}' for x in _ratios(d, 'hybrid', 8, name))}).")
@@ -582,9 +582,11 @@ def bench_throughput() -> list[str]:
             "processes does one thing at a time (the API's event loop and search threads take "
             "turns at one interpreter lock; the model embeds one batch; Lite answers one call), "
             "so the cores idle whenever the queries under way all wait at one of them. Two "
-            "calls are under way at once to the model's process and to Lite's dense search, so "
-            "that neither waits while the API's process hands out one answer and sends the "
-            f"next.{_variant_note(small, 'before')}{_processes_note(small)}", "",
+            "batches are under way at once to the model's process, so that it does not wait "
+            "while the API's process hands out one batch's vectors and sends the next (Lite "
+            "gets one call of a kind at a time: a second paid its pass over every row twice as "
+            f"often at 100,000 chunks).{_variant_note(small, 'before')}{_processes_note(small)}",
+            "",
             f"At {big['chunks']:,} chunks Lite's dense search is the bound of every mode but BM25: "
             f"{_f(one['cpu_ms_per_query']['milvus'], 0)} ms of Lite's CPU a hybrid query with one "
             f"client, {_f(eight['cpu_ms_per_query']['milvus'], 0)} ms with eight, because "
