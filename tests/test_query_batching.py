@@ -1,8 +1,8 @@
 """Concurrent queries share the model (tasks/embedders/batching.py, local.py, spans.py): the
 batcher coalesces the requests that wait, gives each caller its own vector, tells every waiter
 of a failing batch, and wakes its waiters when closed; a model process has its next batch sent
-while it embeds one; a batch changes no query's vector; a
-model process leaves when the process that started it dies."""
+while it embeds one; a batch changes no query's vector; a model process leaves when the process
+that started it dies."""
 
 from __future__ import annotations
 

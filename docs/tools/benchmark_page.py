@@ -506,6 +506,14 @@ def _ratios(d: dict[str, Any], mode: str, clients: int, variant: str = "") -> li
                  if (g["mode"], g["clients"], g["variant"]) == (mode, clients, variant)), [])
 
 
+def _eight_clients(d: dict[str, Any], name: str) -> tuple[dict[str, Any], float, str]:
+    """Variant `name`'s hybrid cell at eight clients, its queries a second over one client's,
+    and the rounds' ratios written out."""
+    ratios = _ratios(d, "hybrid", 8, name)
+    return (_cell(d, "hybrid", 8, name), _scaling(d, "hybrid", 8, name),
+            ", ".join(f"{x:.2f}" for x in ratios))
+
+
 def _processes_note(d: dict[str, Any]) -> str:
     """What a run's variant with `--processes N` got beside the first variant (hybrid, eight
     clients), if it has one."""
@@ -514,27 +522,25 @@ def _processes_note(d: dict[str, Any]) -> str:
         if "--processes" not in args:
             continue
         n = args[args.index("--processes") + 1]
-        eight = _cell(d, "hybrid", 8, v["name"])
-        ratios = _ratios(d, "hybrid", 8, v["name"])
+        eight, scaling, rounds = _eight_clients(d, v["name"])
         return (f" With `--processes {n}` (`{v['name']}`: {n} server processes on the one port) "
                 f"eight clients kept {eight['cpu_share_of_the_cores'] * 100:.0f}% of the cores "
-                f"busy and got {_scaling(d, 'hybrid', 8, v['name']):.2f}x one client's hybrid "
-                f"queries a second ({_f(eight['qps'], 1)}; rounds "
-                f"{', '.join(f'{x:.2f}' for x in ratios)}).")
+                f"busy and got {scaling:.2f}x one client's hybrid queries a second "
+                f"({_f(eight['qps'], 1)}; rounds {rounds}).")
     return ""
 
 
 def _variant_note(d: dict[str, Any], name: str) -> str:
-    """What a run's variant `name` (another checkout) got beside the first variant (hybrid,
-    eight clients), if the run has it."""
+    """What a run's variant `name` (another checkout, one batch under way at a time to the model
+    process) got beside the first variant (hybrid, eight clients), if the run has it."""
     v = next((v for v in d["variants"][1:] if v["name"] == name), None)
     if v is None:
         return ""
-    eight = _cell(d, "hybrid", 8, name)
+    eight, scaling, rounds = _eight_clients(d, name)
     return (f" Commit {v['commit']} (`{name}`), with one batch under way at a time, "
             f"kept {eight['cpu_share_of_the_cores'] * 100:.0f}% of the cores busy under eight "
-            f"clients and got {_scaling(d, 'hybrid', 8, name):.2f}x one client's hybrid queries "
-            f"a second (rounds {', '.join(f'{x:.2f}' for x in _ratios(d, 'hybrid', 8, name))}).")
+            f"clients and got {scaling:.2f}x one client's hybrid queries a second "
+            f"(rounds {rounds}).")
 
 
 def _scaling(d: dict[str, Any], mode: str, clients: int, variant: str = "") -> float:
