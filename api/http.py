@@ -361,12 +361,40 @@ def child(config: RetrieverConfig, policy: Policy, sock: socket.socket, told: An
     told.send({"rows": info.rows, "embedder": info.embedder})
     told.close()
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    run_uvicorn(create_app(retriever, policy), sock, policy)
+    run_uvicorn(create_app(retriever, policy), Handed(sock), policy)
     # A spawned process ends with os._exit, without the collection an interpreter's own exit
     # makes: the model's pool (closed with the app) releases its semaphores only when collected,
     # else the resource tracker the processes share reports them leaked when the command ends.
     del retriever
     gc.collect()
+
+
+class Handed(socket.socket):
+    """A server process's end of the Unix socket its parent hands it connections on
+    (`situate.api.http_processes.Handing`), given to uvicorn as its listening socket: asyncio's
+    accept loop calls `accept`, which receives the next connection's descriptor. Once the parent
+    is gone (the end reads empty), the process stops as on SIGTERM."""
+
+    def __init__(self, end: socket.socket) -> None:
+        super().__init__(fileno=end.detach())
+
+    def listen(self, backlog: int = 0) -> None:
+        """Nothing to do: the parent listens."""
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        message, fds, _, _ = socket.recv_fds(self, 1, 1)
+        if not message or not fds:
+            if not message:  # the parent is gone: stop taking connections, and stop
+                with contextlib.suppress(RuntimeError):
+                    asyncio.get_running_loop().remove_reader(self.fileno())
+                os.kill(os.getpid(), signal.SIGTERM)
+            raise ConnectionAbortedError("no connection was handed over")
+        conn = socket.socket(fileno=fds[0])
+        try:
+            peer = conn.getpeername()
+        except OSError:  # the client left already
+            peer = None
+        return conn, peer
 
 
 @contextlib.contextmanager

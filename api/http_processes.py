@@ -6,13 +6,19 @@ Milvus Lite's processes wait for it, so concurrent clients leave part of the cor
 (docs/benchmarks: concurrent queries, where two processes are measured against one).
 
 The parent listens (`situate.api.http.listen`), then starts the processes one after another,
-each a spawned interpreter given the socket: it opens its own `Retriever` (its model process,
-its lexical index), tells the parent it is ready, or why it could not start, and serves with
-uvicorn until told to stop. The first one builds the lexical index if it is missing or stale and
-saves it; the next ones read the saved index (its vectors mapped from the file, one copy in
-memory for all). The parent starts nothing more once one fails, and gives its error as its own.
-A signal before the first one serves ends the command as a single process's start does: one
-line, "stopped (SIGTERM) while starting, before serving", exit 128 + the signal's number.
+each a spawned interpreter: it opens its own `Retriever` (its model process, its lexical index),
+tells the parent it is ready, or why it could not start, and serves with uvicorn until told to
+stop. The parent accepts the connections and hands each to the next process that serves, in
+turn (`Handing`, as Node's cluster module does), so that clients connecting together are spread
+evenly: left to the kernel, the process that woke first took most of a burst (8 connections
+opened together went 5/3, 6/2 or 7/1 far more often than 4/4), and its clients queued behind
+one interpreter while the other idled. A process whose parent is gone stops.
+
+The first one builds the lexical index if it is missing or stale and saves it; the next ones read
+the saved index (its vectors mapped from the file, one copy in memory for all). The parent starts
+nothing more once one fails, and gives its error as its own. A signal before the first one serves
+ends the command as a single process's start does: one line, "stopped (SIGTERM) while starting,
+before serving", exit 128 + the signal's number.
 
 Limits apply per process: the guard's requests in flight (one client's, all clients') and the
 largest body are each process's own. A process that dies while the others serve stops them all,
@@ -28,6 +34,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -36,6 +43,7 @@ from situate.api.config import RetrieverConfig
 from situate.api.guard import Policy
 from situate.core.errors import SituateError
 
+ACCEPT_POLL = 0.25  # how often the parent's accept loop checks that it should stop (seconds)
 STOP_SECONDS = 20.0  # a process's graceful shutdown (uvicorn's 10 s) and its retriever's close
 
 
@@ -59,15 +67,21 @@ def serve_processes(config: RetrieverConfig, sock: socket.socket, policy: Policy
     previous = {sig: signal.signal(sig, lambda s, f: stopped.append(signal.Signals(s).name))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     children: list[Any] = []
+    handing = Handing(sock)
     try:
         for n in range(processes):
             ready, told = context.Pipe(duplex=False)
-            child = context.Process(target=target, args=(config, policy, sock, told),
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            handing.keep(ours)
+            child = context.Process(target=target, args=(config, policy, theirs, told),
                                     name=f"situate-api-{n + 1}", daemon=False)
             child.start()
             told.close()
+            theirs.close()
             children.append(child)
             answer = _started(child, ready, n + 1, processes, stopped)
+            if answer is not None:
+                handing.add(ours)
             if answer is None and n == 0:  # stopped before serving: said as a lone start says it
                 _stop(children)
                 name = stopped[0]
@@ -89,10 +103,67 @@ def serve_processes(config: RetrieverConfig, sock: socket.socket, policy: Policy
                     "stopped: see the lines above, then start the server again")
         return stopped[0]
     finally:
+        handing.stop()
         _stop(children)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         sock.close()
+
+
+class Handing:
+    """The parent's accept loop: each connection it accepts on `sock` is handed to the next
+    serving process in turn, its descriptor sent over a Unix socket pair (SCM_RIGHTS; the child's
+    end is `situate.api.http.Handed`). A process that cannot take it at once (gone, or its queue
+    of connections full) is passed over for the next; the loop never waits on one."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._kept: list[socket.socket] = []  # every parent's end, closed by `stop`
+        self._ends: list[socket.socket] = []  # those of the processes that serve
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._next = 0
+        self._thread: threading.Thread | None = None
+
+    def keep(self, end: socket.socket) -> None:
+        end.setblocking(False)
+        self._kept.append(end)
+
+    def add(self, end: socket.socket) -> None:
+        """`end`'s process serves: it takes its turn from the next connection on."""
+        with self._lock:
+            self._ends.append(end)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="situate-api-accept",
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        self._sock.settimeout(ACCEPT_POLL)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # the socket was closed: the server is stopping
+                return
+            with conn, self._lock:
+                for _ in range(len(self._ends)):
+                    end = self._ends[self._next % len(self._ends)]
+                    self._next += 1
+                    try:
+                        socket.send_fds(end, [b"c"], [conn.fileno()])
+                        break
+                    except OSError:  # gone (the main loop stops them all) or full: the next
+                        continue
+
+    def stop(self) -> None:
+        """No more connections accepted; the processes' ends closed."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(ACCEPT_POLL * 8)
+        for end in self._kept:
+            end.close()
 
 
 def _started(child: Any, ready: Connection, n: int, processes: int,

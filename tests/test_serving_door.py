@@ -12,6 +12,7 @@ Prefect database of its run) for the password, the token and a token sent in a q
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -620,6 +621,26 @@ def test_several_processes_answer_on_one_port_as_one_does_and_stop_together(door
             replies = list(pool.map(search, range(32)))
         assert all(status == 200 and hits == alone for status, hits in replies), replies[:2]
         assert all(s.is_running() for s in servers)
+        # Eight keep-alive connections opened together are handed out evenly, four each (left
+        # to the kernel, whichever process woke first took most of them).
+        port = int(served.url.rsplit(":", 1)[1])
+        clients = [httpx.Client(timeout=60) for _ in range(8)]
+        together = threading.Barrier(8)
+
+        def opened(c: httpx.Client) -> int:
+            together.wait()
+            return c.get(f"{served.url}/healthz", headers=_auth()).status_code
+
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                assert list(pool.map(opened, clients)) == [200] * 8
+            held = [sum(1 for c in s.net_connections("tcp")
+                        if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port)
+                    for s in servers]
+            assert held == [4, 4], held
+        finally:
+            for c in clients:
+                c.close()
         served.proc.send_signal(signal.SIGTERM)
         assert served.proc.wait(timeout=60) == 0
         log = served.log.read_text()
@@ -661,6 +682,24 @@ def test_a_server_process_that_dies_stops_the_others_and_the_command_says_so(doo
         assert not alive, alive
     finally:
         stop_process(served.proc, timeout=30)
+
+
+def test_server_processes_whose_parent_is_killed_stop(door):
+    served = _serve(door, ["api", "--processes", "2", "--mode", "bm25"], "api-processes-orphaned")
+    tree: list[psutil.Process] = []
+    try:
+        _server_processes(served, 2)
+        tree = psutil.Process(served.proc.pid).children(recursive=True)
+        assert served.post("/search", {"query": "cache"}, _auth()).status_code == 200
+        served.proc.kill()  # no graceful stop: the processes it started must not serve on alone
+        served.proc.wait(timeout=30)
+        _, alive = psutil.wait_procs(tree, timeout=60)
+        assert not alive, alive
+    finally:
+        stop_process(served.proc, timeout=30)
+        for p in tree:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
 
 
 # --- a hostile client, against the real commands (tests/test_serving_hostile.py: every case) -----
