@@ -308,6 +308,18 @@ def test_model_processes_leave_when_their_parent_is_killed(tmp_path):
         time.sleep(0.1)
 
 
+def test_a_model_process_whose_parent_died_while_it_started_leaves():
+    """A worker told its parent's pid leaves once its parent is another process: one whose
+    parent died before its initializer ran has init for a parent already, and must not take
+    init for the parent it should outlive."""
+    code = ("import time; from situate.tasks.embedders.local import _worker_init; "
+            "_worker_init(None, parent=1 << 30); time.sleep(60)")  # a pid no process has
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=PATIENCE)
+    assert done.returncode == 0 and time.monotonic() - started < 30, done.stderr
+
+
 def _running(pid: int) -> bool:
     import psutil
 

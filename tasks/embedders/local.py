@@ -158,7 +158,7 @@ PARENT_POLL = 0.5
 MODEL_TOKENIZERS_PARALLELISM: str | None = None
 
 
-def _worker_init(tokenizers_parallelism: str | None = None) -> None:
+def _worker_init(tokenizers_parallelism: str | None = None, parent: int | None = None) -> None:
     if tokenizers_parallelism is not None:
         os.environ["TOKENIZERS_PARALLELISM"] = tokenizers_parallelism
     # Ctrl-C reaches the whole process group; the flow's process decides what happens, the
@@ -170,8 +170,10 @@ def _worker_init(tokenizers_parallelism: str | None = None) -> None:
     # own exit work, leave at once.
     atexit.register(_leave)
     # A parent killed outright (SIGKILL, the OOM killer) never shuts the pool down: the worker
-    # would live on, holding the model's memory, with no one to serve. Leave when it is gone.
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True,
+    # would live on, holding the model's memory, with no one to serve. Leave when it is gone:
+    # the parent is the process that made the pool (its pid given), not whichever this one has
+    # now, which is already another (init) when the parent died while this one started.
+    threading.Thread(target=_watch_parent, args=(parent or os.getppid(),), daemon=True,
                      name="situate-parent-watch").start()
 
 
@@ -319,7 +321,7 @@ class ModelProcess:
     def __init__(self, build: Callable[[str, str], object], model: str) -> None:
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=_spawn_context(),
                                          initializer=_worker_init,
-                                         initargs=(MODEL_TOKENIZERS_PARALLELISM,))
+                                         initargs=(MODEL_TOKENIZERS_PARALLELISM, os.getpid()))
         self._ready: Future[dict[str, Any]] = self._pool.submit(_worker_load, build, model)
 
     def wait_loaded(self) -> None:
