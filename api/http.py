@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import multiprocessing
 import os
 import signal
 import socket
@@ -42,6 +43,7 @@ from situate.api.retriever import Retriever
 from situate.api.wire import CollectionDescription, SearchResponse, status_of, warnings_of
 from situate.core.errors import InputError, SituateError
 from situate.core.secrets import redact
+from situate.core.settings import AUTO_API_PROCESSES, AUTO_LITE_ROWS
 from situate.core.uri import is_lite
 from situate.core.version import version
 
@@ -298,14 +300,42 @@ def serving(config: RetrieverConfig) -> RetrieverConfig:
                                      config.retry_attempts or SERVING_ATTEMPTS})
 
 
+def server_processes(asked: int, uri: str) -> int:
+    """The server processes of `situate api --processes asked`: `asked`; for 0, 1 on a Milvus
+    Lite file (one process's at a time) or a machine of one core, else 0: decided once the
+    first serves (`auto_processes`)."""
+    if asked or is_lite(uri) or _cores() == 1:
+        return asked or 1
+    return 0
+
+
+def auto_processes(rows: int, lite: bool) -> int:
+    """How many server processes answer by default, once the first one serves a collection of
+    `rows` chunks, on Milvus Lite (`lite`: a `milvus-lite server`) or a Milvus server: one per
+    core, at most AUTO_API_PROCESSES; on Lite, only while the collection holds at most
+    AUTO_LITE_ROWS chunks (Lite walks every row once a dense search call, and concurrent
+    searches share a call only within one process), else one."""
+    if lite and rows > AUTO_LITE_ROWS:
+        return 1
+    return max(1, min(_cores(), AUTO_API_PROCESSES))
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def serve(config: RetrieverConfig, *, host: str = "127.0.0.1", port: int = 8000,
-          policy: Policy | None = None, processes: int = 1) -> str | None:
+          policy: Policy | None = None, processes: int = 0) -> str | None:
     """`situate api`: check the address, open the retriever `config` describes (warm), listen,
-    serve until stopped; returns the signal it stopped on. With `processes` > 1, that many
-    server processes answer on the one socket, each with its own retriever
+    serve until stopped; returns the signal it stopped on. With more than one server process
+    (`server_processes`), they answer on the one socket, each with its own retriever
     (`situate.api.http_processes`)."""
     policy = policy or Policy()
     check_bind(host, policy.token, policy.allowed_hosts)
+    processes = server_processes(processes, config.uri)
     if processes > 1 and is_lite(config.uri):
         raise InputError(f"--processes {processes} needs a Milvus server: a Milvus Lite file "
                          f"({config.uri}) is one process's at a time; serve it with "
@@ -321,11 +351,12 @@ def serve(config: RetrieverConfig, *, host: str = "127.0.0.1", port: int = 8000,
                  + ("; clients send Authorization: Bearer <SITUATE_API_TOKEN>" if policy.token
                     else ""))
 
-    if processes > 1:
+    if processes != 1:  # several, or as many as the first one's collection calls for (0)
         from situate.api.http_processes import serve_processes
 
-        return serve_processes(config, sock, policy, processes, lambda info: announce(
-            info["rows"], info["embedder"], f" from {processes} processes"), child)
+        return serve_processes(config, sock, policy, processes, lambda info, n: announce(
+            info["rows"], info["embedder"], f" from {n} processes" if n > 1 else ""), child,
+            lambda info: auto_processes(info["rows"], info["lite"]))
     try:
         with starting("situate api"):
             retriever = Retriever.open(serving(config))
@@ -347,6 +378,8 @@ def child(config: RetrieverConfig, policy: Policy, sock: socket.socket, told: An
     from situate.api.http_processes import ServerProcessError
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_stop_with, args=(os.getppid(),), daemon=True,
+                     name="situate-api-parent-watch").start()
     configure_logging()
     try:
         retriever = Retriever.open(serving(config))
@@ -358,15 +391,38 @@ def child(config: RetrieverConfig, policy: Policy, sock: socket.socket, told: An
         told.send(ServerProcessError(f"a server process could not start: {type(e).__name__}: "
                                      f"{redact(str(e))}"))
         sys.exit(2)
-    told.send({"rows": info.rows, "embedder": info.embedder})
-    told.close()
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    run_uvicorn(create_app(retriever, policy), Handed(sock), policy)
+    try:
+        try:
+            told.send({"rows": info.rows, "embedder": info.embedder, "lite": retriever.on_lite})
+            told.close()
+        except OSError:  # the command's process is gone: nothing to serve for
+            return
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        run_uvicorn(create_app(retriever, policy), Handed(sock), policy)
+    finally:
+        retriever.close()  # the app's shutdown did, unless uvicorn failed before it
+        # Its model processes have nothing left to do, and this process's exit would wait for
+        # them: once the command's process was killed outright, a pool's worker sometimes
+        # never heard its pool shut down, and both waited for ever.
+        for process in multiprocessing.active_children():
+            process.kill()
     # A spawned process ends with os._exit, without the collection an interpreter's own exit
     # makes: the model's pool (closed with the app) releases its semaphores only when collected,
     # else the resource tracker the processes share reports them leaked when the command ends.
     del retriever
     gc.collect()
+
+
+PARENT_POLL = 0.5  # how often a server process checks that the command's process is there (s)
+
+
+def _stop_with(parent: int) -> None:
+    """A server process stops (SIGTERM: uvicorn's graceful shutdown, or at once while it starts)
+    once the command's process that started it is gone, killed outright: it must not serve on,
+    nor load on, alone."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 class Handed(socket.socket):

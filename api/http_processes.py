@@ -1,4 +1,7 @@
-"""`situate api --processes N`: N server processes answering on one listening socket.
+"""`situate api --processes N`: N server processes answering on one listening socket; by
+default (0) on a Milvus server, as many as the first one's collection calls for
+(`situate.api.http.auto_processes`: one per core, at most 4, and on a `milvus-lite server` only
+while the collection is small).
 
 One `situate api` process answers every request in one Python interpreter: its event loop (HTTP)
 and its search threads take turns at one lock, and while it works on a request the model's and
@@ -52,12 +55,13 @@ class ServerProcessError(SituateError):
 
 
 def serve_processes(config: RetrieverConfig, sock: socket.socket, policy: Policy, processes: int,
-                    announce: Callable[[dict[str, Any]], None], target: Callable[..., None]
-                    ) -> str | None:
+                    announce: Callable[[dict[str, Any], int], None], target: Callable[..., None],
+                    auto: Callable[[dict[str, Any]], int] | None = None) -> str | None:
     """Serve on `sock` from `processes` spawned processes until SIGINT or SIGTERM; returns that
     signal's name. Each runs `target(config, policy, sock, told)` (`situate.api.http.child`),
-    which sends on `told` the collection's description once it serves, or its error.
-    `announce(info)` is called once the first process serves."""
+    which sends on `told` the collection's description once it serves, or its error. With
+    `processes` 0, `auto(info)` says how many, from the first one's description.
+    `announce(info, processes)` is called once the first process serves."""
     context = multiprocessing.get_context("spawn")
     # The processes share one resource tracker (started with the first), which frees what a
     # killed process left (its model pool's semaphores) and would then warn of it after the
@@ -68,8 +72,10 @@ def serve_processes(config: RetrieverConfig, sock: socket.socket, policy: Policy
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     children: list[Any] = []
     handing = Handing(sock)
+    total = processes or 1  # 0: as many as the first one's collection calls for
     try:
-        for n in range(processes):
+        n = -1
+        while (n := n + 1) < total:
             ready, told = context.Pipe(duplex=False)
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             handing.keep(ours)
@@ -79,7 +85,7 @@ def serve_processes(config: RetrieverConfig, sock: socket.socket, policy: Policy
             told.close()
             theirs.close()
             children.append(child)
-            answer = _started(child, ready, n + 1, processes, stopped)
+            answer = _started(child, ready, n + 1, total, stopped)
             if answer is not None:
                 handing.add(ours)
             if answer is None and n == 0:  # stopped before serving: said as a lone start says it
@@ -91,14 +97,16 @@ def serve_processes(config: RetrieverConfig, sock: socket.socket, policy: Policy
             if answer is None:  # stopped while a later one started: the others served
                 return stopped[0]
             if n == 0:
-                announce(answer)
+                if not processes and auto is not None:
+                    total = max(1, auto(answer))
+                announce(answer, total)
         while not stopped:
             gone = wait([c.sentinel for c in children], timeout=0.5)
             if gone and not stopped:
                 dead = next(c for c in children if c.sentinel in gone)
                 dead.join(5)  # its sentinel closes as it exits, before its exit code is there
                 raise ServerProcessError(
-                    f"server process {children.index(dead) + 1} of {processes} (pid {dead.pid}) "
+                    f"server process {children.index(dead) + 1} of {total} (pid {dead.pid}) "
                     f"ended with exit code {dead.exitcode} while serving; the others were "
                     "stopped: see the lines above, then start the server again")
         return stopped[0]

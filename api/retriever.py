@@ -337,6 +337,13 @@ class Retriever:
     def uri(self) -> str:
         return self._store.uri
 
+    @property
+    def on_lite(self) -> bool:
+        """Whether the store is Milvus Lite (a file, or a `milvus-lite server`), whose one process
+        walks every row in each dense search: concurrent searches go to it as one call from
+        this process (`situate.storage.coalesce`). A store that does not say is not."""
+        return bool(getattr(self._store, "on_lite", False))
+
     # --- closing --------------------------------------------------------------------------
 
     def close(self) -> None:

@@ -41,6 +41,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -131,10 +132,19 @@ class Server:
         self.client = httpx.Client(base_url=self.urls[0], timeout=600)
 
     def processes(self) -> dict[str, list[psutil.Process]]:
+        """The `situate api` commands with their server processes (a spawned process that has
+        spawned its own: by default one per core on a Milvus server, or `--processes N`), and
+        the model processes (spawned, spawning none)."""
         apis = [psutil.Process(p.pid) for p in self.procs]
-        if "--processes" in self.variant.args:  # the command's server processes, then theirs
-            apis += [c for api in apis for c in _spawned(api)]
-        models = [c for api in apis for c in _spawned(api) if c not in apis]
+        models: list[psutil.Process] = []
+        for command in list(apis):
+            for child in _spawned(command):
+                theirs = _spawned(child)
+                if theirs:
+                    apis.append(child)
+                    models += theirs
+                else:
+                    models.append(child)
         return {"api": apis, "model": models}
 
     def search(self, query: str, mode: str, k: int = K) -> list[tuple[str, float]]:
@@ -175,12 +185,15 @@ def start_server(variant: Variant, collection: str, uri: str, bow: bool, work: P
                 pass
             time.sleep(0.5)
     server = Server(variant, procs, urls, log)
-    if "--processes" in variant.args:  # its server processes start one after another
-        wanted = int(variant.args[variant.args.index("--processes") + 1])
-        while len(server.processes()["model"]) < wanted:
-            if time.monotonic() > deadline:
-                sys.exit(f"{variant.name}: situate api's {wanted} processes did not all start")
-            time.sleep(0.5)
+    # Its server processes start one after another, once the first serves ("... from N
+    # processes"): each says "Application startup complete" when it does.
+    said = re.search(r" from (\d+) processes", log.read_text())
+    wanted = int(said.group(1)) if said else 1
+    while wanted > 1 and (log.read_text().count("Application startup complete") < wanted * len(procs)
+                          or len(server.processes()["model"]) < wanted * len(procs)):
+        if time.monotonic() > deadline:
+            sys.exit(f"{variant.name}: situate api's {wanted} processes did not all start")
+        time.sleep(0.5)
     return server
 
 
@@ -248,6 +261,7 @@ def run_cell(server: Server, milvus: psutil.Process, queries: list[str], mode: s
         "load_before": load_before, "load_after": load(),
         "cpu_ms_per_query": {k: round(1000 * v / max(n, 1), 2) for k, v in cpu.items()},
         "model_processes": len(procs["model"]),
+        "server_processes": max(1, len(procs["api"]) - len(server.procs)),
         "cpu_share_of_the_cores": round(sum(cpu.values()) / cores, 3),
         # everything else this machine ran meanwhile (other users' work), as a share of the cores
         "others_share_of_the_cores": round(max(0.0, busy - sum(cpu.values())) / cores, 3),

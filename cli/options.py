@@ -11,7 +11,12 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from situate.api.config import RetrieverConfig
 from situate.api.request import K, Query, SearchRequest
 from situate.core.fields import Flag, FromSetting, from_settings
-from situate.core.settings import MAX_API_PROCESSES, MAX_WORKERS
+from situate.core.settings import (
+    AUTO_API_PROCESSES,
+    AUTO_LITE_ROWS,
+    MAX_API_PROCESSES,
+    MAX_WORKERS,
+)
 from situate.pipeline.options import Options, check_reranker_for
 from situate.tasks.retrieval.search import check_k
 
@@ -134,9 +139,11 @@ class ApiOptions(_ServingOptions):
     """`situate api`: the search over HTTP."""
 
     processes: Annotated[int, Flag(("--processes",), metavar="N"), FromSetting("api_processes")] = \
-        from_settings(ge=1, le=MAX_API_PROCESSES, description="server processes answering on the "
+        from_settings(ge=0, le=MAX_API_PROCESSES, description="server processes answering on the "
                       "one port, each with its own model process and lexical index (concurrent "
-                      "clients use more cores); the limits apply per process")
+                      "clients use more cores); the limits apply per process; 0: one per core, "
+                      f"at most {AUTO_API_PROCESSES}, on a Milvus server (on a milvus-lite server "
+                      f"up to {AUTO_LITE_ROWS:,} chunks), else 1")
 
 
 class McpOptions(_ServingOptions):

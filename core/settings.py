@@ -22,6 +22,16 @@ from situate.core.uri import credentials
 # Most processes of a local model that embed a server's queries (`situate api --workers`).
 MAX_WORKERS = 32
 MAX_API_PROCESSES = 64
+# `situate api`'s server processes when none are asked for (`--processes 0`, the default), on a
+# Milvus server: one per core it may use, at most this many. Past the API's interpreter, the
+# store bounds the queries a second (a `milvus-lite server` is one process), and each process
+# holds its own model process and lexical index in memory.
+AUTO_API_PROCESSES = 4
+# ... and on a `milvus-lite server`, only while the collection holds at most this many chunks:
+# Lite walks every row once a dense search call, and each server process sends calls of its own
+# (concurrent searches share a call only within one process), so past it a second process costs
+# Lite more than it gives (docs/benchmarks: concurrent queries, 737 / 10,000 / 100,000 chunks).
+AUTO_LITE_ROWS = 10_000
 
 
 class Settings(BaseSettings):
@@ -45,10 +55,12 @@ class Settings(BaseSettings):
                                    "it); e.g. 64KiB, 1MiB")
     api_client_limit: int = Field(64, ge=1, description="requests one client address may have in "
                                   "flight at `situate api` or `situate mcp` (429 past it)")
-    api_processes: int = Field(1, ge=1, le=MAX_API_PROCESSES, description="server processes of "
+    api_processes: int = Field(0, ge=0, le=MAX_API_PROCESSES, description="server processes of "
                                "`situate api` answering on its one port, each with its own model "
                                "process and lexical index (concurrent clients then use more "
-                               "cores); limits apply per process")
+                               "cores); limits apply per process; 0: one per core, at most "
+                               f"{AUTO_API_PROCESSES}, on a Milvus server (on a milvus-lite server "
+                               f"up to {AUTO_LITE_ROWS:,} chunks), else 1")
     cache_dir: str = Field("data/cache", description="this project's disk cache: generated "
                            "contexts, ingest manifests")
     model_cache: str = Field("", description="where local models exported for ONNX Runtime and "

@@ -686,6 +686,12 @@ class MilvusStore(Connection):
         so that a server that is down fails that step as it did before the question."""
         return not self.native_bm25 and self._on_lite(what)
 
+    @property
+    def on_lite(self) -> bool:
+        """Whether the store is Milvus Lite (a file, or a `milvus-lite server`): one process
+        that answers one call at a time and walks every row in each dense search."""
+        return self._on_lite("asking the server's version")
+
     def _on_lite(self, what: str) -> bool:
         """Whether the store is Milvus Lite (a file, or a `milvus-lite server`: its version
         says so, asked once, the call named `what`)."""

@@ -162,17 +162,28 @@ def test_a_bad_workers_flag_is_one_line_and_exit_2():
 
 
 def test_processes_of_situate_api_are_checked_and_need_a_milvus_server(monkeypatch, tmp_path):
+    import os
     import subprocess
     import sys
     from pathlib import Path
 
+    from situate.api.http import auto_processes, server_processes
     from situate.cli.options import ApiOptions
     from situate.core.errors import InputError
-    from situate.core.settings import get_settings
+    from situate.core.settings import AUTO_API_PROCESSES, AUTO_LITE_ROWS, get_settings
 
     assert ApiOptions.build(collection="c", processes=3).processes == 3
-    assert ApiOptions.build(collection="c").processes == 1
-    for value, said in ((0, "greater than or equal to 1"), (65, "less than or equal to 64")):
+    assert ApiOptions.build(collection="c").processes == 0  # chosen: one per core, or one
+    cores = len(os.sched_getaffinity(0))
+    # on a server, decided once the first process serves: by the collection's size on Lite
+    assert server_processes(0, "http://localhost:19530") == (0 if cores > 1 else 1)
+    assert server_processes(0, "data/milvus.db") == 1  # a Lite file is one process's
+    assert server_processes(3, "http://localhost:19530") == 3
+    each = min(cores, AUTO_API_PROCESSES)
+    assert auto_processes(737, lite=True) == auto_processes(AUTO_LITE_ROWS, lite=True) == each
+    assert auto_processes(AUTO_LITE_ROWS + 1, lite=True) == 1
+    assert auto_processes(10 * AUTO_LITE_ROWS, lite=False) == each
+    for value, said in ((-1, "greater than or equal to 0"), (65, "less than or equal to 64")):
         with pytest.raises(InputError, match=rf"^--processes {value!r}: Input should be {said}"):
             ApiOptions.build(collection="c", processes=value)
     monkeypatch.setenv("SITUATE_API_PROCESSES", "2")

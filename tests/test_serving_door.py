@@ -341,7 +341,9 @@ def test_bodies_over_the_limit_are_413_with_or_without_a_length(api):
 
 def test_requests_in_flight_per_client_are_bounded(door):
     """With --client-limit 2, a third request while two bodies are still arriving is 429."""
-    served = _serve(door, ["api", "--mode", "bm25", "--client-limit", "2"], "api-limit")
+    # The limit is each server process's: one process, so that it is the whole server's.
+    served = _serve(door, ["api", "--mode", "bm25", "--client-limit", "2", "--processes", "1"],
+                    "api-limit")
     host, port = served.url.removeprefix("http://").split(":")
     held = []
     try:

@@ -451,6 +451,8 @@ def _rounds(target: dict[str, Any]) -> list[dict[str, Any]]:
                                                                  max(c["qps"] for c in cells)),
                     "p50_ms": med(lambda c: c["p50_ms"]), "p95_ms": med(lambda c: c["p95_ms"]),
                     "cpu_ms_per_query": cpu,
+                    # runs from before `situate api` counted its server processes had one
+                    "server_processes": max(c.get("server_processes", 1) for c in cells),
                     "cpu_share_of_the_cores": med(lambda c: c["cpu_share_of_the_cores"]),
                     "others_share_of_the_cores": med(lambda c: c["others_share_of_the_cores"])})
     return out
@@ -521,25 +523,29 @@ def _processes_note(d: dict[str, Any]) -> str:
         args = v.get("args") or []
         if "--processes" not in args:
             continue
-        n = args[args.index("--processes") + 1]
+        n = int(args[args.index("--processes") + 1])
         eight, scaling, rounds = _eight_clients(d, v["name"])
-        return (f" With `--processes {n}` (`{v['name']}`: {n} server processes on the one port) "
+        return (f" With `--processes {n}` (`{v['name']}`: {_processes(n)} on the one port) "
                 f"eight clients kept {eight['cpu_share_of_the_cores'] * 100:.0f}% of the cores "
                 f"busy and got {scaling:.2f}x one client's hybrid queries a second "
                 f"({_f(eight['qps'], 1)}; rounds {rounds}).")
     return ""
 
 
+def _processes(n: int) -> str:
+    return f"{n} server process{'es' if n != 1 else ''}"
+
+
 def _variant_note(d: dict[str, Any], name: str) -> str:
-    """What a run's variant `name` (another checkout, one batch under way at a time to the model
-    process) got beside the first variant (hybrid, eight clients), if the run has it."""
+    """What a run's variant `name` (another checkout) got beside the first variant (hybrid, eight
+    clients), if the run has it, with the server processes it ran."""
     v = next((v for v in d["variants"][1:] if v["name"] == name), None)
     if v is None:
         return ""
     eight, scaling, rounds = _eight_clients(d, name)
-    return (f" Commit {v['commit']} (`{name}`), with one batch under way at a time, "
-            f"kept {eight['cpu_share_of_the_cores'] * 100:.0f}% of the cores busy under eight "
-            f"clients and got {scaling:.2f}x one client's hybrid queries a second "
+    return (f" Commit {v['commit']} (`{name}`), with {_processes(eight['server_processes'])} by "
+            f"default, kept {eight['cpu_share_of_the_cores'] * 100:.0f}% of the cores busy under "
+            f"eight clients and got {scaling:.2f}x one client's hybrid queries a second "
             f"(rounds {rounds}).")
 
 
@@ -571,9 +577,11 @@ def bench_throughput() -> list[str]:
     sized = [_load(name) for name in files]
     for run in sized:
         target = run["targets"][0]
+        first = _cell(run, "hybrid", 1)
         out += [f"**{run['chunks']:,} chunks**, BM25 from the lexical index ({run['served']}; "
                 f"{target['seconds_per_cell']:.0f} s a cell; `after`: commit "
-                f"{run['variants'][0]['commit']}):", "", *_throughput_cells(target)]
+                f"{run['variants'][0]['commit']}, {_processes(first['server_processes'])}):", "",
+                *_throughput_cells(target)]
     big, small = sized[-1], sized[0]
     one, eight = _cell(big, "hybrid", 1), _cell(big, "hybrid", 8)
     s1, s8 = _cell(small, "hybrid", 1), _cell(small, "hybrid", 8)
@@ -581,17 +589,23 @@ def bench_throughput() -> list[str]:
     out += [f"On the {small['chunks']} chunks of the codebase collection a hybrid query costs about "
             f"{_f(sum(s1['cpu_ms_per_query'].values()), 0)} ms of CPU in all, spread over the API's "
             "process, the model's and Lite's, so one client keeps about one core busy "
-            f"({s1['cpu_share_of_the_cores'] * 100:.0f}% of the two): eight clients got "
-            f"{_scaling(small, 'hybrid', 8):.2f}x one client's hybrid queries a second "
-            f"({_f(s8['qps'], 1)} against {_f(s1['qps'], 1)}{median}), using "
-            f"{s8['cpu_share_of_the_cores'] * 100:.0f}% of the two cores. Each of the three "
-            "processes does one thing at a time (the API's event loop and search threads take "
-            "turns at one interpreter lock; the model embeds one batch; Lite answers one call), "
-            "so the cores idle whenever the queries under way all wait at one of them. Two "
-            "batches are under way at once to the model's process, so that it does not wait "
-            "while the API's process hands out one batch's vectors and sends the next (Lite "
-            "gets one call of a kind at a time: a second paid its pass over every row twice as "
-            f"often at 100,000 chunks).{_variant_note(small, 'before')}{_processes_note(small)}",
+            f"({s1['cpu_share_of_the_cores'] * 100:.0f}% of the two). On a Milvus server "
+            "`situate api` answers from one server process per core by default (at most 4; "
+            f"{_processes(s8['server_processes'])} here), each with its own model process: eight "
+            f"clients got {_scaling(small, 'hybrid', 8):.2f}x one client's hybrid queries a "
+            f"second ({_f(s8['qps'], 1)} against {_f(s1['qps'], 1)}{median}), using "
+            f"{s8['cpu_share_of_the_cores'] * 100:.0f}% of the two cores.{_processes_note(small)} "
+            "In one server process, each of the three processes does one thing at a time (the "
+            "API's event loop and search threads take turns at one interpreter lock; the model "
+            "embeds one batch; Lite answers one call), so the cores idle whenever the queries "
+            "under way all wait at one of them; and sharing a call saves them little (the model "
+            "spends about as much CPU on a query in a batch as alone, and Lite's dense search "
+            "builds every hit it returns, whatever the queries in its call), so the queries a "
+            "second grow only as the share of the cores kept busy does. Two batches are under "
+            "way at once to each model process, so that it does not wait while the API's "
+            "process hands out one batch's vectors and sends the next (Lite gets one call of a "
+            "kind at a time: a second paid its pass over every row twice as often at 100,000 "
+            f"chunks).{_variant_note(small, 'before')}",
             "",
             f"At {big['chunks']:,} chunks Lite's dense search is the bound of every mode but BM25: "
             f"{_f(one['cpu_ms_per_query']['milvus'], 0)} ms of Lite's CPU a hybrid query with one "
