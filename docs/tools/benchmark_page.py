@@ -532,6 +532,24 @@ def _processes_note(d: dict[str, Any]) -> str:
     return ""
 
 
+def _one_process(d: dict[str, Any]) -> list[str]:
+    """Why a run's collection is served from one process by default: what its variant with
+    `--processes N` got beside the first (hybrid, eight clients), if it has one."""
+    other = next((v for v in d["variants"][1:] if "--processes" in (v.get("args") or [])), None)
+    if other is None:
+        return []
+    first, more = _cell(d, "hybrid", 8), _cell(d, "hybrid", 8, other["name"])
+    return [f"At {d['chunks']:,} chunks on a `milvus-lite server`, `situate api` answers from "
+            f"{_processes(first['server_processes'])} by default: with "
+            f"{_processes(more['server_processes'])} (`{other['name']}`) eight clients got "
+            f"{more['qps'] / first['qps']:.2f}x its queries a second ({_f(more['qps'], 1)} "
+            f"against {_f(first['qps'], 1)}), Lite spending "
+            f"{_f(more['cpu_ms_per_query']['milvus'], 0)} ms of CPU a query against "
+            f"{_f(first['cpu_ms_per_query']['milvus'], 0)}: each process sends its own dense "
+            "searches (concurrent ones share a call only within a process), and Lite walks every "
+            "row once a call.", ""]
+
+
 def _processes(n: int) -> str:
     return f"{n} server process{'es' if n != 1 else ''}"
 
@@ -590,7 +608,8 @@ def bench_throughput() -> list[str]:
             f"{_f(sum(s1['cpu_ms_per_query'].values()), 0)} ms of CPU in all, spread over the API's "
             "process, the model's and Lite's, so one client keeps about one core busy "
             f"({s1['cpu_share_of_the_cores'] * 100:.0f}% of the two). On a Milvus server "
-            "`situate api` answers from one server process per core by default (at most 4; "
+            "`situate api` answers from one server process per core by default (at most 4; on "
+            "a `milvus-lite server` while the collection has at most 10,000 chunks; "
             f"{_processes(s8['server_processes'])} here), each with its own model process: eight "
             f"clients got {_scaling(small, 'hybrid', 8):.2f}x one client's hybrid queries a "
             f"second ({_f(s8['qps'], 1)} against {_f(s1['qps'], 1)}{median}), using "
@@ -613,7 +632,7 @@ def bench_throughput() -> list[str]:
             "concurrent searches of one kind go to Lite as one call (`situate.storage.coalesce`) "
             "and Lite walks every row once a call, whatever the number of queries in it; eight "
             f"clients get {_scaling(big, 'hybrid', 8):.2f}x one client's hybrid queries a second. "
-            "BM25 alone never reaches Lite but to read the hits.", ""]
+            "BM25 alone never reaches Lite but to read the hits.", "", *_one_process(sized[1])]
     for name, run in zip(files, sized, strict=True):
         out += _source(name, run["command"], f"{run['started']} to {run['finished']}",
                        _machine(run["machine"]))
