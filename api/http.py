@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import multiprocessing
 import os
 import signal
 import socket
@@ -42,6 +41,7 @@ from situate.api.request import SearchRequest
 from situate.api.retriever import Retriever
 from situate.api.wire import CollectionDescription, SearchResponse, status_of, warnings_of
 from situate.core.errors import InputError, SituateError
+from situate.core.processes import stop_process_tree, usable_cores, watch_parent
 from situate.core.secrets import redact
 from situate.core.settings import AUTO_API_PROCESSES, AUTO_LITE_ROWS
 from situate.core.uri import is_lite
@@ -304,7 +304,7 @@ def server_processes(asked: int, uri: str) -> int:
     """The server processes of `situate api --processes asked`: `asked`; for 0, 1 on a Milvus
     Lite file (one process's at a time) or a machine of one core, else 0: decided once the
     first serves (`auto_processes`)."""
-    if asked or is_lite(uri) or _cores() == 1:
+    if asked or is_lite(uri) or usable_cores() == 1:
         return asked or 1
     return 0
 
@@ -317,14 +317,7 @@ def auto_processes(rows: int, lite: bool) -> int:
     searches share a call only within one process), else one."""
     if lite and rows > AUTO_LITE_ROWS:
         return 1
-    return max(1, min(_cores(), AUTO_API_PROCESSES))
-
-
-def _cores() -> int:
-    """The cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    return max(1, min(usable_cores(), AUTO_API_PROCESSES))
 
 
 def serve(config: RetrieverConfig, *, host: str = "127.0.0.1", port: int = 8000,
@@ -378,8 +371,9 @@ def child(config: RetrieverConfig, policy: Policy, sock: socket.socket, told: An
     from situate.api.http_processes import ServerProcessError
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_stop_with, args=(os.getppid(),), daemon=True,
-                     name="situate-api-parent-watch").start()
+    # Once the command's process is gone (killed outright), stop: SIGTERM is uvicorn's graceful
+    # shutdown, or the end at once while this one starts. It must not serve on, nor load on.
+    watch_parent(os.getppid(), lambda: os.kill(os.getpid(), signal.SIGTERM))
     configure_logging()
     try:
         retriever = Retriever.open(serving(config))
@@ -404,25 +398,12 @@ def child(config: RetrieverConfig, policy: Policy, sock: socket.socket, told: An
         # Its model processes have nothing left to do, and this process's exit would wait for
         # them: once the command's process was killed outright, a pool's worker sometimes
         # never heard its pool shut down, and both waited for ever.
-        for process in multiprocessing.active_children():
-            process.kill()
+        stop_process_tree(grace=5)
     # A spawned process ends with os._exit, without the collection an interpreter's own exit
     # makes: the model's pool (closed with the app) releases its semaphores only when collected,
     # else the resource tracker the processes share reports them leaked when the command ends.
     del retriever
     gc.collect()
-
-
-PARENT_POLL = 0.5  # how often a server process checks that the command's process is there (s)
-
-
-def _stop_with(parent: int) -> None:
-    """A server process stops (SIGTERM: uvicorn's graceful shutdown, or at once while it starts)
-    once the command's process that started it is gone, killed outright: it must not serve on,
-    nor load on, alone."""
-    while os.getppid() == parent:
-        time.sleep(PARENT_POLL)
-    os.kill(os.getpid(), signal.SIGTERM)
 
 
 class Handed(socket.socket):

@@ -519,23 +519,27 @@ def _eight_clients(d: dict[str, Any], name: str) -> tuple[dict[str, Any], float,
 def _processes_note(d: dict[str, Any]) -> str:
     """What a run's variant with `--processes N` got beside the first variant (hybrid, eight
     clients), if it has one."""
-    for v in d["variants"][1:]:
-        args = v.get("args") or []
-        if "--processes" not in args:
-            continue
-        n = int(args[args.index("--processes") + 1])
-        eight, scaling, rounds = _eight_clients(d, v["name"])
-        return (f" With `--processes {n}` (`{v['name']}`: {_processes(n)} on the one port) "
-                f"eight clients kept {eight['cpu_share_of_the_cores'] * 100:.0f}% of the cores "
-                f"busy and got {scaling:.2f}x one client's hybrid queries a second "
-                f"({_f(eight['qps'], 1)}; rounds {rounds}).")
-    return ""
+    v = _processes_variant(d)
+    if v is None:
+        return ""
+    args = v["args"]
+    n = int(args[args.index("--processes") + 1])
+    eight, scaling, rounds = _eight_clients(d, v["name"])
+    return (f" With `--processes {n}` (`{v['name']}`: {_processes(n)} on the one port) "
+            f"eight clients kept {eight['cpu_share_of_the_cores'] * 100:.0f}% of the cores "
+            f"busy and got {scaling:.2f}x one client's hybrid queries a second "
+            f"({_f(eight['qps'], 1)}; rounds {rounds}).")
+
+
+def _processes_variant(d: dict[str, Any]) -> dict[str, Any] | None:
+    """A run's variant (not its first) that asked for `--processes N`, if it has one."""
+    return next((v for v in d["variants"][1:] if "--processes" in (v.get("args") or [])), None)
 
 
 def _one_process(d: dict[str, Any]) -> list[str]:
     """Why a run's collection is served from one process by default: what its variant with
     `--processes N` got beside the first (hybrid, eight clients), if it has one."""
-    other = next((v for v in d["variants"][1:] if "--processes" in (v.get("args") or [])), None)
+    other = _processes_variant(d)
     if other is None:
         return []
     first, more = _cell(d, "hybrid", 8), _cell(d, "hybrid", 8, other["name"])

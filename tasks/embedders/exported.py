@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from situate.core.processes import usable_cores
 from situate.core.records import batched
 from situate.tasks.embedders.runtime import Backend
 from situate.tasks.embedders.spans import in_groups
@@ -282,13 +283,6 @@ def fuse(source: Path, out: Path, model_dir: Path) -> None:
     optimized.save_model_to_file(str(out))
 
 
-def _cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 class OnnxEmbedding:
     """An exported model on ONNX Runtime or OpenVINO behind `encode_documents` /
     `encode_queries` / `dim`, and `tokenizer` / `max_seq_length` for `SpanPooled`
@@ -329,11 +323,11 @@ class OnnxEmbedding:
         last hidden state (`export`), so its width is the model's `hidden_size`; a model whose
         config does not say is asked with one text."""
         if not self._dim:
-            self._dim = self._hidden_size or int(self._run(["dimension"], _cores()).shape[1])
+            self._dim = self._hidden_size or int(self._run(["dimension"], usable_cores()).shape[1])
         return self._dim
 
     def encode_documents(self, texts: list[str]) -> np.ndarray:
-        return self._run(texts, _cores())
+        return self._run(texts, usable_cores())
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
         return self._run(texts, 1)

@@ -31,13 +31,13 @@ import stat
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from situate.core.processes import watch_parent
 from situate.tasks.embedders.runtime import (
     BACKENDS,
     Runtime,
@@ -148,8 +148,6 @@ class DenseOnly:
 _MODEL: Any = None
 _DOCUMENT_THREADS = 0  # torch's intra-op threads as the model was loaded (documents keep them)
 QUERY_THREADS = 1
-# How often a worker checks that the process that started it is still there (seconds).
-PARENT_POLL = 0.5
 # TOKENIZERS_PARALLELISM for the model's process, set by the command (`flows.launch`) when the
 # user's environment did not: the command keeps the tokenizers' thread pool off in its own
 # process (a fork after the pool ran prints a warning), but the model's process never forks,
@@ -169,18 +167,9 @@ def _worker_init(tokenizers_parallelism: str | None = None, parent: int | None =
     # that the flow's process would spend waiting for it: once multiprocessing has finished its
     # own exit work, leave at once.
     atexit.register(_leave)
-    # A parent killed outright (SIGKILL, the OOM killer) never shuts the pool down: the worker
-    # would live on, holding the model's memory, with no one to serve. Leave when it is gone:
-    # the parent is the process that made the pool (its pid given), not whichever this one has
-    # now, which is already another (init) when the parent died while this one started.
-    threading.Thread(target=_watch_parent, args=(parent or os.getppid(),), daemon=True,
-                     name="situate-parent-watch").start()
-
-
-def _watch_parent(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(PARENT_POLL)
-    os._exit(0)  # no atexit work: the one it would serve is gone
+    # A parent killed outright never shuts the pool down: leave when it is gone. The parent is
+    # the process that made the pool (its pid given), not whichever this one has now.
+    watch_parent(parent or os.getppid(), lambda: os._exit(0))  # no atexit work: no one to serve
 
 
 def _leave() -> None:
